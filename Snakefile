@@ -1,0 +1,43 @@
+# sparserl: one DAG from data to figures. Default scale: tiny (configs/tiny.yaml).
+#   snakemake --cores 2 all                                   # tiny, on a laptop
+#   snakemake --profile slurm all                             # paper, on SLURM (profile sets the config)
+# Rules are thin: each calls `python -m sparserl <command>`; paths come from sparserl.paths.
+import os
+import sys
+
+sys.path.insert(0, os.path.join(workflow.basedir, "src"))  # a checkout runs without install
+
+from sparserl.config import from_snakemake, ConfigError
+from sparserl.paths import Paths
+
+# --configfile replaces the default instead of being merged into it
+if not workflow.overwrite_configfiles:
+    configfile: os.path.join(workflow.basedir, "configs", "tiny.yaml")
+
+try:
+    CFG = from_snakemake(config, workflow.configfiles or workflow.overwrite_configfiles)
+except ConfigError as e:
+    raise WorkflowError(f"config error: {e}")
+
+P = Paths(CFG)
+SCALE = CFG["scale"]
+CONFIGS = " ".join(str(f) for f in (workflow.overwrite_configfiles or workflow.configfiles))
+SPARSERL = f"{sys.executable} -m sparserl"
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ["PYTHONPATH"] = os.path.join(workflow.basedir, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/policies.smk"
+include: "workflow/rules/evaluation.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    localrule: True
+    run:
+        print(f"\nsparserl {SCALE}: outputs under {P.results}/ and {P.figures}/")
+        for f in input:
+            print(f"  {f}")

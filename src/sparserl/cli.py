@@ -1,0 +1,134 @@
+"""`python -m sparserl <command>`: every Snakemake rule calls one of these; the logic lives in src/."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _cfg(args):
+    from sparserl.config import load_config
+    return load_config(args.config)
+
+
+def cmd_validate(args):
+    cfg = _cfg(args)
+    print(f"ok: {', '.join(args.config)} (scale={cfg['scale']})")
+
+
+def cmd_make_tasks(args):
+    from sparserl.artifacts import write_table
+    from sparserl.paths import Paths
+    cfg = _cfg(args)
+    P = Paths(cfg)
+    if cfg["tasks"]["source"] != "procedural":
+        raise SystemExit("make-tasks builds procedural tasks; at hub scale use `fetch-data`")
+    from sparserl.tasks import procedural
+    pool = procedural.make_train_pool(cfg)
+    write_table(pool, P.train_pool(), cfg=cfg, extra={"levels": pool.groupby("source").size().to_dict()})
+    write_table(procedural.make_pretrain_corpus(cfg), P.pretrain_corpus(), cfg=cfg)
+    for name, df in procedural.make_benchmarks(cfg).items():
+        write_table(df, P.benchmark(name), cfg=cfg)
+    print(f"tasks -> {P.stage('tasks')}")
+
+
+def cmd_fetch_data(args):
+    from sparserl.data.download import fetch_for_config
+    cfg = _cfg(args)
+    fetch_for_config(cfg)
+
+
+def cmd_train_tokenizer(args):
+    import pandas as pd
+    from sparserl.paths import Paths
+    from sparserl.tasks import format_prompt, format_target
+    from sparserl.tokenizer import train_tokenizer
+    cfg = _cfg(args)
+    P = Paths(cfg)
+    corpus = pd.read_parquet(P.pretrain_corpus())
+    texts = [format_prompt(cfg, p) + format_target(cfg, a)
+             for p, a in zip(corpus["problem"], corpus["answer"])]
+    tok = train_tokenizer(texts, cfg["tokenizer"]["vocab_size"], P.tokenizer(),
+                          cfg["tokenizer"]["max_length"])
+    print(f"tokenizer ({len(tok)} tokens) -> {P.tokenizer()}")
+
+
+def cmd_pretrain(args):
+    from sparserl.policies import pretrain
+    cfg = _cfg(args)
+    out = pretrain(cfg, args.policy, threads=args.threads)
+    print(f"policy {args.policy} -> {out}")
+
+
+def cmd_passrate(args):
+    from sparserl.evaluation import measure_passrate
+    cfg = _cfg(args)
+    measure_passrate(cfg, args.policy, threads=args.threads)
+
+
+def cmd_passrate_summary(args):
+    from sparserl.evaluation import summarize_passrates
+    summarize_passrates(_cfg(args))
+
+
+def cmd_evaluate(args):
+    from sparserl.evaluation import evaluate_policy
+    cfg = _cfg(args)
+    evaluate_policy(cfg, args.policy, threads=args.threads)
+
+
+def cmd_eval_summary(args):
+    from sparserl.evaluation import summarize_evals
+    summarize_evals(_cfg(args))
+
+
+def cmd_show(args):
+    from sparserl.artifacts import summarize
+    for p in args.paths:
+        print(summarize(p, head=args.head))
+        print()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="sparserl", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def add(name, fn, help, policy=False, threads=False):
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--config", nargs="+", default=["configs/tiny.yaml"],
+                       help="config file(s), merged in order (default: configs/tiny.yaml)")
+        if policy:
+            p.add_argument("--policy", required=True, help="policy name from the config, e.g. s or m@p50")
+        if threads:
+            p.add_argument("--threads", type=int, default=1)
+        p.set_defaults(fn=fn)
+        return p
+
+    add("validate-config", cmd_validate, "validate config files against the schema")
+    add("make-tasks", cmd_make_tasks, "generate the procedural training pool, corpus and benchmarks")
+    add("fetch-data", cmd_fetch_data, "download (or copy local) paper-scale datasets and benchmarks")
+    add("train-tokenizer", cmd_train_tokenizer, "train the tiny BPE tokenizer offline")
+    add("pretrain", cmd_pretrain, "pre-train a tiny policy (resumable)", policy=True, threads=True)
+    add("passrate", cmd_passrate, "pass rates of a policy on the training pool", policy=True, threads=True)
+    add("passrate-summary", cmd_passrate_summary, "collect pass rates and check their spread")
+    add("evaluate", cmd_evaluate, "evaluate a policy on the benchmarks", policy=True, threads=True)
+    add("eval-summary", cmd_eval_summary, "one table of every evaluated policy")
+    p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--head", type=int, default=3)
+    p.set_defaults(fn=cmd_show)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from sparserl.config import ConfigError
+    t0 = time.time()
+    try:
+        args.fn(args)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 2
+    if args.command != "show":
+        print(f"[{args.command}] done in {time.time() - t0:.1f}s", file=sys.stderr)
+    return 0

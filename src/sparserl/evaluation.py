@@ -1,0 +1,156 @@
+"""Pass rates on the training pool and benchmark evaluation.
+
+Protocols (config `evaluation.default` / `evaluation.overrides.<benchmark>`):
+- `mean_at_k`: V0.5's mean@k, k samples per problem at temperature 1.0, top-p 0.7.
+- `avg_at_k`: BASIS's avg@32 for AIME/AMC/HMMT (same estimator, its own name and settings).
+- `greedy`: BASIS's single greedy rollout for MATH-500, Minerva and OlympiadBench.
+Accuracy is the mean reward over all (problem, sample) pairs; the standard error is over problems.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sparserl.artifacts import read_table, write_json, write_table
+from sparserl.paths import Paths
+from sparserl.rollout import SamplingParams, make_backend, rollout
+from sparserl.tasks import format_prompt
+
+
+@contextlib.contextmanager
+def open_verifier(cfg: dict):
+    from sparserl.verifier import Verifier
+    v = cfg.get("verifier", {})
+    with Verifier(workers=v.get("workers", 2), timeout_s=v.get("timeout_s", 5.0)) as ver:
+        yield ver
+
+
+def _prompts(cfg, df, backend):
+    tok = getattr(backend, "tokenizer", None)
+    return [format_prompt(cfg, p, tok) for p in df["problem"]]
+
+
+def per_prompt_rates(batch, num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
+    """(successes, n) per prompt from a scored RolloutBatch."""
+    succ = np.bincount(batch.prompt_index, weights=batch.rewards, minlength=num_prompts)
+    n = np.bincount(batch.prompt_index, minlength=num_prompts)
+    return succ, n
+
+
+def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
+    """Pass rates of a policy on the training pool from `passrate.samples` samples per prompt."""
+    P = Paths(cfg)
+    pool = read_table(P.train_pool())
+    pr = cfg.get("passrate", {})
+    params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
+                            max_new_tokens=cfg["rollout"].get("max_new_tokens", 16))
+    backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
+    with open_verifier(cfg) as ver:
+        batch = rollout(backend, _prompts(cfg, pool, backend), list(pool["answer"]),
+                        pr.get("samples", 16), params, cfg["seed"], ver)
+    succ, n = per_prompt_rates(batch, len(pool))
+    p = succ / n
+    by_level = pd.DataFrame({"source": pool["source"], "p": p}).groupby("source")["p"].mean()
+    out = {
+        "policy": ref, "samples_per_prompt": int(pr.get("samples", 16)),
+        "temperature": params.temperature, "top_p": params.top_p, "prompts": len(pool),
+        "mean_pass_rate": float(p.mean()),
+        "frac_mixed": float(((p > 0) & (p < 1)).mean()),
+        "frac_zero": float((p == 0).mean()), "frac_one": float((p == 1).mean()),
+        "by_level": by_level.round(4).to_dict(),
+        "histogram": np.histogram(p, bins=np.linspace(0, 1, 11))[0].tolist(),
+        "mean_response_tokens": float(batch.response_lengths().mean()),
+        "per_prompt": {"id": list(pool["id"]), "p": p.round(4).tolist()},
+    }
+    write_json(out, P.passrate(ref), cfg=cfg)
+    print(f"[passrate {ref}] mean={out['mean_pass_rate']:.3f} mixed={out['frac_mixed']:.3f} "
+          f"-> {P.passrate(ref)}")
+    return out
+
+
+def summarize_passrates(cfg: dict, lo: float = 0.2, hi: float = 0.8, mixed: float = 0.4) -> dict:
+    """One JSON with every pre-trained policy's spread and the checks of the foundation issue."""
+    import json
+    P = Paths(cfg)
+    names = P.pretrained_policies()
+    rates = {n: json.loads(P.passrate(n).read_text()) for n in names}
+    pp = {n: np.asarray(r["per_prompt"]["p"]) for n, r in rates.items()}
+    pairs = {}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            pairs[f"{a}-{b}"] = {"mean_diff": float(pp[a].mean() - pp[b].mean()),
+                                 "mean_abs_prompt_diff": float(np.abs(pp[a] - pp[b]).mean())}
+    table = {n: {k: r[k] for k in ("mean_pass_rate", "frac_mixed", "frac_zero", "frac_one",
+                                   "by_level")} for n, r in rates.items()}
+    checks = {
+        "mean_in_range": {n: lo <= t["mean_pass_rate"] <= hi for n, t in table.items()},
+        "mixed_at_least": {n: t["frac_mixed"] >= mixed for n, t in table.items()},
+        "policies_differ": all(abs(v["mean_diff"]) >= 0.02 or v["mean_abs_prompt_diff"] >= 0.05
+                               for v in pairs.values()),
+    }
+    checks["all_pass"] = (all(checks["mean_in_range"].values())
+                          and all(checks["mixed_at_least"].values()) and checks["policies_differ"])
+    out = {"scale": cfg["scale"], "criteria": {"mean_range": [lo, hi], "min_frac_mixed": mixed},
+           "policies": table, "pairwise": pairs, "checks": checks}
+    write_json(out, P.passrates(), cfg=cfg)
+    for n, t in table.items():
+        print(f"  {n}: mean pass {t['mean_pass_rate']:.3f}, 0<p<1 for {t['frac_mixed']:.1%}")
+    print(f"pass-rate checks: {'all pass' if checks['all_pass'] else 'FAILED'} -> {P.passrates()}")
+    return out
+
+
+def protocol_for(cfg: dict, bench: str) -> dict:
+    ev = cfg["evaluation"]
+    spec = dict(ev["default"])
+    spec.update(ev.get("overrides", {}).get(bench, {}))
+    return spec
+
+
+def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
+    P = Paths(cfg)
+    backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
+    rows, per_problem = [], []
+    with open_verifier(cfg) as ver:
+        for bi, bench in enumerate(P.benchmark_names()):
+            df = read_table(P.benchmark(bench))
+            spec = protocol_for(cfg, bench)
+            greedy = spec.get("protocol") == "greedy"
+            k = 1 if greedy else spec.get("k", 16)
+            params = SamplingParams(temperature=spec.get("temperature", 1.0),
+                                    top_p=spec.get("top_p", 1.0), greedy=greedy,
+                                    max_new_tokens=cfg["rollout"].get("max_new_tokens", 16))
+            batch = rollout(backend, _prompts(cfg, df, backend), list(df["answer"]), k, params,
+                            cfg["seed"] + 7 * bi, ver)
+            succ, n = per_prompt_rates(batch, len(df))
+            p = succ / n
+            rows.append({
+                "policy": ref, "benchmark": bench, "protocol": spec.get("protocol", "mean_at_k"),
+                "metric": "greedy" if greedy else f"{'avg' if spec.get('protocol') == 'avg_at_k' else 'mean'}@{k}",
+                "k": k, "temperature": None if greedy else params.temperature,
+                "top_p": None if greedy else params.top_p, "problems": len(df),
+                "accuracy": float(p.mean()),
+                "stderr": float(p.std(ddof=1) / np.sqrt(len(p))) if len(p) > 1 else 0.0,
+                "mean_response_tokens": float(batch.response_lengths().mean()),
+                "scale": cfg["scale"],
+            })
+            per_problem.append(pd.DataFrame({"benchmark": bench, "id": df["id"], "p": p}))
+    out = pd.DataFrame(rows)
+    path = P.eval_table(ref)
+    write_table(pd.concat(per_problem, ignore_index=True), path.with_name("per_problem.parquet"), cfg=cfg)
+    write_table(out, path, cfg=cfg, extra={"policy": ref})
+    print(out[["benchmark", "metric", "problems", "accuracy"]].to_string(index=False))
+    return out
+
+
+def summarize_evals(cfg: dict) -> pd.DataFrame:
+    P = Paths(cfg)
+    refs = cfg["evaluation"].get("policies", list(cfg["policies"]))
+    df = pd.concat([read_table(P.eval_table(r)) for r in refs], ignore_index=True)
+    write_table(df, P.eval_summary(), cfg=cfg)
+    wide = df.pivot(index="benchmark", columns="policy", values="accuracy")
+    print(wide.round(3).to_string())
+    print(f"evaluation summary -> {P.eval_summary()}")
+    return df

@@ -1,0 +1,86 @@
+"""Every artifact path of the DAG, built in one place: ``results/{scale}/{stage}/...``.
+
+Snakemake rules and CLI commands both ask this helper, so a rule's output and the command that
+writes it can never drift apart.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def split_policy(ref: str) -> tuple[str, str | None]:
+    """'m' -> ('m', None); 'm@p50' -> ('m', 'p50'): a snapshot at 50% of pre-training."""
+    name, _, snap = ref.partition("@")
+    return name, (snap or None)
+
+
+def snapshot_tag(fraction: float) -> str:
+    return f"p{round(fraction * 100):02d}"
+
+
+class Paths:
+    def __init__(self, cfg: dict, root: str | Path = "."):
+        self.cfg = cfg
+        self.root = Path(root)
+        self.scale = cfg["scale"]
+        self.results = self.root / cfg.get("results_dir", "results") / self.scale
+        self.figures = self.root / cfg.get("figures_dir", "paper_figures") / self.scale
+
+    def stage(self, stage: str, *parts: str) -> Path:
+        return self.results.joinpath(stage, *parts)
+
+    # data
+    def train_pool(self) -> Path:
+        return self.stage("tasks", "train_pool.parquet")
+
+    def pretrain_corpus(self) -> Path:
+        return self.stage("tasks", "pretrain_corpus.parquet")
+
+    def benchmark(self, name: str) -> Path:
+        return self.stage("tasks", "benchmarks", f"{name}.parquet")
+
+    def benchmark_names(self) -> list[str]:
+        out = []
+        for b in self.cfg["tasks"].get("benchmarks", []):
+            out.append(b if isinstance(b, str) else b["name"])
+        return out
+
+    # policies
+    def tokenizer(self) -> Path:
+        return self.stage("tokenizer")
+
+    def policy(self, ref: str) -> str | Path:
+        """Checkpoint directory of a policy ref, or its hub name for hub policies."""
+        name, snap = split_policy(ref)
+        pol = self.cfg["policies"][name]
+        if pol["source"] == "hub":
+            if snap:
+                raise ValueError(f"policy ref {ref!r}: hub policies have no snapshots")
+            return pol["hf_name"]
+        return self.stage("policies", ref)
+
+    def pretrain_state(self, name: str) -> Path:
+        return self.stage("policies", "_state", name)
+
+    def passrate(self, name: str) -> Path:
+        return self.stage("policies", f"{name}.passrate.json")
+
+    def passrates(self) -> Path:
+        return self.stage("policies", "passrates.json")
+
+    def pretrained_policies(self) -> list[str]:
+        return [n for n, p in self.cfg["policies"].items() if p["source"] == "pretrain"]
+
+    def snapshot_refs(self, name: str) -> list[str]:
+        fr = self.cfg.get("pretrain", {}).get("snapshots", [])
+        return [f"{name}@{snapshot_tag(f)}" for f in fr]
+
+    # evaluation
+    def eval_table(self, ref: str) -> Path:
+        return self.stage("eval", ref, "eval.parquet")
+
+    def eval_summary(self) -> Path:
+        return self.stage("eval", "summary.parquet")
+
+    def figure_dir(self, paper: str) -> Path:
+        return self.figures / paper

@@ -1,0 +1,160 @@
+"""Tiny Qwen3-architecture policies, built from config and pre-trained on the task corpus.
+
+Supervised next-token training on `prompt -> " \\boxed{answer}<eos>"` with the loss on the answer
+tokens only. Training is budgeted in steps, not wall time, so results carry across machines.
+The loop checkpoints every `pretrain.checkpoint_every` steps and resumes from the last one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sparserl.artifacts import atomic_write_text, git_commit, config_hash
+from sparserl.paths import Paths, snapshot_tag
+from sparserl.tasks import format_prompt, format_target
+
+
+def build_model(pol: dict, tokenizer, max_length: int):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    cfg = Qwen3Config(
+        vocab_size=len(tokenizer), hidden_size=pol["hidden_size"],
+        num_hidden_layers=pol["num_layers"], num_attention_heads=pol["num_heads"],
+        num_key_value_heads=pol["num_kv_heads"], intermediate_size=pol["ffn_size"],
+        head_dim=pol["hidden_size"] // pol["num_heads"], tie_word_embeddings=True,
+        max_position_embeddings=max(64, 2 * max_length),
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.eos_token_id)
+    return Qwen3ForCausalLM(cfg)
+
+
+def encode_corpus(cfg: dict, corpus, tokenizer, max_length: int):
+    """Right-padded ids and a loss mask that covers the answer tokens (EOS included)."""
+    n = len(corpus)
+    ids = np.full((n, max_length), tokenizer.pad_token_id, dtype=np.int64)
+    mask = np.zeros((n, max_length), dtype=bool)
+    prompts = [format_prompt(cfg, p) for p in corpus["problem"]]
+    targets = [format_target(cfg, a) for a in corpus["answer"]]
+    p_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    t_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
+    too_long = 0
+    for i, (p, t) in enumerate(zip(p_ids, t_ids)):
+        seq = (p + t + [tokenizer.eos_token_id])
+        if len(seq) > max_length:
+            too_long += 1
+            seq = seq[:max_length]
+        ids[i, :len(seq)] = seq
+        mask[i, len(p):len(seq)] = True
+    return torch.from_numpy(ids), torch.from_numpy(mask), too_long
+
+
+def save_hf(model, tokenizer, out_dir: Path, info: dict) -> None:
+    """Write an HF checkpoint atomically (temp dir, then rename)."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "sparserl.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+
+
+def _lr_lambda(warmup: int, total: int):
+    def f(step):
+        if step < warmup:
+            return (step + 1) / warmup
+        prog = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, prog)))
+    return f
+
+
+def pretrain(cfg: dict, name: str, threads: int = 1, log=print) -> Path:
+    """Pre-train policy `name`; resumable. Returns the final checkpoint dir."""
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(threads)
+    paths = Paths(cfg)
+    pol = cfg["policies"][name]
+    pt = cfg.get("pretrain", {})
+    steps, bs = pol["steps"], pt.get("batch_size", 128)
+    max_length = cfg["tokenizer"]["max_length"]
+    tokenizer = AutoTokenizer.from_pretrained(str(paths.tokenizer()))
+    corpus = pd.read_parquet(paths.pretrain_corpus())
+    ids, mask, too_long = encode_corpus(cfg, corpus, tokenizer, max_length)
+    if too_long:
+        log(f"warning: {too_long} corpus rows exceed tokenizer.max_length={max_length}; truncated")
+
+    seed = cfg["seed"] * 100 + sum(map(ord, name))
+    torch.manual_seed(seed)
+    model = build_model(pol, tokenizer, max_length)
+    opt = torch.optim.AdamW(model.parameters(), lr=pol["lr"], weight_decay=pt.get("weight_decay", 0.01))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(pt.get("warmup_steps", 30), steps))
+    gen = torch.Generator().manual_seed(seed)
+    state_dir = paths.pretrain_state(name)
+    state_file = state_dir / "last.pt"
+    start, history = 0, []
+    if state_file.exists():
+        st = torch.load(state_file, weights_only=False)
+        if st.get("config_hash") == config_hash(pol):
+            model.load_state_dict(st["model"]); opt.load_state_dict(st["opt"])
+            sched.load_state_dict(st["sched"]); gen.set_state(st["gen"])
+            start, history = st["step"], st["history"]
+            log(f"[pretrain {name}] resumed at step {start}/{steps}")
+        else:
+            log(f"[pretrain {name}] {state_file} was made with another config; starting over")
+
+    snaps = {max(1, round(f * steps)): snapshot_tag(f) for f in pt.get("snapshots", [])}
+    every = pt.get("checkpoint_every", 100)
+    n = ids.shape[0]
+    model.train()
+    t0 = time.time()
+    for step in range(start, steps):
+        idx = torch.randint(0, n, (bs,), generator=gen)
+        x, m = ids[idx], mask[idx]
+        # trim right padding shared by the whole batch
+        L = int(m.nonzero()[:, 1].max()) + 1
+        x, m = x[:, :L], m[:, :L]
+        logits = model(input_ids=x).logits[:, :-1]
+        tgt = x[:, 1:].masked_fill(~m[:, 1:], -100)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 tgt.reshape(-1), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step(); sched.step()
+        history.append(float(loss))
+        done = step + 1
+        if done % 50 == 0 or done == steps:
+            log(f"[pretrain {name}] step {done}/{steps} loss {np.mean(history[-50:]):.4f} "
+                f"({time.time() - t0:.0f}s)")
+        if done in snaps:
+            ref = f"{name}@{snaps[done]}"
+            save_hf(model, tokenizer, Path(paths.policy(ref)), _info(cfg, name, done, history))
+        if done % every == 0 and done < steps:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            tmp = state_file.with_suffix(".tmp")
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
+                        "sched": sched.state_dict(), "gen": gen.get_state(), "step": done,
+                        "history": history, "config_hash": config_hash(pol)}, tmp)
+            os.replace(tmp, state_file)
+    out = Path(paths.policy(name))
+    save_hf(model, tokenizer, out, _info(cfg, name, steps, history))
+    return out
+
+
+def _info(cfg, name, step, history):
+    pol = cfg["policies"][name]
+    return {"policy": name, "step": step, "steps_total": pol["steps"], "scale": cfg["scale"],
+            "loss_last50": float(np.mean(history[-50:])) if history else None,
+            "config_hash": config_hash(cfg), "policy_config_hash": config_hash(pol),
+            "git_commit": git_commit()}

@@ -1,0 +1,20 @@
+"""Prompt and target formatting. One answer convention everywhere: ``\\boxed{...}``."""
+from __future__ import annotations
+
+PAPER_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+
+
+def format_prompt(cfg: dict, problem: str, tokenizer=None) -> str:
+    """Tiny: ``Q: {problem} =\\nA:``. Paper: the policy's chat template around problem + instruction."""
+    t = cfg["tasks"]
+    if t.get("chat_template"):
+        if tokenizer is None:
+            raise ValueError("tasks.chat_template is true: format_prompt needs the policy tokenizer")
+        content = t["prompt_template"].format(problem=problem, instruction=PAPER_INSTRUCTION)
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True)
+    return t["prompt_template"].format(problem=problem)
+
+
+def format_target(cfg: dict, answer: str) -> str:
+    return cfg["tasks"].get("answer_template", " \\boxed{{{answer}}}").format(answer=answer)

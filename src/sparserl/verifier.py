@@ -1,0 +1,499 @@
+"""Answer verification for math rollouts (and reasoning-gym tasks).
+
+Design
+------
+* **Extraction** (`extract_boxed`): the content of the *last* ``\\boxed{...}`` of a response, found
+  by one linear scan with brace matching.  Work is bounded: a huge response is only searched in its
+  tail, and the scan gives up (returns None, scored 0) on content longer than ``max_len`` characters
+  or nested deeper than ``max_depth``.  So a megabyte brace bomb costs microseconds.
+* **Fast exact path** (in the calling process): when the boxed content and the gold answer are
+  both plain integers they are compared as Python ints (exact, no sympy); an exact match of the
+  normalised strings also scores 1.  Tiny-scale runs score tens of thousands of completions whose
+  answers are mostly integers, so most items never reach math-verify.
+* **math-verify in worker processes** (`Verifier`): everything else goes to
+  ``math_verify.parse``/``verify``.  math-verify relies on ``signal.alarm``, which only works in a
+  main thread and cannot interrupt C-level work (sympy evaluating ``9^{9^{9^{9^9}}}+1`` computes a
+  gigantic integer and never returns).  So it runs in N worker processes, each fed whole chunks of
+  items over its own pipe (one send and one reply per chunk).
+* **Timeout semantics**: each item gets at most ``timeout_s`` seconds of worker time.  A worker
+  publishes, in shared memory, which item of its chunk it is on and when it started it, so the
+  parent knows the culprit without extra IPC.  When an item overruns, the parent kills the worker,
+  scores that item 0, starts a replacement, and resubmits the rest of the chunk (items before the
+  culprit are recomputed: their replies were lost with the worker).  A worker that dies (crash,
+  memory limit) is treated the same way.  Results are always returned in input order.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import math
+import multiprocessing as mp
+import re
+import time
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+# Bounds for extraction; answers in the paper benchmarks are far below these.
+MAX_BOXED_LEN = 512
+MAX_BOXED_DEPTH = 32
+SCAN_TAIL_CHARS = 200_000
+
+_BOXED = "\\boxed"
+_INT_RE = re.compile(r"[+-]?\d+")
+_THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
+
+
+def extract_boxed(text: str | None, max_len: int = MAX_BOXED_LEN,
+                  max_depth: int = MAX_BOXED_DEPTH,
+                  scan_tail: int = SCAN_TAIL_CHARS) -> str | None:
+    """Content of the last ``\\boxed{...}`` in ``text``, or None.
+
+    None when there is no ``\\boxed{``, when its braces do not close, when the content is longer
+    than ``max_len`` characters or nests deeper than ``max_depth``.  Only the last ``scan_tail``
+    characters are searched, so the cost is bounded whatever the response length.  Escaped braces
+    (``\\{``, ``\\}``) do not count for matching.
+    """
+    if not text:
+        return None
+    if len(text) > scan_tail:
+        text = text[-scan_tail:]
+    pos = text.rfind(_BOXED)
+    while pos >= 0:
+        j = pos + len(_BOXED)
+        # \boxedfoo is another macro; keep looking further left.
+        if j < len(text) and (text[j].isalpha()):
+            pos = text.rfind(_BOXED, 0, pos)
+            continue
+        break
+    if pos < 0:
+        return None
+    j = pos + len(_BOXED)
+    n = len(text)
+    while j < n and text[j] in " \t":
+        j += 1
+    if j >= n or text[j] != "{":
+        return None
+    start = j + 1
+    end_limit = min(n, start + max_len + 1)
+    depth = 1
+    k = start
+    while k < end_limit:
+        c = text[k]
+        if c == "\\":
+            k += 2  # an escaped char (\{, \}, \\) never opens or closes a group
+            continue
+        if c == "{":
+            depth += 1
+            if depth > max_depth:
+                return None
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:k].strip()
+        k += 1
+    return None  # unclosed, or longer than max_len
+
+
+def _normalise(s: str) -> str:
+    """Cheap canonical form for the exact paths: no spaces, $ or trailing period."""
+    s = s.strip().strip("$").strip()
+    s = s.replace("\\!", "").replace("\\,", "").replace("{,}", ",")
+    s = "".join(s.split())
+    s = s.rstrip(".")
+    if s.startswith("\\text{") and s.endswith("}") and s.count("{") == 1:
+        s = s[6:-1]
+    return s
+
+
+def _as_int(s: str) -> int | None:
+    if _INT_RE.fullmatch(s):
+        return int(s)
+    if _THOUSANDS_RE.fullmatch(s):
+        return int(s.replace(",", ""))
+    return None
+
+
+def fast_compare(pred: str, gold: str) -> bool | None:
+    """Exact decision without math-verify: True/False, or None when math-verify is needed.
+
+    Both plain integers -> compared as ints (exact; "025" == "25").  Equal normalised strings ->
+    True.  Anything else (fractions, decimals, expressions) -> None.
+    """
+    p, g = _normalise(pred), _normalise(gold)
+    if p == g and p:
+        return True
+    pi, gi = _as_int(p), _as_int(g)
+    if pi is not None and gi is not None:
+        return pi == gi
+    return None
+
+
+# ----------------------------------------------------------------------------- worker side
+
+def _gold_latex(gold: str) -> str:
+    g = gold.strip()
+    if "\\boxed" in g or (g.startswith("$") and g.endswith("$")):
+        return g
+    return f"${g}$"
+
+
+def _mv_equal(pred: str, gold: str, soft_timeout: int, _cache: dict) -> bool:
+    from math_verify import parse, verify
+
+    gp = _cache.get(gold)
+    if gp is None:
+        gp = parse(_gold_latex(gold), parsing_timeout=soft_timeout)
+        if len(_cache) > 4096:
+            _cache.clear()
+        _cache[gold] = gp
+    if not gp:
+        return False
+    pp = parse("\\boxed{" + pred + "}", parsing_timeout=soft_timeout)
+    if not pp:
+        return False
+    return bool(verify(gp, pp, timeout_seconds=soft_timeout))
+
+
+def _worker_main(conn, state, soft_timeout: int, max_memory_mb: int | None,
+                 hang_marker: str | None) -> None:
+    """Worker loop: receive (job_seq, [(pred, gold), ...]), reply (job_seq, bytes of 0/1).
+
+    ``state`` is shared memory [job_seq, item_index, start_monotonic] that the parent reads to
+    find an overrunning item; it is written before each item starts.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if max_memory_mb:
+        try:
+            import resource
+
+            vm_kb = 0
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmSize:"):
+                        vm_kb = int(line.split()[1])
+            limit = vm_kb * 1024 + max_memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        except (ImportError, OSError, ValueError):
+            pass
+    import math_verify  # noqa: F401  (import once, before the first item)
+
+    cache: dict = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        seq, items = msg
+        out = bytearray(len(items))
+        for k, (pred, gold) in enumerate(items):
+            state[2] = time.monotonic()
+            state[1] = k
+            state[0] = seq
+            if hang_marker is not None and pred == hang_marker:
+                time.sleep(3600)  # test hook: simulate a hung item
+            try:
+                out[k] = 1 if _mv_equal(pred, gold, soft_timeout, cache) else 0
+            except MemoryError:
+                cache.clear()
+                out[k] = 0
+            except Exception:  # a parse/verify error means "not verified", never a crash
+                out[k] = 0
+        try:
+            conn.send((seq, bytes(out)))
+        except (BrokenPipeError, OSError):
+            return
+
+
+# ----------------------------------------------------------------------------- parent side
+
+class _Slot:
+    __slots__ = ("proc", "conn", "state", "job", "seq", "sent_at")
+
+    def __init__(self):
+        self.proc = None
+        self.conn = None
+        self.state = None
+        self.job = None  # list of (index, pred, gold) in flight
+        self.seq = 0
+        self.sent_at = 0.0
+
+
+class Verifier:
+    """Score responses against gold answers: fast exact path + isolated math-verify workers.
+
+    Use as a context manager (``with Verifier(workers=4) as v: v.score(responses, answers)``) or
+    call `close` yourself.  Workers start lazily, at the first item the fast path cannot decide.
+
+    Parameters
+    ----------
+    workers: number of worker processes.
+    timeout_s: hard limit of worker time per item; an overrunning worker is killed and the item
+        scores 0.  math-verify's own soft (signal) timeouts are set below it.
+    chunk_size: items per message to a worker (default: spread the batch ~4 chunks per worker,
+        at most 64).
+    max_memory_mb: address-space allowance of each worker above its size at start (a runaway
+        sympy integer then raises MemoryError instead of exhausting the node); None for no limit.
+    mp_context: multiprocessing start method; "forkserver" (default) keeps workers independent of
+        the threads and GPU state of the parent, "fork" starts faster.
+    startup_grace_s: how long a fresh worker may take to import math-verify before its first item.
+    """
+
+    def __init__(self, workers: int = 2, timeout_s: float = 5.0, chunk_size: int | None = None,
+                 max_len: int = MAX_BOXED_LEN, max_memory_mb: int | None = 2048,
+                 mp_context: str | None = None, startup_grace_s: float = 60.0,
+                 _hang_marker: str | None = None):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.workers = int(workers)
+        self.timeout_s = float(timeout_s)
+        self.chunk_size = chunk_size
+        self.max_len = max_len
+        self.max_memory_mb = max_memory_mb
+        self.startup_grace_s = float(startup_grace_s)
+        self._hang_marker = _hang_marker
+        # Soft (signal) timeout per parse/verify call, in whole seconds as signal.alarm needs.
+        self._soft_timeout = max(1, int(self.timeout_s // 3))
+        if mp_context is None:
+            mp_context = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        self._ctx = mp.get_context(mp_context)
+        self._slots: list[_Slot] = []
+        self._seq = 0
+        self.n_killed = 0  # workers killed for overrunning or dying (for logs and tests)
+        self.n_math_verify = 0  # items sent to math-verify (the rest took the fast path)
+        self._closed = False
+
+    # -- lifecycle
+    def __enter__(self) -> "Verifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _spawn(self, slot: _Slot) -> None:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        state = self._ctx.RawArray("d", 3)
+        state[0] = -1.0
+        proc = self._ctx.Process(
+            target=_worker_main,
+            args=(child_conn, state, self._soft_timeout, self.max_memory_mb, self._hang_marker),
+            daemon=True, name="sparserl-verifier",
+        )
+        proc.start()
+        child_conn.close()
+        slot.proc, slot.conn, slot.state, slot.job = proc, parent_conn, state, None
+
+    def _ensure_started(self) -> None:
+        if self._closed:
+            raise RuntimeError("Verifier is closed")
+        while len(self._slots) < self.workers:
+            slot = _Slot()
+            self._spawn(slot)
+            self._slots.append(slot)
+
+    def _kill(self, slot: _Slot) -> None:
+        if slot.proc is not None:
+            if slot.proc.is_alive():
+                slot.proc.kill()
+            slot.proc.join(timeout=5)
+        if slot.conn is not None:
+            slot.conn.close()
+        slot.proc = slot.conn = None
+        slot.job = None
+
+    def close(self) -> None:
+        """Stop all workers (politely, then by kill)."""
+        if self._closed:
+            return
+        self._closed = True
+        for s in self._slots:
+            try:
+                if s.conn is not None and s.job is None:
+                    s.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for s in self._slots:
+            if s.proc is not None:
+                s.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._kill(s)
+        self._slots = []
+
+    # -- scoring
+    def score(self, responses: Sequence[str], answers: Sequence[Any]) -> np.ndarray:
+        """0/1 float32 per response, in input order."""
+        if len(responses) != len(answers):
+            raise ValueError(f"{len(responses)} responses but {len(answers)} answers")
+        out = np.zeros(len(responses), dtype=np.float32)
+        pending: list[tuple[int, str, str]] = []
+        for i, (resp, ans) in enumerate(zip(responses, answers)):
+            if ans is None or resp is None:
+                continue
+            gold = str(ans).strip()
+            pred = extract_boxed(resp, max_len=self.max_len)
+            if pred is None or not gold:
+                continue
+            fast = fast_compare(pred, gold)
+            if fast is not None:
+                out[i] = 1.0 if fast else 0.0
+            else:
+                pending.append((i, pred, gold))
+        if pending:
+            self.n_math_verify += len(pending)
+            for i, r in self._run_workers(pending):
+                out[i] = r
+        return out
+
+    def _run_workers(self, items: list[tuple[int, str, str]]) -> Iterable[tuple[int, float]]:
+        from multiprocessing.connection import wait
+
+        self._ensure_started()
+        for s in self._slots:  # left busy by an interrupted call: its reply is stale
+            if s.job is not None:
+                self._kill(s)
+                self._spawn(s)
+        size = self.chunk_size or max(1, min(64, math.ceil(len(items) / (4 * self.workers))))
+        queue = collections.deque(items[k:k + size] for k in range(0, len(items), size))
+        results: list[tuple[int, float]] = []
+        startup_failures = 0
+
+        def dispatch(slot: _Slot) -> None:
+            job = queue.popleft()
+            self._seq += 1
+            slot.seq, slot.job, slot.sent_at = self._seq, job, time.monotonic()
+            slot.conn.send((slot.seq, [(p, g) for _, p, g in job]))
+
+        def fail(slot: _Slot) -> None:
+            # Kill the worker, score its current item 0, requeue the rest of its chunk.
+            nonlocal startup_failures
+            job = slot.job or []
+            st = slot.state
+            started = st is not None and int(st[0]) == slot.seq
+            k = int(st[1]) if started else -1
+            self._kill(slot)
+            self.n_killed += 1
+            if 0 <= k < len(job):
+                results.append((job[k][0], 0.0))
+                rest = job[:k] + job[k + 1:]
+            else:
+                startup_failures += 1
+                if startup_failures > 3 * self.workers:
+                    raise RuntimeError(
+                        "verifier workers keep dying before their first item. With the "
+                        f"{self._ctx.get_start_method()!r} start method each worker re-imports the "
+                        "main script: guard it with `if __name__ == '__main__':` (scripts read "
+                        "from stdin cannot work), or pass mp_context='fork'; also check that "
+                        "`import math_verify` works in a fresh Python")
+                rest = job
+            if rest:
+                queue.appendleft(rest)
+            self._spawn(slot)
+
+        while True:
+            for s in self._slots:
+                if s.job is None and queue:
+                    try:
+                        dispatch(s)
+                    except (BrokenPipeError, OSError):
+                        queue.appendleft(s.job)
+                        s.job = None
+                        self._kill(s)
+                        self._spawn(s)
+            busy = [s for s in self._slots if s.job is not None]
+            if not busy:
+                break
+            now = time.monotonic()
+            deadlines = []
+            for s in busy:
+                if int(s.state[0]) == s.seq:
+                    deadlines.append(s.state[2] + self.timeout_s)
+                else:
+                    # Not started yet (still importing): poll, since once it starts it stays
+                    # silent until the chunk is done.
+                    deadlines.append(min(s.sent_at + self.timeout_s + self.startup_grace_s,
+                                         now + min(0.5, max(0.02, self.timeout_s / 10))))
+            wait_for = max(0.0, min(deadlines) - now) + 0.01
+            ready = wait([s.conn for s in busy], timeout=wait_for)
+            for s in busy:
+                if s.conn in ready:
+                    try:
+                        seq, scores = s.conn.recv()
+                    except (EOFError, OSError):
+                        fail(s)
+                        continue
+                    if seq != s.seq or len(scores) != len(s.job):
+                        fail(s)
+                        continue
+                    results.extend((idx, float(b)) for (idx, _, _), b in zip(s.job, scores))
+                    s.job = None
+                    startup_failures = 0
+            now = time.monotonic()
+            for s in busy:
+                if s.job is None:
+                    continue
+                if s.proc is None or not s.proc.is_alive():
+                    if not s.conn.poll():
+                        fail(s)
+                    continue
+                # Read index, start time, index: a changed index means progress, not a hang.
+                seq0, k0 = int(s.state[0]), int(s.state[1])
+                t0 = s.state[2]
+                if int(s.state[0]) != seq0 or int(s.state[1]) != k0:
+                    continue
+                overran = (now - t0 > self.timeout_s if seq0 == s.seq
+                           else now - s.sent_at > self.timeout_s + self.startup_grace_s)
+                if overran and not s.conn.poll():  # a reply that just arrived wins
+                    fail(s)
+        return results
+
+
+def score_responses(responses: Sequence[str], answers: Sequence[Any], workers: int = 2,
+                    timeout_s: float = 5.0, **kwargs) -> np.ndarray:
+    """One-shot `Verifier.score` with its own short-lived worker pool."""
+    with Verifier(workers=workers, timeout_s=timeout_s, **kwargs) as v:
+        return v.score(responses, answers)
+
+
+# ----------------------------------------------------------------------------- reasoning-gym
+
+@functools.lru_cache(maxsize=None)
+def _rg_score_fn(dataset_name: str):
+    import reasoning_gym
+
+    return reasoning_gym.get_score_answer_fn(dataset_name)
+
+
+def score_reasoning_gym(dataset_name: str, answer_text: str | None, entry: dict) -> float:
+    """Score an extracted answer with reasoning-gym's own ``score_answer`` for that task.
+
+    Returns a float in [0, 1] (some tasks give partial credit).  A missing answer, or a scorer
+    that raises on malformed input, scores 0.0.  Unknown task names raise (a config error).
+    """
+    fn = _rg_score_fn(dataset_name)
+    if answer_text is None:
+        return 0.0
+    try:
+        r = float(fn(answer_text, entry))
+    except Exception:
+        return 0.0
+    if not math.isfinite(r):
+        return 0.0
+    return min(1.0, max(0.0, r))
+
+
+__all__ = [
+    "MAX_BOXED_LEN", "Verifier", "extract_boxed", "fast_compare", "score_reasoning_gym",
+    "score_responses",
+]

@@ -1,0 +1,67 @@
+import pytest
+import yaml
+
+from sparserl.config import ConfigError, load_config
+from sparserl.paths import Paths
+
+
+@pytest.mark.parametrize("name", ["tiny", "paper", "smoke"])
+def test_shipped_configs_validate(repo, name):
+    cfg = load_config(repo / "configs" / f"{name}.yaml")
+    assert cfg["scale"] == name
+
+
+def test_overlay_validates(repo):
+    cfg = load_config([repo / "configs/paper.yaml", repo / "configs/overlays/basis_eval.yaml"])
+    assert cfg["evaluation"]["overrides"]["aime24"]["k"] == 32
+    assert cfg["evaluation"]["default"]["protocol"] == "greedy"
+
+
+def _bad(tmp_path, repo, text):
+    p = tmp_path / "override.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config([repo / "configs/tiny.yaml", p])
+    return str(e.value), str(p)
+
+
+def test_unknown_key_names_key_and_file(tmp_path, repo):
+    msg, path = _bad(tmp_path, repo, "policies:\n  s: {lrr: 0.1}\n")
+    assert path in msg and "policies.s.lrr" in msg and "allowed keys" in msg
+
+
+def test_wrong_type_names_key_and_file(tmp_path, repo):
+    msg, path = _bad(tmp_path, repo, "rollout: {max_new_tokens: many}\n")
+    assert path in msg and "rollout.max_new_tokens" in msg and "not of type" in msg
+
+
+def test_unknown_top_level_key(tmp_path, repo):
+    msg, path = _bad(tmp_path, repo, "seeed: 1\n")
+    assert path in msg and "seeed" in msg
+
+
+def test_error_blames_the_file_that_set_the_key(tmp_path, repo):
+    # the bad value lives in tiny.yaml's own keys only when the override does not touch them
+    msg, _ = _bad(tmp_path, repo, "evaluation: {default: {protocol: best_of_n}}\n")
+    assert "evaluation.default.protocol" in msg and "override.yaml" in msg
+
+
+def test_semantic_check_hub_policy_needs_name(tmp_path, repo):
+    msg, path = _bad(tmp_path, repo, "policies:\n  x: {source: hub}\n")
+    assert "hf_name" in msg and path in msg
+
+
+def test_not_a_mapping(tmp_path, repo):
+    msg, path = _bad(tmp_path, repo, "- 1\n- 2\n")
+    assert "mapping" in msg and path in msg
+
+
+def test_paths_follow_scale_and_stage(repo):
+    cfg = load_config(repo / "configs/tiny.yaml")
+    P = Paths(cfg)
+    assert str(P.train_pool()) == "results/tiny/tasks/train_pool.parquet"
+    assert str(P.eval_table("m@p50")) == "results/tiny/eval/m@p50/eval.parquet"
+    assert str(P.policy("s")) == "results/tiny/policies/s"
+    paper = Paths(load_config(repo / "configs/paper.yaml"))
+    assert paper.policy("qwen3_4b") == "Qwen/Qwen3-4B-Instruct-2507"
+    assert str(paper.benchmark("aime24")) == "results/paper/tasks/benchmarks/aime24.parquet"

@@ -1,0 +1,64 @@
+"""The Snakemake DAG: the paper dry run under the SLURM profile, config errors, and a smoke run."""
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+
+def snakemake(repo, workdir, *args, timeout=600):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(workdir),
+           *args]
+    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout)
+
+
+def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
+    out = snakemake(repo, tmp_path, "--profile", "slurm", "-n", "all")
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    assert "rule evaluate:" in log and "results/paper/eval/qwen3_4b/eval.parquet" in log
+    eval_block = log[log.index("rule evaluate:"):].split("\n\n")[0]
+    for res in ("gpu=1", "mem_mb=128000", "runtime=480", "cpus_per_task=16"):
+        assert res in eval_block, f"{res} missing from the evaluate job's resources"
+    assert "fetch_data" in log
+
+
+def test_tiny_dry_run_is_the_default(repo, tmp_path):
+    out = snakemake(repo, tmp_path, "--cores", "2", "-n", "all")
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    for rule in ("make_tasks", "train_tokenizer", "pretrain_policy", "passrate", "evaluate"):
+        assert f"rule {rule}:" in log
+    assert "results/tiny/policies/passrates.json" in log
+
+
+def test_bad_config_stops_the_dag_naming_key_and_file(repo, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((repo / "configs/smoke.yaml").read_text().replace("seed: 0", "seed: zero"))
+    out = snakemake(repo, tmp_path, "all", "--cores", "1", "-n", "--configfile", str(bad))
+    assert out.returncode != 0
+    log = out.stdout + out.stderr
+    assert "bad.yaml" in log and "key 'seed'" in log and "not of type 'integer'" in log
+
+
+@pytest.mark.slow
+def test_smoke_dag_end_to_end(repo, tmp_path):
+    cfg = str(repo / "configs/smoke.yaml")
+    out = snakemake(repo, tmp_path, "all", "--cores", "2", "--configfile", cfg, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    res = tmp_path / "results" / "smoke"
+    summary = pd.read_parquet(res / "eval" / "summary.parquet")
+    assert set(summary["policy"]) == {"s", "m"}
+    assert set(summary["benchmark"]) == {"add_sub_2x1digit", "add_sub_3x1digit"}
+    greedy = summary[summary["benchmark"] == "add_sub_2x1digit"]
+    assert (greedy["metric"] == "greedy").all()
+    assert summary["accuracy"].between(0, 1).all()
+    rates = json.loads((res / "policies" / "passrates.json").read_text())
+    assert set(rates["policies"]) == {"s", "m"}
+    assert (res / "policies" / "s@p50" / "config.json").exists()
+    assert (res / "eval" / "s" / "eval.parquet.manifest.json").exists()
+    # a second run has nothing to do
+    again = snakemake(repo, tmp_path, "all", "--cores", "2", "-n", "--configfile", cfg)
+    assert again.returncode == 0
+    assert "rule pretrain_policy" not in again.stdout + again.stderr

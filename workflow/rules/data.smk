@@ -1,0 +1,30 @@
+# Stage: data preparation. Tiny: procedural tasks. Paper: hub datasets (or config local paths).
+
+BENCHMARKS = P.benchmark_names()
+
+if CFG["tasks"]["source"] == "procedural":
+
+    rule make_tasks:
+        output:
+            pool=str(P.train_pool()),
+            corpus=str(P.pretrain_corpus()),
+            benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
+        log:
+            str(P.stage("logs", "make_tasks.log")),
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} make-tasks --config {CONFIGS} > {log} 2>&1"
+
+else:
+
+    rule fetch_data:
+        # needs internet (the hub); point tasks.local_paths.<name> at local files to skip it
+        output:
+            pool=str(P.train_pool()),
+            benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
+        log:
+            str(P.stage("logs", "fetch_data.log")),
+        localrule: True
+        shell:
+            "{SPARSERL} fetch-data --config {CONFIGS} > {log} 2>&1"

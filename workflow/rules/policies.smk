@@ -1,0 +1,62 @@
+# Stage: tiny policies (tokenizer + pre-training) and their pass rates on the training pool.
+
+PRETRAINED = P.pretrained_policies()
+
+if PRETRAINED:
+
+    rule train_tokenizer:
+        input:
+            corpus=str(P.pretrain_corpus()),
+        output:
+            directory(str(P.tokenizer())),
+        log:
+            str(P.stage("logs", "train_tokenizer.log")),
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} train-tokenizer --config {CONFIGS} > {log} 2>&1"
+
+    rule pretrain_policy:
+        input:
+            corpus=str(P.pretrain_corpus()),
+            tokenizer=str(P.tokenizer()),
+        output:
+            policy=directory(str(P.stage("policies", "{policy}"))),
+            snapshots=[directory(str(P.stage("policies", ref.replace(n, "{policy}", 1))))
+                       for n in PRETRAINED[:1] for ref in P.snapshot_refs(n)],
+        wildcard_constraints:
+            policy="|".join(PRETRAINED),
+        log:
+            str(P.stage("logs", "pretrain_{policy}.log")),
+        threads: T("pretrain")
+        resources:
+            **R("pretrain"),
+        shell:
+            "{SPARSERL} pretrain --config {CONFIGS} --policy {wildcards.policy} "
+            "--threads {threads} > {log} 2>&1"
+
+    rule passrate:
+        input:
+            policy=str(P.stage("policies", "{policy}")),
+            pool=str(P.train_pool()),
+        output:
+            str(P.passrate("{policy}")),
+        wildcard_constraints:
+            policy="[^/]+",
+        log:
+            str(P.stage("logs", "passrate_{policy}.log")),
+        threads: T("rollout")
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} passrate --config {CONFIGS} --policy {wildcards.policy} "
+            "--threads {threads} > {log} 2>&1"
+
+    rule passrate_summary:
+        input:
+            [str(P.passrate(n)) for n in PRETRAINED],
+        output:
+            str(P.passrates()),
+        localrule: True
+        shell:
+            "{SPARSERL} passrate-summary --config {CONFIGS}"
