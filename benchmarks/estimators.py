@@ -1,0 +1,105 @@
+"""Time every registered estimator relative to GRPO on one batch, and basis_refine's scaling in B.
+
+    python benchmarks/estimators.py [--prompts 4096] [--group 8] [--json out.json]
+
+Goal: every estimator within 2x of GRPO's cost. Timings are the best of `--repeat` runs (each
+run loops until it has taken at least ~50 ms), so they are stable but machine-dependent.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout
+
+import sparserl.estimators as E  # noqa: E402
+
+
+def best_time(fn, repeat: int = 5, min_s: float = 0.05) -> float:
+    """Seconds per call: best over `repeat` rounds, each averaging enough calls to last min_s."""
+    fn()
+    n = 1
+    while True:
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t
+        if dt >= min_s:
+            break
+        n *= 2
+    best = dt / n
+    for _ in range(repeat - 1):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t) / n)
+    return best
+
+
+def make_batch(n_prompts: int, group: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    p_true = rng.beta(0.7, 0.7, n_prompts)
+    ids = np.repeat(np.arange(n_prompts), group)
+    rewards = (rng.random(len(ids)) < p_true[ids]).astype(np.float64)
+    # per-rollout side data (the fast path; a dict {prompt_id: p} works too)
+    prior = np.clip(p_true + rng.normal(0, 0.1, n_prompts), 0, 1)[ids]
+    phat = rng.binomial(64, p_true)[ids] / 64.0
+    return rewards, ids, prior, phat
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=4096)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+
+    r, ids, prior, phat = make_batch(args.prompts, args.group)
+    variants = {name: E.EstimatorContext(prior=prior, phat=phat) for name in E.list_estimators()}
+    # BASIS with a fixed beta (no calibration) shows the cost of the refinement alone.
+    for kind in ("unb", "vop", "rvg"):
+        variants[f"basis_{kind}[beta=1]"] = E.EstimatorContext(phat=phat, beta=1.0)
+
+    times = {}
+    for label, ctx in variants.items():
+        fn = E.get_estimator(label.split("[")[0])
+        times[label] = best_time(lambda: fn(r, ids, ctx=ctx), args.repeat)
+    base = times["grpo"]
+    print(f"batch: {args.prompts} prompts x G={args.group} = {len(r)} rollouts; "
+          f"BASIS grid = {len(E.default_beta_grid())} betas")
+    print(f"{'estimator':<24}{'ms':>10}{'x GRPO':>10}")
+    for label, t in sorted(times.items(), key=lambda kv: kv[1]):
+        print(f"{label:<24}{t * 1e3:>10.3f}{t / base:>10.2f}")
+
+    scaling = {}
+    rng = np.random.default_rng(1)
+    print(f"\nbasis_refine scaling (kind=unb)\n{'B':>8}{'ms':>10}{'ns/elem':>10}")
+    B = 512
+    while B <= 65536:
+        v, rr = rng.uniform(0, 1, B), (rng.random(B) < 0.5).astype(np.float64)
+        t = best_time(lambda: E.basis_refine(v, rr), args.repeat)
+        scaling[B] = t
+        print(f"{B:>8}{t * 1e3:>10.3f}{t / B * 1e9:>10.1f}")
+        B *= 2
+
+    out = {
+        "machine": platform.platform(), "python": platform.python_version(), "numpy": np.__version__,
+        "prompts": args.prompts, "group": args.group, "rollouts": len(r),
+        "seconds": times, "ratio_to_grpo": {k: v / base for k, v in times.items()},
+        "basis_refine_seconds": {str(k): v for k, v in scaling.items()},
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
