@@ -82,6 +82,12 @@ def cmd_eval_summary(args):
     summarize_evals(_cfg(args))
 
 
+def cmd_mc_values(args):
+    from sparserl.mcvalues import mc_values
+    cfg = _cfg(args)
+    mc_values(cfg, args.policy, args.n, args.out, threads=args.threads, seed_offset=args.seed_offset)
+
+
 def cmd_show(args):
     from sparserl.artifacts import summarize
     for p in args.paths:
@@ -113,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("passrate-summary", cmd_passrate_summary, "collect pass rates and check their spread")
     add("evaluate", cmd_evaluate, "evaluate a policy on the benchmarks", policy=True, threads=True)
     add("eval-summary", cmd_eval_summary, "one table of every evaluated policy")
+    p = add("mc-values", cmd_mc_values, "n rollouts per training-pool prompt of a policy "
+            "(BASIS reference cache, oracle values); resumable", policy=True, threads=True)
+    p.add_argument("--n", type=int, required=True, help="rollouts per prompt")
+    p.add_argument("--out", required=True, help="output parquet")
+    p.add_argument("--seed-offset", type=int, default=0)
     p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
     p.add_argument("paths", nargs="+")
     p.add_argument("--head", type=int, default=3)

@@ -113,6 +113,15 @@ def _check_semantics(cfg: dict, layers) -> None:
         if name not in cfg["policies"] and "@" not in name:
             raise ConfigError(f"{_origin(['evaluation', 'policies'], layers)}: evaluation.policies "
                               f"names '{name}', which is not under 'policies'")
+    for key in ("study_reference", "study_oracle"):
+        ref = cfg.get("basis", {}).get(key)
+        if ref:
+            name, _, snap = ref.partition("@")
+            snaps = [f"p{round(f * 100):02d}" for f in cfg.get("pretrain", {}).get("snapshots", [])]
+            if name not in cfg["policies"] or (snap and snap not in snaps):
+                raise ConfigError(f"{_origin(['basis', key], layers)}: basis.{key} = '{ref}' names "
+                                  f"no policy or snapshot; policies: {sorted(cfg['policies'])}, "
+                                  f"snapshots: {snaps}")
     if cfg["tasks"]["source"] == "procedural":
         for k in ("train_pool", "benchmarks"):
             if k not in cfg["tasks"]:

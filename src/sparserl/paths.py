@@ -75,6 +75,13 @@ class Paths:
         fr = self.cfg.get("pretrain", {}).get("snapshots", [])
         return [f"{name}@{snapshot_tag(f)}" for f in fr]
 
+    # BASIS reference-rollout cache and oracle values
+    def reference_cache(self, ref: str) -> Path:
+        return self.stage("basis", "reference", f"{ref}.parquet")
+
+    def oracle(self, ref: str) -> Path:
+        return self.stage("basis", "oracle", f"{ref}.parquet")
+
     # evaluation
     def eval_table(self, ref: str) -> Path:
         return self.stage("eval", ref, "eval.parquet")
