@@ -32,6 +32,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/policies.smk"
 include: "workflow/rules/basis.smk"
 include: "workflow/rules/evaluation.smk"
+include: "workflow/rules/rl.smk"
 
 
 rule all:

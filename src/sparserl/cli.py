@@ -88,6 +88,22 @@ def cmd_mc_values(args):
     mc_values(cfg, args.policy, args.n, args.out, threads=args.threads, seed_offset=args.seed_offset)
 
 
+def cmd_rl_train(args):
+    from sparserl.rl.trainer import train
+    out = train(_cfg(args), args.method, args.seed, threads=args.threads)
+    print(f"rl run -> {out}")
+
+
+def cmd_rl_eval(args):
+    from sparserl.rl.report import evaluate_run
+    evaluate_run(_cfg(args), args.method, args.seed, threads=args.threads)
+
+
+def cmd_rl_summary(args):
+    from sparserl.rl.report import summarize_runs
+    summarize_runs(_cfg(args))
+
+
 def cmd_show(args):
     from sparserl.artifacts import summarize
     for p in args.paths:
@@ -124,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, required=True, help="rollouts per prompt")
     p.add_argument("--out", required=True, help="output parquet")
     p.add_argument("--seed-offset", type=int, default=0)
+    for name, fn, doc in (("rl-train", cmd_rl_train, "one local RL run (resumable)"),
+                          ("rl-eval", cmd_rl_eval, "evaluate a run's final and intermediate checkpoints")):
+        p = add(name, fn, doc, threads=True)
+        p.add_argument("--method", required=True, help="configs/methods/<name>.yaml")
+        p.add_argument("--seed", type=int, required=True)
+    add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
     p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
     p.add_argument("paths", nargs="+")
     p.add_argument("--head", type=int, default=3)

@@ -111,7 +111,14 @@ def protocol_for(cfg: dict, bench: str) -> dict:
 
 def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
     P = Paths(cfg)
-    backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
+    return evaluate_checkpoint(cfg, str(P.policy(ref)), P.eval_table(ref), ref, threads=threads)
+
+
+def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: int = 1,
+                        extra_cols: dict | None = None) -> pd.DataFrame:
+    """Evaluate one checkpoint (dir or hub name) on every benchmark; write `path` (+ per problem)."""
+    P = Paths(cfg)
+    backend = make_backend(cfg, model, threads=threads)
     rows, per_problem = [], []
     with open_verifier(cfg) as ver:
         for bi, bench in enumerate(P.benchmark_names()):
@@ -127,7 +134,7 @@ def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
             succ, n = per_prompt_rates(batch, len(df))
             p = succ / n
             rows.append({
-                "policy": ref, "benchmark": bench, "protocol": spec.get("protocol", "mean_at_k"),
+                "policy": label, **(extra_cols or {}), "benchmark": bench, "protocol": spec.get("protocol", "mean_at_k"),
                 "metric": "greedy" if greedy else f"{'avg' if spec.get('protocol') == 'avg_at_k' else 'mean'}@{k}",
                 "k": k, "temperature": None if greedy else params.temperature,
                 "top_p": None if greedy else params.top_p, "problems": len(df),
@@ -138,9 +145,10 @@ def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
             })
             per_problem.append(pd.DataFrame({"benchmark": bench, "id": df["id"], "p": p}))
     out = pd.DataFrame(rows)
-    path = P.eval_table(ref)
-    write_table(pd.concat(per_problem, ignore_index=True), path.with_name("per_problem.parquet"), cfg=cfg)
-    write_table(out, path, cfg=cfg, extra={"policy": ref})
+    path = Path(path)
+    write_table(pd.concat(per_problem, ignore_index=True),
+                path.with_name(path.stem + "_per_problem.parquet"), cfg=cfg)
+    write_table(out, path, cfg=cfg, extra={"policy": label})
     print(out[["benchmark", "metric", "problems", "accuracy"]].to_string(index=False))
     return out
 

@@ -1,0 +1,92 @@
+"""Policy losses of the local trainer: PPO-clip (GRPO/DAPO clip-higher), GSPO, GPG, and a KL term.
+
+All take per-token tensors of shape (N, T) with a 0/1 `mask` over response tokens and one
+advantage per sequence (outcome rewards: every token of a response shares its advantage).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def aggregate(loss_t: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
+    """token_mean: DAPO's token-level mean over the batch; seq_mean_token_mean: GRPO's mean of
+    per-sequence token means; seq_mean_token_sum: Dr.GRPO-style sums per sequence."""
+    mask = mask.to(loss_t.dtype)
+    if agg == "token_mean":
+        return (loss_t * mask).sum() / mask.sum().clamp(min=1)
+    per_seq = (loss_t * mask).sum(-1)
+    if agg == "seq_mean_token_mean":
+        per_seq = per_seq / mask.sum(-1).clamp(min=1)
+    elif agg != "seq_mean_token_sum":
+        raise ValueError(f"unknown loss aggregation {agg!r}")
+    return per_seq.mean()
+
+
+def ppo_clip_loss(logp, old_logp, adv, mask, clip_low=0.2, clip_high=0.2, agg="seq_mean_token_mean"):
+    """-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A); eps_high > eps_low is DAPO's clip-higher."""
+    ratio = torch.exp(logp - old_logp)
+    a = adv[:, None]
+    loss_t = -torch.minimum(ratio * a, ratio.clamp(1 - clip_low, 1 + clip_high) * a)
+    clipped = ((ratio < 1 - clip_low) | (ratio > 1 + clip_high)).to(logp.dtype)
+    return aggregate(loss_t, mask, agg), aggregate(clipped, mask, "token_mean")
+
+
+def gspo_loss(logp, old_logp, adv, mask, clip_low=3e-4, clip_high=4e-4, agg="seq_mean_token_mean"):
+    """GSPO: sequence ratio s = exp(mean_t log(pi/pi_old)), clipped at 1 +- eps (formulas.md).
+
+    The token form s_t = sg(s) * pi_t / sg(pi_t) carries the sequence ratio's value with
+    per-token gradients, as the GSPO paper's GSPO-token variant does."""
+    m = mask.to(logp.dtype)
+    seq_log_ratio = ((logp - old_logp) * m).sum(-1) / m.sum(-1).clamp(min=1)
+    s = torch.exp(seq_log_ratio)
+    s_t = s.detach()[:, None] * torch.exp(logp - logp.detach())
+    a = adv[:, None]
+    loss_t = -torch.minimum(s_t * a, s_t.clamp(1 - clip_low, 1 + clip_high) * a)
+    clipped = ((s < 1 - clip_low) | (s > 1 + clip_high)).to(logp.dtype)
+    return aggregate(loss_t, mask, agg), clipped.mean()
+
+
+def gpg_loss(logp, old_logp, adv, mask, agg="seq_mean_token_mean", **_):
+    """GPG: plain policy gradient -A log pi, no ratio, no clip. The B/B_valid scale is already in
+    the advantages (the `gpg` estimator multiplies it in)."""
+    return aggregate(-adv[:, None] * logp, mask, agg), torch.zeros((), dtype=logp.dtype)
+
+
+LOSSES = {"ppo_clip": ppo_clip_loss, "gspo": gspo_loss, "gpg": gpg_loss}
+
+
+def kl_k3(logp, ref_logp):
+    """Schulman's k3 estimator of KL(pi || ref) per token: exp(d) - d - 1 with d = ref - logp."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def token_logprobs(model, seqs: list[list[int]], prompt_lens: list[int], pad_id: int,
+                   with_entropy: bool = False):
+    """Log-probs of each response token (positions after the prompt), right-padded to (N, T).
+
+    Returns (logp, mask[, entropy]); T is the longest response."""
+    n = len(seqs)
+    L = max(len(s) for s in seqs)
+    ids = torch.full((n, L), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, L), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s)
+        attn[i, :len(s)] = 1
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    logp_all = torch.log_softmax(logits, -1)
+    tok_lp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    T = max(len(s) - p for s, p in zip(seqs, prompt_lens))
+    mask = torch.zeros((n, T))
+    rows_lp, rows_ent = [], []
+    for i, (s, p) in enumerate(zip(seqs, prompt_lens)):
+        r = len(s) - p
+        rows_lp.append(torch.nn.functional.pad(tok_lp[i, p - 1:p - 1 + r], (0, T - r)))
+        mask[i, :r] = 1
+        if with_entropy:
+            lpa = logp_all[i, p - 1:p - 1 + r]
+            rows_ent.append(torch.nn.functional.pad(-(lpa.exp() * lpa).sum(-1).detach(), (0, T - r)))
+    out = torch.stack(rows_lp)
+    if with_entropy:
+        return out, mask, torch.stack(rows_ent)
+    return out, mask

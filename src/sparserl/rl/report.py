@@ -1,0 +1,66 @@
+"""After training: evaluate each run's checkpoints, and one table of every run."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sparserl.artifacts import read_table, write_table
+from sparserl.evaluation import evaluate_checkpoint
+from sparserl.paths import Paths
+from sparserl.rl.trainer import run_dir
+
+
+def run_checkpoints(d: Path) -> list[tuple[str, Path]]:
+    """(label, dir) of the intermediate checkpoints and the final one, in training order."""
+    cks = sorted((d / "checkpoints").glob("step*")) if (d / "checkpoints").exists() else []
+    return [(c.name, c) for c in cks] + [("final", d / "final")]
+
+
+def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.DataFrame:
+    d = run_dir(cfg, method, seed)
+    tables = []
+    for label, ck in run_checkpoints(d):
+        t = evaluate_checkpoint(cfg, str(ck), d / "eval" / f"{label}.parquet",
+                                f"{method}/seed{seed}/{label}", threads=threads,
+                                extra_cols={"method": method, "seed": seed, "checkpoint": label})
+        tables.append(t)
+    out = pd.concat(tables, ignore_index=True)
+    write_table(out, d / "eval.parquet", cfg=cfg, extra={"method": method, "seed": seed})
+    return out
+
+
+def summarize_runs(cfg: dict) -> pd.DataFrame:
+    """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used."""
+    P = Paths(cfg)
+    rl = cfg["rl"]
+    rows = []
+    for method in rl["methods"]:
+        for seed in rl["seeds"]:
+            d = run_dir(cfg, method, seed)
+            met = read_table(d / "metrics.parquet")
+            ev = read_table(d / "eval.parquet")
+            fin = ev[ev["checkpoint"] == "final"]
+            tail = met.tail(max(1, len(met) // 5))
+            rows.append({"method": method, "seed": seed, "steps": int(met["step"].max()),
+                         "rollouts_total": int(met["rollouts_total"].iloc[-1]),
+                         "rollouts_per_prompt_mean": float(met["rollouts_per_prompt_mean"].mean()),
+                         "train_reward_last20pct": float(tail["reward_mean"].mean()),
+                         "eval_accuracy_final": float(fin["accuracy"].mean()),
+                         "wall_time_s": float(met["wall_time_s"].sum()),
+                         **{f"eval_{b}": float(a) for b, a in zip(fin["benchmark"], fin["accuracy"])}})
+    runs = pd.DataFrame(rows)
+    write_table(runs, P.stage("rl", "runs.parquet"), cfg=cfg)
+    agg = runs.groupby("method").agg(
+        seeds=("seed", "count"), rollouts_total=("rollouts_total", "mean"),
+        rollouts_per_prompt=("rollouts_per_prompt_mean", "mean"),
+        train_reward=("train_reward_last20pct", "mean"),
+        eval_accuracy=("eval_accuracy_final", "mean"),
+        eval_accuracy_sd=("eval_accuracy_final", lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else 0.0),
+        wall_time_s=("wall_time_s", "mean")).reset_index()
+    write_table(agg, P.stage("rl", "summary.parquet"), cfg=cfg)
+    with pd.option_context("display.width", 160):
+        print(agg.round(3).to_string(index=False))
+    print(f"rl summary -> {P.stage('rl', 'summary.parquet')}")
+    return agg

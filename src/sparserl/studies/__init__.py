@@ -1,0 +1,193 @@
+"""Value-estimation studies on cached Monte Carlo rollouts (no rollout is generated here).
+
+- `basis_value`: BASIS Section 5.1 / Appendix A: MSE of BASIS (G=1), REINFORCE++ (G=1), GRPO and
+  RLOO (G=8) baselines against oracle values, binned by batch heterogeneity and prompt difficulty,
+  the rate of baselines exactly 0 or 1, and BASIS's sensitivity to eps, n, B and the beta grid.
+- `v05_stats`: the V0.5 statistics its paper does not report: measured bias/MSE of the fused
+  baseline against the 1/sqrt(k) bound, the test's rejection rate and OSLA's budget under priors
+  with a known offset, the cost sweep with stopping times and regret.
+- `figures`: one PNG per table (matplotlib, Agg), read from cached tables only.
+- `cli`: the `sparserl study-*` commands the Snakemake rules (workflow/rules/studies.smk) call.
+
+Data model shared by both studies: the "current" policy is the empirical distribution of its
+cached oracle rollouts (n = 256 of checkpoint basis.study_oracle). A prompt's true value is then
+exactly its oracle pass rate p, and an estimator's rewards are drawn WITHOUT replacement from the
+cached list, so every estimator is measured against the exact mean of the population it samples
+(finite-population variance factor (N - G)/(N - 1), 0.97 for G = 8 of 256). BASIS's reference
+pass rates come from the other cache (n = 64 of basis.study_reference, an earlier checkpoint).
+
+Settings live in the config under `basis.study` (free-form); `settings(cfg)` merges them over
+`DEFAULTS` (the paper's values).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sparserl.artifacts import read_table
+from sparserl.config import deep_merge
+from sparserl.paths import Paths
+
+DEFAULTS: dict = {
+    "seed": 0,
+    "value": {  # BASIS value study (BASIS Section 5.1, Appendix A)
+        "B": 64,
+        "repeats": 500,              # batches (Appendix A: 500 for the heterogeneity bins)
+        "G": 8,                      # rollouts per prompt of GRPO / RLOO
+        "eps": 1.0e-6,               # active-set threshold
+        "reference_n": None,         # None: every cached reference rollout (64)
+        "beta_grid_size": 16,        # 16 log-spaced betas in [1e-2, 1e2] plus inf (default_beta_grid)
+        "inactive": "zero",          # basis_refine's treatment of prompts outside the active set (trainer default)
+        "heterogeneity_bins": 5,
+        "difficulty_edges": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+        "bootstrap": 1000,           # paired bootstrap resamples of batches for the relative MSE
+        "sensitivity_repeats": 200,
+        "sensitivity": {
+            "eps": [1.0e-8, 1.0e-6, 1.0e-4, 1.0e-2],
+            "n": [8, 16, 32, 64],
+            "B": [16, 32, 64, 128, 256],
+            "grid": [1, 4, 8, 16, 32, 64],
+        },
+    },
+    "v05": {  # V0.5 statistics (shrinkage fusion + OSLA)
+        "B": 64,
+        "repeats": 32,               # OSLA batches per (prior, c)
+        "ks": [1, 2, 4, 8, 16],
+        "offsets": [0.0, 0.1, 0.3, 0.5, 0.7],   # delta on the V = 2p - 1 scale
+        "offset_sign": "random",
+        "constant_priors": [0.5, "pool_mean"],
+        "reference_prior": True,     # also the stale reference checkpoint's pass rates as a prior
+        "cs": [0.01, 0.005, 0.0039, 0.002, 0.001],
+        "c": 0.0039,
+        "k_init": 4,
+        "k_step": 2,
+        "global_stop": 0.25,
+        "pad_multiple": 32,
+        "difficulty_edges": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+    },
+}
+
+BASIS_TABLES = ("mse_by_method", "mse_by_heterogeneity", "mse_by_difficulty", "zero_one_rate")
+BASIS_SENSITIVITY = ("eps", "n", "B", "grid")
+V05_RUN_TABLES = ("budget_by_offset", "c_sweep", "stopping_hist")
+# figure name -> the table it draws (both under the same paper's figure dir)
+FIGURES: dict[str, dict[str, str]] = {
+    "basis": {**{t: t for t in BASIS_TABLES}, **{f"sensitivity_{s}": f"sensitivity_{s}" for s in BASIS_SENSITIVITY}},
+    "v05": {"bias_by_k": "bias_mse_by_k", "mse_by_k": "bias_mse_by_k", "budget_by_offset": "budget_by_offset",
+            "c_sweep": "c_sweep", "stopping_hist": "stopping_hist"},
+}
+
+
+def settings(cfg: dict) -> dict:
+    """`DEFAULTS` with the config's `basis.study` merged over it."""
+    over = (cfg.get("basis") or {}).get("study") or {}
+    return deep_merge(copy.deepcopy(DEFAULTS), over)
+
+
+def study_refs(cfg: dict) -> tuple[str, str] | None:
+    b = cfg.get("basis") or {}
+    if b.get("study_reference") and b.get("study_oracle"):
+        return b["study_reference"], b["study_oracle"]
+    return None
+
+
+class StudyPaths:
+    """Every path of the studies: raw simulation tables under results/{scale}/studies/, tables,
+    summaries and figures under paper_figures/{scale}/{basis,v05}/."""
+
+    def __init__(self, cfg: dict, root: str | Path = "."):
+        self.P = Paths(cfg, root)
+
+    def basis_batches(self) -> Path:
+        return self.P.stage("studies", "basis_value_batches.parquet")
+
+    def v05_runs(self) -> Path:
+        return self.P.stage("studies", "v05_osla_runs.parquet")
+
+    def table(self, paper: str, name: str) -> Path:
+        return self.P.figure_dir(paper) / f"{name}.parquet"
+
+    def csv(self, paper: str, name: str) -> Path:
+        return self.P.figure_dir(paper) / f"{name}.csv"
+
+    def summary(self, paper: str) -> Path:
+        return self.P.figure_dir(paper) / "summary.json"
+
+    def figure(self, paper: str, name: str) -> Path:
+        return self.P.figure_dir(paper) / f"{name}.png"
+
+    def figure_input(self, paper: str, name: str) -> Path:
+        return self.table(paper, FIGURES[paper][name])
+
+    def figures(self) -> list[Path]:
+        return [self.figure(paper, name) for paper, names in FIGURES.items() for name in names]
+
+    def targets(self) -> list[Path]:
+        """Everything `snakemake studies` builds: every figure, table CSV and both summaries."""
+        out = self.figures() + [self.summary("basis"), self.summary("v05")]
+        out += [self.csv("basis", t) for t in BASIS_TABLES]
+        out += [self.csv("basis", f"sensitivity_{s}") for s in BASIS_SENSITIVITY]
+        out += [self.csv("v05", t) for t in ("bias_mse_by_k",) + V05_RUN_TABLES]
+        return out
+
+
+@dataclass
+class StudyData:
+    """Prompts present in both caches, as aligned arrays."""
+
+    ids: np.ndarray  # (P,) prompt ids
+    ref: np.ndarray  # (P, n_ref) reference rewards {0,1}, sampling order
+    oracle: np.ndarray  # (P, n_oracle) oracle rewards {0,1}
+    p: np.ndarray  # (P,) oracle pass rate = the current policy's true value
+    ref_path: str = ""
+    oracle_path: str = ""
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.ids)
+
+
+def _rewards_matrix(df: pd.DataFrame, path) -> np.ndarray:
+    lens = df["rewards"].map(len).to_numpy()
+    if len(lens) and (lens != lens[0]).any():
+        raise ValueError(f"{path}: prompts have different numbers of cached rewards ({lens.min()}..{lens.max()})")
+    m = np.array(df["rewards"].tolist(), dtype=np.uint8).reshape(len(df), lens[0] if len(lens) else 0)
+    if not np.isin(m, (0, 1)).all():
+        raise ValueError(f"{path}: rewards must be 0/1")
+    if "n" in df and (df["n"].to_numpy() != m.shape[1]).any():
+        raise ValueError(f"{path}: column n disagrees with the length of rewards")
+    return m
+
+
+def load_study_data(reference_path, oracle_path) -> StudyData:
+    """Read both caches (schema: prompt_id, n, successes, phat, rewards) and keep common prompts."""
+    ref = read_table(reference_path)
+    orc = read_table(oracle_path)
+    for name, df in (("reference", ref), ("oracle", orc)):
+        missing = {"prompt_id", "rewards"} - set(df.columns)
+        if missing:
+            raise ValueError(f"{name} cache lacks columns {sorted(missing)}")
+    common = sorted(set(ref["prompt_id"]) & set(orc["prompt_id"]))
+    if not common:
+        raise ValueError(f"{reference_path} and {oracle_path} share no prompt")
+    ref = ref.drop_duplicates("prompt_id").set_index("prompt_id").loc[common].reset_index()
+    orc = orc.drop_duplicates("prompt_id").set_index("prompt_id").loc[common].reset_index()
+    r, o = _rewards_matrix(ref, reference_path), _rewards_matrix(orc, oracle_path)
+    return StudyData(ids=np.asarray(common, dtype=object), ref=r, oracle=o, p=o.mean(axis=1),
+                     ref_path=str(reference_path), oracle_path=str(oracle_path))
+
+
+def difficulty_bins(p: np.ndarray, edges) -> np.ndarray:
+    """Bin index of each p for edges [e0, e1, ..., eK]: [e_j, e_{j+1}), the last bin closed."""
+    edges = np.asarray(edges, dtype=float)
+    b = np.searchsorted(edges, p, side="right") - 1
+    return np.clip(b, 0, len(edges) - 2)
+
+
+def bin_labels(edges) -> list[str]:
+    e = list(edges)
+    return [f"[{e[j]:g},{e[j + 1]:g}{']' if j == len(e) - 2 else ')'}" for j in range(len(e) - 1)]

@@ -1,0 +1,90 @@
+# Stage: RL runs for each method (configs/methods/<name>.yaml) x seed, their evaluation, a summary.
+# Local scales train with the CPU trainer; the paper scale runs OpenRLHF on SLURM (rl_cluster).
+
+RL = CFG.get("rl")
+
+if RL:
+    RL_POLICY = RL["policy"]
+
+    def rl_inputs(w):
+        from sparserl.rl.methods import load_method
+        m = load_method(w.method)
+        ins = policy_input(RL_POLICY) + [str(P.train_pool())]
+        if m["estimator"].startswith("basis") or m.get("prior", {}).get("kind") == "oracle":
+            ins.append(str(P.reference_cache(RL_POLICY)))
+        return ins
+
+    if CFG["rollout"]["backend"] == "hf":
+
+        rule rl_train:
+            input:
+                rl_inputs,
+            output:
+                metrics=str(P.stage("rl", "{method}", "seed{seed}", "metrics.parquet")),
+                final=directory(str(P.stage("rl", "{method}", "seed{seed}", "final"))),
+            wildcard_constraints:
+                method="[A-Za-z0-9_]+",
+                seed="[0-9]+",
+            log:
+                str(P.stage("logs", "rl_{method}_seed{seed}.log")),
+            threads: T("rl")
+            resources:
+                **R("rl"),
+            shell:
+                "{SPARSERL} rl-train --config {CONFIGS} --method {wildcards.method} "
+                "--seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+
+    else:
+
+        rule rl_cluster:
+            # Ray on the SLURM allocation, then OpenRLHF with our plugin (sparserl.openrlhf_plugin)
+            input:
+                rl_inputs,
+            output:
+                metrics=str(P.stage("rl", "{method}", "seed{seed}", "metrics.parquet")),
+                final=directory(str(P.stage("rl", "{method}", "seed{seed}", "final"))),
+            wildcard_constraints:
+                method="[A-Za-z0-9_]+",
+                seed="[0-9]+",
+            log:
+                str(P.stage("logs", "rl_{method}_seed{seed}.log")),
+            threads: T("rl")
+            resources:
+                **R("rl"),
+            shell:
+                "{SPARSERL} openrlhf-launch --config {CONFIGS} --method {wildcards.method} "
+                "--seed {wildcards.seed} --out {output.final} > {log} 2>&1"
+
+    rule rl_eval:
+        input:
+            final=str(P.stage("rl", "{method}", "seed{seed}", "final")),
+            benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
+        output:
+            str(P.stage("rl", "{method}", "seed{seed}", "eval.parquet")),
+        wildcard_constraints:
+            method="[A-Za-z0-9_]+",
+            seed="[0-9]+",
+        log:
+            str(P.stage("logs", "rl_eval_{method}_seed{seed}.log")),
+        threads: T("rollout")
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} rl-eval --config {CONFIGS} --method {wildcards.method} "
+            "--seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+
+    rule rl_summary:
+        input:
+            [str(P.stage("rl", m, f"seed{s}", f)) for m in RL["methods"] for s in RL["seeds"]
+             for f in ("metrics.parquet", "eval.parquet")],
+        output:
+            runs=str(P.stage("rl", "runs.parquet")),
+            summary=str(P.stage("rl", "summary.parquet")),
+        localrule: True
+        shell:
+            "{SPARSERL} rl-summary --config {CONFIGS}"
+
+    rule rl:
+        input:
+            str(P.stage("rl", "summary.parquet")),
+        localrule: True
