@@ -33,6 +33,7 @@ include: "workflow/rules/policies.smk"
 include: "workflow/rules/basis.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/rl.smk"
+include: "workflow/rules/studies.smk"
 
 
 rule all:

@@ -28,4 +28,7 @@ def all_targets():
     t = [str(P.eval_summary())]
     if P.pretrained_policies():
         t.append(str(P.passrates()))
+    study = globals().get("study_targets")  # workflow/rules/studies.smk (needs basis.study_reference/oracle)
+    if study:
+        t += study()
     return t

@@ -97,6 +97,7 @@ class Trainer:
         self.metrics: list[dict] = []
         self.support: deque = deque(maxlen=self.m.get("support_buffer", {}).get("size", 512))
         self.prev_basis: tuple | None = None
+        self._step_prior: dict | None = None  # prior p of this step's prompts (V0.5)
         self.cached_phat = self._cached_values()
         self.prior = self._make_prior()
 
@@ -175,6 +176,7 @@ class Trainer:
         """Prompt indices of this step and their scored rollouts (prompt_index into them)."""
         m = self.m
         self.model.eval()
+        self._step_prior = None
         if m.get("osla"):
             return self._sample_osla(ver, info)
         if m.get("dynamic_sampling", {}).get("enabled"):
@@ -233,7 +235,12 @@ class Trainer:
         def sample_fn(prompt_indices, counts):
             b = self._gen(idx[prompt_indices], counts, ver, 300 + round_no[0])
             round_no[0] += 1
-            b.prompt_index = np.asarray(prompt_indices)[b.prompt_index]  # back to batch positions
+            pi_arr = np.asarray(prompt_indices)
+            b.prompt_index = pi_arr[b.prompt_index]  # back to batch positions
+            full = [[] for _ in idx]
+            for j, pi in enumerate(pi_arr):
+                full[pi] = b.prompt_ids[j]
+            b.prompt_ids = full
             batches.append(b)
             return [b.rewards[b.prompt_index == pi] for pi in prompt_indices]
 
@@ -246,11 +253,11 @@ class Trainer:
         info["osla_rounds"] = round_no[0]
         info["osla_k_mean"] = float(ks.mean())
         info["osla_k_max_hit"] = float((ks >= o["k_max"]).mean())
-        info["osla_dispatch_padded"] = int(getattr(res, "padded_total", len(merged)))
-        reasons = getattr(res, "stop_reason", None)
-        if reasons is not None:
-            for r in ("test", "target", "k_max", "global"):
-                info[f"osla_stop_{r}"] = float(np.mean(np.asarray(reasons) == r))
+        info["osla_dispatched"] = res.dispatched_rollouts or len(merged)
+        info["osla_reject_rate"] = float(np.mean(res.delta2_init > 0))
+        info["osla_stop_round_mean"] = float(res.stop_round.mean())
+        for r in ("test", "target", "k_max", "global"):
+            info[f"osla_stop_{r}"] = float(np.mean(res.stop_reason == r))
         info["prior_mean"] = float(p.mean())
         self._step_prior = dict(zip(pids, p))
         return idx, merged
@@ -269,7 +276,7 @@ class Trainer:
         pids = self.pool["id"].to_numpy()[idx][batch.prompt_index]
         ctx = EstimatorContext()
         if m["estimator"].startswith("v05"):
-            if not m.get("osla"):  # fixed k: query the prior now (OSLA did before sampling)
+            if self._step_prior is None:  # fixed k: query the prior now (OSLA did before sampling)
                 step_ids = self.pool["id"].to_numpy()[idx]
                 p = np.asarray(self.prior(list(step_ids), self._context()), dtype=float)
                 info["prior_mean"] = float(p.mean())
@@ -288,10 +295,15 @@ class Trainer:
         if m["estimator"].startswith("basis"):
             self.prev_basis = (np.array([self.cached_phat[p] for p in pids]), batch.rewards.copy())
         for k, v in est_info.items():
+            if isinstance(v, str):
+                continue
             if np.isscalar(v):
                 info[f"est_{k}"] = float(v)
             else:
-                a = np.asarray(v, dtype=float)
+                a = np.asarray(v)
+                if a.dtype.kind not in "fiub":
+                    continue
+                a = a.astype(float)
                 if a.size:
                     info[f"est_{k}_mean"] = float(np.nanmean(a))
                     info[f"est_{k}_p90"] = float(np.nanpercentile(a, 90))

@@ -33,7 +33,7 @@ from sparserl.config import deep_merge
 from sparserl.paths import Paths
 
 DEFAULTS: dict = {
-    "seed": 0,
+    "seed": None,                    # None: the config's top-level seed
     "value": {  # BASIS value study (BASIS Section 5.1, Appendix A)
         "B": 64,
         "repeats": 500,              # batches (Appendix A: 500 for the heterogeneity bins)
@@ -86,6 +86,11 @@ def settings(cfg: dict) -> dict:
     """`DEFAULTS` with the config's `basis.study` merged over it."""
     over = (cfg.get("basis") or {}).get("study") or {}
     return deep_merge(copy.deepcopy(DEFAULTS), over)
+
+
+def study_seed(cfg: dict) -> int:
+    seed = settings(cfg).get("seed")
+    return int(cfg.get("seed", 0) if seed is None else seed)
 
 
 def study_refs(cfg: dict) -> tuple[str, str] | None:

@@ -1,0 +1,61 @@
+"""`python -m sparserl openrlhf-args | openrlhf-launch`: paper-scale RL through OpenRLHF.
+
+Wire into `sparserl.cli.build_parser` with ``register(sub, add)`` (``add`` is its helper that
+adds a subcommand with ``--config``). Both commands take ``--method NAME --seed S --out DIR``;
+``--out`` is the run's final HF model directory (metrics.parquet and openrlhf/ go beside it).
+
+    python -m sparserl openrlhf-args   --config configs/paper.yaml --method grpo_g16 --seed 0 --out results/paper/rl/grpo_g16/seed0/final
+    python -m sparserl openrlhf-launch --config configs/paper.yaml --method grpo_g16 --seed 0 --out results/paper/rl/grpo_g16/seed0/final
+"""
+from __future__ import annotations
+
+import shlex
+
+
+def _common(p):
+    p.add_argument("--method", required=True, help="method name (configs/methods/<name>.yaml)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="final model directory of the run")
+    return p
+
+
+def cmd_openrlhf_args(args):
+    from sparserl.config import load_config
+    from sparserl.rl.methods import load_method
+
+    from .launcher import openrlhf_argv, parse_args
+
+    cfg = load_config(args.config)
+    if "rl" not in cfg:
+        from sparserl.config import ConfigError
+        raise ConfigError(f"{', '.join(args.config)}: no 'rl' section")
+    argv = openrlhf_argv(cfg, load_method(args.method), args.seed, args.out)
+    if args.check:
+        parse_args(argv)  # OpenRLHF's own validation on the rebuilt parser
+    if args.lines:
+        print("\n".join(argv))
+    else:
+        print(shlex.join(argv))
+
+
+def cmd_openrlhf_launch(args):
+    from .launcher import run
+
+    argv = run(args.config, args.method, args.seed, args.out, dry_run=args.dry_run)
+    if args.dry_run:
+        print(shlex.join(argv))
+
+
+def register(subparsers, add) -> None:
+    """Add the two subcommands to sparserl's CLI (`add(name, fn, help)` returns the subparser)."""
+    p = _common(add("openrlhf-args", cmd_openrlhf_args,
+                    "print the OpenRLHF train_ppo_ray argument list for a method + config"))
+    p.add_argument("--lines", action="store_true", help="one argument per line instead of one shell line")
+    p.add_argument("--check", action="store_true",
+                   help="also validate with OpenRLHF's rebuilt parser (needs openrlhf installed)")
+    p = _common(add("openrlhf-launch", cmd_openrlhf_launch,
+                    "start Ray on the SLURM allocation and train a method with OpenRLHF"))
+    p.add_argument("--dry-run", action="store_true", help="validate and print the arguments, start nothing")
+
+
+__all__ = ["cmd_openrlhf_args", "cmd_openrlhf_launch", "register"]

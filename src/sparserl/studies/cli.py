@@ -1,0 +1,191 @@
+"""`python -m sparserl study-*`: the commands workflow/rules/studies.smk calls.
+
+Data commands read the cached rollouts (reference cache + oracle) and write tables with a manifest;
+`study-figure` reads one cached table and writes one PNG. Every path defaults to `StudyPaths`, so
+a rule may pass explicit paths (it does) or none.
+
+    sparserl study-basis-batches --config configs/tiny.yaml        # raw batches (~1 s tiny)
+    sparserl study-basis-table --config configs/tiny.yaml --table mse_by_method
+    sparserl study-figure --config configs/tiny.yaml --figure basis/mse_by_method
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _cfg(args):
+    from sparserl.config import load_config
+    return load_config(args.config)
+
+
+def _caches(cfg, args):
+    from sparserl.paths import Paths
+    from sparserl.studies import load_study_data, study_refs
+    P = Paths(cfg)
+    refs = study_refs(cfg)
+    ref = args.reference or (P.reference_cache(refs[0]) if refs else None)
+    orc = args.oracle or (P.oracle(refs[1]) if refs else None)
+    if ref is None or orc is None:
+        raise SystemExit("no caches: pass --reference and --oracle, or set basis.study_reference/study_oracle")
+    return load_study_data(ref, orc)
+
+
+def _data_info(cfg, data) -> dict:
+    b = cfg.get("basis") or {}
+    return {"reference": data.ref_path, "oracle": data.oracle_path, "study_reference": b.get("study_reference"),
+            "study_oracle": b.get("study_oracle"), "prompts": data.n_prompts, "reference_n": int(data.ref.shape[1]),
+            "oracle_n": int(data.oracle.shape[1]), "mean_oracle_p": float(data.p.mean()),
+            "mean_reference_phat": float(data.ref.mean())}
+
+
+def _write(df, out, cfg, extra=None, csv=True):
+    from sparserl.artifacts import write_table
+    out = Path(out)
+    write_table(df, out, cfg=cfg, extra=extra)
+    if csv and out.suffix == ".parquet":
+        write_table(df, out.with_suffix(".csv"), cfg=cfg, extra=extra)
+    print(f"{len(df)} rows -> {out}")
+
+
+def cmd_basis_batches(args):
+    from sparserl.artifacts import write_table
+    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    cfg = _cfg(args)
+    data = _caches(cfg, args)
+    s = settings(cfg)["value"]
+    raw = basis_value.simulate_from_settings(data, s, study_seed(cfg))
+    out = args.out or StudyPaths(cfg).basis_batches()
+    write_table(raw, out, cfg=cfg, extra={"study": "basis_value", "settings": s, "data": _data_info(cfg, data)})
+    print(f"{raw['repeat'].nunique()} batches x {raw['method'].nunique()} methods -> {out}")
+
+
+def cmd_basis_table(args):
+    from sparserl.artifacts import read_table
+    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    cfg = _cfg(args)
+    SP = StudyPaths(cfg)
+    raw = read_table(args.batches or SP.basis_batches())
+    df = basis_value.make_table(args.table, raw, settings(cfg)["value"], study_seed(cfg))
+    _write(df, args.out or SP.table("basis", args.table), cfg, {"study": "basis_value", "table": args.table})
+
+
+def cmd_basis_sensitivity(args):
+    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    cfg = _cfg(args)
+    data = _caches(cfg, args)
+    df = basis_value.sensitivity(data, args.param, settings(cfg)["value"], study_seed(cfg))
+    _write(df, args.out or StudyPaths(cfg).table("basis", f"sensitivity_{args.param}"), cfg,
+           {"study": "basis_value", "sensitivity": args.param, "data": _data_info(cfg, data)})
+
+
+def cmd_basis_summary(args):
+    from sparserl.artifacts import read_manifest, read_table, write_json
+    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    cfg = _cfg(args)
+    SP = StudyPaths(cfg)
+    path = args.batches or SP.basis_batches()
+    info = (read_manifest(path) or {}).get("data")
+    out = basis_value.summary(read_table(path), settings(cfg)["value"], study_seed(cfg), info)
+    write_json(out, args.out or SP.summary("basis"), cfg=cfg, extra={"study": "basis_value"})
+    h = out.get("headline", {})
+    if "basis_vs_reinforce_pp_pct" in h:
+        r = h["basis_vs_reinforce_pp_pct"]
+        print(f"BASIS vs REINFORCE++: {r['pct_change']:+.1f}% +- {r['se']:.1f} (paper: -69%)")
+    if "basis_vs_grpo_g8_pct" in h:
+        r = h["basis_vs_grpo_g8_pct"]
+        print(f"BASIS vs GRPO G=8: {r['pct_change']:+.1f}% +- {r['se']:.1f}")
+
+
+def cmd_v05_bias(args):
+    from sparserl.studies import StudyPaths, settings, study_seed, v05_stats
+    cfg = _cfg(args)
+    data = _caches(cfg, args)
+    v = settings(cfg)["v05"]
+    df = v05_stats.bias_table(data, v, study_seed(cfg))
+    _write(df, args.out or StudyPaths(cfg).table("v05", "bias_mse_by_k"), cfg,
+           {"study": "v05", "settings": v, "data": _data_info(cfg, data)})
+
+
+def cmd_v05_osla(args):
+    from sparserl.artifacts import write_table
+    from sparserl.studies import StudyPaths, settings, study_seed, v05_stats
+    cfg = _cfg(args)
+    data = _caches(cfg, args)
+    v = settings(cfg)["v05"]
+    runs = v05_stats.osla_runs(data, v, study_seed(cfg))
+    out = args.out or StudyPaths(cfg).v05_runs()
+    write_table(runs, out, cfg=cfg, extra={"study": "v05", "settings": v, "data": _data_info(cfg, data)})
+    print(f"{len(runs)} prompt runs -> {out}")
+
+
+def cmd_v05_table(args):
+    from sparserl.artifacts import read_table
+    from sparserl.studies import StudyPaths, settings, v05_stats
+    cfg = _cfg(args)
+    SP = StudyPaths(cfg)
+    df = v05_stats.make_run_table(args.table, read_table(args.runs or SP.v05_runs()), settings(cfg)["v05"])
+    _write(df, args.out or SP.table("v05", args.table), cfg, {"study": "v05", "table": args.table})
+
+
+def cmd_v05_summary(args):
+    from sparserl.artifacts import read_manifest, read_table, write_json
+    from sparserl.studies import StudyPaths, settings, v05_stats
+    cfg = _cfg(args)
+    SP = StudyPaths(cfg)
+    bias_path = args.bias or SP.table("v05", "bias_mse_by_k")
+    runs_path = args.runs or SP.v05_runs()
+    out = v05_stats.summary(read_table(bias_path), read_table(runs_path), settings(cfg)["v05"])
+    out["data"] = (read_manifest(runs_path) or {}).get("data")
+    write_json(out, args.out or SP.summary("v05"), cfg=cfg, extra={"study": "v05"})
+    print(f"fused bias within 1/sqrt(k): {out['fused_bias_within_bound']} "
+          f"(max |bias| sqrt(k) = {max(out['fused_bias_max_ratio_by_k'].values()):.3f})")
+    for prior, r in out["osla_mean_budget"].items():
+        print(f"OSLA mean budget at c={out['c']:g}, prior {prior}: {r['mean']:.2f} +- {r['se']:.2f}")
+
+
+def cmd_figure(args):
+    from sparserl.studies import StudyPaths
+    from sparserl.studies.figures import make_figure
+    cfg = _cfg(args)
+    SP = StudyPaths(cfg)
+    paper, _, name = args.figure.partition("/")
+    table = args.table or SP.figure_input(paper, name)
+    out = make_figure(paper, name, table, args.out or SP.figure(paper, name), cfg)
+    print(f"figure -> {out}")
+
+
+def register(sub, add) -> None:
+    """Add the study commands to the `sparserl` parser (`add` is cli.build_parser's helper)."""
+    from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, FIGURES, V05_RUN_TABLES
+
+    def caches(p):
+        p.add_argument("--reference", help="reference-rollout cache (default: from basis.study_reference)")
+        p.add_argument("--oracle", help="oracle cache (default: from basis.study_oracle)")
+        p.add_argument("--out", help="output path (default: from StudyPaths)")
+        return p
+
+    caches(add("study-basis-batches", cmd_basis_batches,
+               "BASIS value study: simulate batches on cached rollouts (raw per-batch table)"))
+    p = add("study-basis-table", cmd_basis_table, "BASIS value study: one aggregated table (+ CSV)")
+    p.add_argument("--table", required=True, choices=BASIS_TABLES)
+    p.add_argument("--batches", help="raw batches table (default: StudyPaths)")
+    p.add_argument("--out")
+    p = caches(add("study-basis-sensitivity", cmd_basis_sensitivity, "BASIS sensitivity to eps, n, B or the beta grid"))
+    p.add_argument("--param", required=True, choices=BASIS_SENSITIVITY)
+    p = add("study-basis-summary", cmd_basis_summary, "BASIS value study: headline JSON (MSE vs REINFORCE++, GRPO)")
+    p.add_argument("--batches")
+    p.add_argument("--out")
+    caches(add("study-v05-bias", cmd_v05_bias, "V0.5: exact bias/MSE of the fused baseline at fixed k"))
+    caches(add("study-v05-osla", cmd_v05_osla, "V0.5: OSLA runs per prior and cost c on cached rollouts"))
+    p = add("study-v05-table", cmd_v05_table, "V0.5: one table from the OSLA runs (+ CSV)")
+    p.add_argument("--table", required=True, choices=V05_RUN_TABLES)
+    p.add_argument("--runs")
+    p.add_argument("--out")
+    p = add("study-v05-summary", cmd_v05_summary, "V0.5: headline JSON (OSLA budget, bias bound)")
+    p.add_argument("--bias")
+    p.add_argument("--runs")
+    p.add_argument("--out")
+    p = add("study-figure", cmd_figure, "draw one study figure from its cached table")
+    p.add_argument("--figure", required=True, choices=[f"{pp}/{n}" for pp, ns in FIGURES.items() for n in ns])
+    p.add_argument("--table", help="input table (default: StudyPaths)")
+    p.add_argument("--out")

@@ -1,0 +1,245 @@
+"""One PNG per study table (matplotlib, Agg backend). Figures read cached tables only.
+
+Every figure carries a footer with the scale, the config hash and the git commit taken from the
+manifest of the table it draws, so a tiny-scale figure can never pass for a paper-scale one.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sparserl.artifacts import atomic_write_bytes, config_hash, git_commit, read_manifest, read_table  # noqa: E402
+
+from . import FIGURES  # noqa: E402
+
+LABELS = {"basis_unb": "BASIS UNB", "basis_vop": "BASIS VOP", "basis_rvg": "BASIS RVG",
+          "basis_unb_prev": "BASIS UNB (prev. batch β)", "basis_unb_inf": "BASIS UNB (β=∞)",
+          "basis_unb_vhat": "BASIS UNB (inactive keep V̂)", "reinforce_pp": "REINFORCE++ (G=1)",
+          "grpo": "GRPO (G=8)", "rloo": "RLOO (G=8)"}
+
+
+def provenance(table_path, cfg: dict | None = None) -> dict:
+    """scale, config hash and commit of a table, from its manifest (else from cfg and the checkout)."""
+    m = read_manifest(table_path) or {}
+    return {"scale": m.get("scale") or (cfg or {}).get("scale", "?"),
+            "config_hash": m.get("config_hash") or (config_hash(cfg) if cfg else "?"),
+            "git_commit": m.get("git_commit") or git_commit()}
+
+
+def _footer(fig, table_path, cfg=None) -> None:
+    pv = provenance(table_path, cfg)
+    scale = str(pv["scale"])
+    head = f"scale={scale}" + ("" if scale == "paper" else f"  [{scale.upper()} SCALE: not paper numbers]")
+    text = (f"{head}\nconfig {pv['config_hash']} · commit {str(pv['git_commit'])[:12]} · "
+            f"table {Path(table_path).name}")
+    fig.text(0.01, 0.005, text, fontsize=6.5, color="0.35", ha="left", va="bottom")
+
+
+def _label(m: str) -> str:
+    return LABELS.get(m, m)
+
+
+# --------------------------------------------------------------------------- BASIS
+
+
+def _mse_by_method(df, ax):
+    x = np.arange(len(df))
+    colors = ["C0" if m.startswith("basis") else ("C3" if m == "reinforce_pp" else "C2") for m in df["method"]]
+    ax.bar(x, df["mse"], yerr=df["mse_se"], color=colors, capsize=3)
+    ax.set_xticks(x, [_label(m) for m in df["method"]], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("MSE vs oracle value")
+    if "pct_vs_reinforce_pp" in df:
+        for xi, (v, pct) in enumerate(zip(df["mse"], df["pct_vs_reinforce_pp"])):
+            if np.isfinite(pct) and df["method"].iloc[xi] != "reinforce_pp":
+                ax.annotate(f"{pct:+.0f}%", (xi, v), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7)
+    ax.set_title("Baseline MSE by method (labels: % vs REINFORCE++)")
+
+
+def _mse_by_heterogeneity(df, ax):
+    for m, d in df.groupby("method", sort=False):
+        ax.errorbar(d["center"], d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m))
+    ax.set_xlabel("batch heterogeneity (std of oracle values in the batch)")
+    ax.set_ylabel("MSE")
+    ax.set_title("MSE by batch heterogeneity")
+    ax.legend(fontsize=7)
+
+
+def _mse_by_difficulty(df, ax):
+    labs = list(dict.fromkeys(df.sort_values("p_bin")["p_bin_label"]))
+    for m, d in df.groupby("method", sort=False):
+        d = d.set_index("p_bin_label").reindex(labs)
+        ax.errorbar(np.arange(len(labs)), d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m))
+    ax.set_xticks(np.arange(len(labs)), labs)
+    ax.set_xlabel("oracle value bin")
+    ax.set_ylabel("MSE")
+    ax.set_title("MSE by prompt difficulty")
+    ax.legend(fontsize=7)
+
+
+def _zero_one_rate(df, ax):
+    d = df[df["p_bin"] >= 0]
+    labs = list(dict.fromkeys(d.sort_values("p_bin")["p_bin_label"])) + ["all"]
+    methods = list(dict.fromkeys(df["method"]))
+    w = 0.8 / max(len(methods), 1)
+    for i, m in enumerate(methods):
+        dm = df[df["method"] == m].set_index("p_bin_label").reindex(labs)
+        ax.bar(np.arange(len(labs)) + (i - len(methods) / 2 + 0.5) * w, dm["rate"], width=w, label=_label(m))
+    ax.set_xticks(np.arange(len(labs)), labs)
+    ax.set_xlabel("oracle value bin")
+    ax.set_ylabel("rate of baselines exactly 0 or 1")
+    ax.set_title("Uninformative baselines (zero advantage)")
+    ax.legend(fontsize=6, ncol=2)
+
+
+def _sensitivity(df, ax):
+    d = df[df["skipped"].fillna("") == ""] if "skipped" in df else df
+    param = df["param"].iloc[0]
+    ax.errorbar(d["value"], d["mse"], yerr=d["mse_se"], marker="o", capsize=3, label="BASIS UNB")
+    ax.plot(d["value"], d["mse_reinforce_pp"], "--", color="C3", label="REINFORCE++ (same batches)")
+    if param in ("eps", "B", "n", "grid"):
+        ax.set_xscale("log")
+    names = {"eps": "active-set threshold ε", "n": "reference rollouts n", "B": "batch size B",
+             "grid": "β-grid size (1 = β=∞ only)"}
+    ax.set_xlabel(names.get(param, param))
+    ax.set_ylabel("MSE")
+    skipped = df[df["skipped"].fillna("") != ""] if "skipped" in df else df.iloc[:0]
+    title = f"BASIS sensitivity to {names.get(param, param)}"
+    if len(skipped):
+        title += f"\n(skipped: {'; '.join(skipped['skipped'])})"
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+
+
+# --------------------------------------------------------------------------- V0.5
+
+
+def _bias_by_k(df, ax):
+    d = df[(df["p_bin"] == -1) & (df["estimator"] == "fusion")]
+    ks = np.array(sorted(d["k"].unique()), dtype=float)
+    ax.plot(ks, 1 / np.sqrt(ks), "k--", label="bound 1/√k")
+    for pr, dp in d.groupby("prior", sort=False):
+        ax.plot(dp["k"], dp["abs_bias_max"], marker="o", ms=3, label=f"{pr} (max over prompts)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(int(k)) for k in ks])
+    ax.set_xlabel("rollouts k")
+    ax.set_ylabel("|E[μ̂] − μ_true| (exact)")
+    ax.set_title("Fused-baseline bias vs the 1/√k bound (Theorem 3.4)")
+    ax.legend(fontsize=6)
+
+
+def _mse_by_k(df, ax):
+    d = df[df["p_bin"] == -1]
+    ks = sorted(d["k"].unique())
+    for pr, dp in d[d["estimator"] == "fusion"].groupby("prior", sort=False):
+        ax.plot(dp["k"], dp["mse"], marker="o", ms=3, label=f"fusion, {pr}")
+    emp = d[d["estimator"] == "empirical_only"].drop_duplicates("k")
+    ax.plot(emp["k"], emp["mse"], "k--", lw=2, label="empirical only (w=1)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ks, [str(int(k)) for k in ks])
+    ax.set_xlabel("rollouts k")
+    ax.set_ylabel("MSE of μ̂ vs μ_true (V scale, exact)")
+    ax.set_title("Fused baseline MSE (prior-only MSE = offset² per prompt)")
+    ax.legend(fontsize=6)
+
+
+def _budget_by_offset(df, axes):
+    a1, a2 = axes
+    orc = df[df["prior_kind"] == "oracle"].sort_values("offset")
+    a1.plot(orc["offset"], orc["reject_rate_init_exact"], "o-", label="P(Δ̂² > 0) at k_init (exact)")
+    a1.plot(orc["offset"], orc["reject_rate_init"], "x", label="observed in OSLA runs")
+    a2.errorbar(orc["offset"], orc["mean_budget"], yerr=orc["budget_se"], marker="o", capsize=3, label="mean rollouts / prompt")
+    if np.isfinite(orc["dispatched_per_prompt"]).all():
+        a2.plot(orc["offset"], orc["dispatched_per_prompt"], "s--", ms=3, label="padded dispatch / prompt")
+    for i, (_, r) in enumerate(df[df["prior_kind"] != "oracle"].iterrows()):
+        a1.axhline(r["reject_rate_init_exact"], ls=":", color=f"C{i + 3}", label=r["prior"])
+        a2.axhline(r["mean_budget"], ls=":", color=f"C{i + 3}", label=r["prior"])
+    for a in axes:
+        a.set_xlabel("prior offset δ (V = 2p−1 scale)")
+        a.legend(fontsize=6)
+    a1.set_ylabel("rejection rate")
+    a1.set_title("Hypothesis-test rejections vs prior offset")
+    a2.set_ylabel("rollouts per prompt")
+    a2.set_title(f"OSLA budget vs prior offset (c={df['c'].iloc[0]:g})")
+
+
+def _c_sweep(df, axes):
+    a1, a2 = axes
+    for pr, d in df.groupby("prior", sort=False):
+        d = d.sort_values("c")
+        a1.errorbar(d["c"], d["mean_budget"], yerr=d["budget_se"], marker="o", ms=3, capsize=2, label=pr)
+        a2.plot(d["c"], d["regret_over_c"], marker="o", ms=3, label=pr)
+    for a in axes:
+        a.set_xscale("log")
+        a.set_xlabel("cost per rollout c")
+        a.legend(fontsize=6)
+    a1.set_ylabel("mean rollouts per prompt")
+    a1.set_title("OSLA budget vs c")
+    a2.set_ylabel("regret / c (extra rollouts' worth)")
+    a2.set_title("Regret vs the true-Δ² oracle")
+
+
+def _stopping_hist(df, axes):
+    priors = list(dict.fromkeys(df["prior"]))
+    cs = sorted(df["c"].unique(), reverse=True)
+    for ax, pr in zip(axes, priors):
+        d = df[df["prior"] == pr]
+        for c in cs:
+            dc = d[d["c"] == c].sort_values("k")
+            ax.plot(dc["k"], dc["frac"], marker="o", ms=3, drawstyle="steps-mid", label=f"c={c:g}")
+        ax.set_title(pr, fontsize=8)
+        ax.set_xlabel("stopping k", fontsize=7)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel("fraction of prompts")
+    axes[0].legend(fontsize=6)
+    for ax in axes[len(priors):]:
+        ax.set_visible(False)
+
+
+SINGLE = {("basis", "mse_by_method"): _mse_by_method, ("basis", "mse_by_heterogeneity"): _mse_by_heterogeneity,
+          ("basis", "mse_by_difficulty"): _mse_by_difficulty, ("basis", "zero_one_rate"): _zero_one_rate,
+          ("v05", "bias_by_k"): _bias_by_k, ("v05", "mse_by_k"): _mse_by_k}
+DOUBLE = {("v05", "budget_by_offset"): _budget_by_offset, ("v05", "c_sweep"): _c_sweep}
+
+
+def make_figure(paper: str, name: str, table_path, out_path, cfg: dict | None = None) -> Path:
+    """Draw figure `paper/name` from its cached table and write the PNG atomically."""
+    if name not in FIGURES.get(paper, {}):
+        raise ValueError(f"unknown figure {paper}/{name}; known: "
+                         f"{[f'{p}/{n}' for p, ns in FIGURES.items() for n in ns]}")
+    df = read_table(table_path)
+    key = (paper, name)
+    if key in SINGLE:
+        fig, ax = plt.subplots(figsize=(7, 4.6))
+        SINGLE[key](df, ax)
+    elif key in DOUBLE:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+        DOUBLE[key](df, axes)
+    elif key == ("v05", "stopping_hist"):
+        n = df["prior"].nunique()
+        cols = min(4, n)
+        rows = -(-n // cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.6 * rows + 0.6), sharey=True, squeeze=False)
+        _stopping_hist(df, axes.ravel())
+        fig.suptitle("OSLA stopping-time distribution by prior and cost c", fontsize=10)
+    elif name.startswith("sensitivity_"):
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        _sensitivity(df, ax)
+    else:  # pragma: no cover - FIGURES and the dispatch above are kept in sync
+        raise ValueError(f"no drawing for {paper}/{name}")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    _footer(fig, table_path, cfg)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=130)
+    plt.close(fig)
+    atomic_write_bytes(out_path, buf.getvalue())
+    return out_path

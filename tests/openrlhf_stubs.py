@@ -1,0 +1,91 @@
+"""Import-only placeholders for the CUDA-only packages OpenRLHF imports (vllm, flash_attn).
+
+OpenRLHF 0.11.2's advantage, sampling, loss and CLI code runs on CPU once `vllm` and `flash_attn`
+(and the submodules it imports from them) exist in sys.modules. Each placeholder is a plain
+`types.ModuleType` with a real `__spec__` (a MagicMock breaks transformers' import checks); the
+names OpenRLHF imports from them are placeholders that raise if anything calls them, except
+`vllm.SamplingParams`, which records its keyword arguments (the OSLA tests read them).
+
+Placeholders go in only where the real package is absent, and `remove()` takes them out again,
+so the rest of the test suite never sees them.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import sys
+import types
+
+
+class SamplingParams:
+    """Stand-in for vllm.SamplingParams: keeps the keyword arguments."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        for k, v in kwargs.items():
+            setattr(self, k, v)
+
+
+def _unavailable(name):
+    def fn(*_a, **_k):
+        raise RuntimeError(f"{name} is a CPU test placeholder (the real package is CUDA-only)")
+    fn.__name__ = name.rsplit(".", 1)[-1]
+    return fn
+
+
+# module -> attributes OpenRLHF imports from it
+PLACEHOLDERS = {
+    "vllm": {"SamplingParams": SamplingParams, "__version__": "0.29.0"},
+    "vllm.inputs": {"TokensPrompt": dict},
+    "vllm.utils": {"random_uuid": _unavailable("vllm.utils.random_uuid")},
+    "vllm.distributed": {},
+    "vllm.distributed.utils": {"StatelessProcessGroup": _unavailable("StatelessProcessGroup")},
+    "vllm.distributed.device_communicators": {},
+    "vllm.distributed.device_communicators.pynccl": {"PyNcclCommunicator": _unavailable("PyNcclCommunicator")},
+    "flash_attn": {"__version__": "2.8.3"},
+    "flash_attn.bert_padding": {n: _unavailable(f"flash_attn.bert_padding.{n}")
+                                for n in ("index_first_axis", "pad_input", "rearrange", "unpad_input")},
+    "flash_attn.utils": {},
+    "flash_attn.utils.distributed": {"all_gather": _unavailable("flash_attn.utils.distributed.all_gather")},
+}
+
+
+def _real(top: str) -> bool:
+    mod = sys.modules.get(top)
+    if mod is not None:
+        return not getattr(mod, "__sparserl_placeholder__", False)
+    return importlib.util.find_spec(top) is not None
+
+
+def install() -> list[str]:
+    """Put the placeholders into sys.modules (only for packages that are not installed)."""
+    added = []
+    for name, attrs in PLACEHOLDERS.items():
+        top = name.split(".")[0]
+        if _real(top) or name in sys.modules:
+            continue
+        mod = types.ModuleType(name)
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        mod.__path__ = []
+        mod.__sparserl_placeholder__ = True
+        for k, v in attrs.items():
+            setattr(mod, k, v)
+        sys.modules[name] = mod
+        if "." in name:
+            parent, _, child = name.rpartition(".")
+            setattr(sys.modules[parent], child, mod)
+        added.append(name)
+    return added
+
+
+def remove(names) -> None:
+    for name in names:
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "__sparserl_placeholder__", False):
+            del sys.modules[name]
+
+
+def missing_requirements() -> list[str]:
+    """The OpenRLHF pieces the tests need that are not installed."""
+    need = ["openrlhf", "ray", "deepspeed", "peft", "torchdata", "pylatexenc", "datasets", "aiohttp"]
+    return [n for n in need if importlib.util.find_spec(n) is None]

@@ -1,0 +1,205 @@
+"""The local RL trainer: losses, each method's advantage path, OSLA/DAPO sampling, resume."""
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from sparserl.artifacts import write_table
+from sparserl.config import load_config
+from sparserl.estimators import EstimatorContext, get_estimator
+from sparserl.paths import Paths
+from sparserl.rl.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
+from sparserl.rl.methods import load_method, method_names, prompts_per_step
+from sparserl.rl.trainer import Trainer, overlong_penalty, train
+from sparserl.rollout.base import RolloutBatch
+from sparserl.tasks import procedural
+
+
+# losses --------------------------------------------------------------------------------------
+def test_ppo_clip_hand_computed():
+    logp = torch.log(torch.tensor([[1.5, 1.0], [0.5, 1.0]]))
+    old = torch.zeros(2, 2)
+    adv = torch.tensor([1.0, -1.0])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    loss, clip = ppo_clip_loss(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, agg="token_mean")
+    # row 0: -min(1.5, 1.28) = -1.28, -min(1, 1) = -1 ; row 1: -min(-0.5, -0.8) = 0.8 (masked 2nd)
+    assert loss.item() == pytest.approx((-1.28 - 1.0 + 0.8) / 3)
+    assert clip.item() == pytest.approx(2 / 3)
+
+
+def test_aggregations():
+    lt = torch.tensor([[1.0, 3.0], [2.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    assert aggregate(lt, mask, "token_mean").item() == pytest.approx(2.0)
+    assert aggregate(lt, mask, "seq_mean_token_mean").item() == pytest.approx((2.0 + 2.0) / 2)
+    assert aggregate(lt, mask, "seq_mean_token_sum").item() == pytest.approx((4.0 + 2.0) / 2)
+
+
+def test_gspo_uses_the_sequence_ratio():
+    logp = torch.log(torch.tensor([[1.0002, 1.0002]])).requires_grad_()
+    old = torch.zeros(1, 2)
+    loss, clipped = gspo_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2),
+                              clip_low=3e-4, clip_high=4e-4)
+    assert loss.item() == pytest.approx(-1.0002, rel=1e-6) and clipped.item() == 0.0
+    loss2, clipped2 = gspo_loss(torch.log(torch.tensor([[1.01, 1.01]])), old, torch.tensor([1.0]),
+                                torch.ones(1, 2), clip_low=3e-4, clip_high=4e-4)
+    assert loss2.item() == pytest.approx(-1.0004, rel=1e-6) and clipped2.item() == 1.0
+
+
+def test_gpg_is_plain_policy_gradient():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, _ = gpg_loss(logp, None, torch.tensor([2.0]), torch.ones(1, 2))
+    loss.backward()
+    assert loss.item() == pytest.approx(3.0)
+    assert logp.grad.tolist() == [[-1.0, -1.0]]
+
+
+def test_kl_k3_zero_at_equal_and_positive():
+    a = torch.tensor([-1.0, -2.0])
+    assert torch.allclose(kl_k3(a, a), torch.zeros(2))
+    assert (kl_k3(a, a + 0.3) > 0).all()
+
+
+def test_update_direction(tiny_lm):
+    """A positive advantage raises the response's log-prob, a negative one lowers it."""
+    model, tok = tiny_lm
+    model = copy.deepcopy(model)
+    p = tok("Q: 3 + 4 =\nA:", add_special_tokens=False)["input_ids"]
+    seqs = [p + tok(" \\boxed{7}", add_special_tokens=False)["input_ids"],
+            p + tok(" \\boxed{8}", add_special_tokens=False)["input_ids"]]
+    for fn in (ppo_clip_loss, gspo_loss, gpg_loss):
+        m = copy.deepcopy(model)
+        opt = torch.optim.SGD(m.parameters(), lr=1e-2)
+        lp, mask = token_logprobs(m, seqs, [len(p)] * 2, tok.pad_token_id)
+        before = (lp * mask).sum(-1).detach()
+        loss, _ = fn(lp, lp.detach(), torch.tensor([1.0, -1.0]), mask)
+        loss.backward()
+        opt.step()
+        after = (token_logprobs(m, seqs, [len(p)] * 2, tok.pad_token_id)[0] * mask).sum(-1)
+        assert after[0] > before[0] and after[1] < before[1], fn.__name__
+
+
+def test_overlong_penalty():
+    pen = overlong_penalty(np.array([4, 8, 10, 12]), max_len=12, buffer=4, penalty=1.0)
+    np.testing.assert_allclose(pen, [0.0, 0.0, -0.5, -1.0])
+
+
+# methods -------------------------------------------------------------------------------------
+def test_every_method_loads_and_matches_the_rollout_budget():
+    names = method_names()
+    assert len(names) >= 26
+    for n in names:
+        m = load_method(n)
+        assert prompts_per_step(m, 512) * m["group_size"] == 512
+    assert load_method("v05_osla")["osla"]["k_max"] == 16
+    assert load_method("basis_grid_gspo_g1_basis")["steps_factor"] == 0.5
+
+
+# a trainer wired to a tiny world in tmp_path ------------------------------------------------
+@pytest.fixture()
+def world(tmp_path, tiny_lm, repo):
+    from sparserl.policies import save_hf
+    cfg = load_config(repo / "configs/smoke.yaml")
+    cfg["results_dir"] = str(tmp_path / "results")
+    cfg["rl"] = {"policy": "s", "methods": ["grpo_g4"], "seeds": [0], "steps": 8,
+                 "rollouts_per_step": 16, "lr": 1e-4, "checkpoint_every": 2, "eval_fractions": [0.5]}
+    cfg["rollout"]["max_new_tokens"] = 8
+    P = Paths(cfg)
+    pool = procedural.make_train_pool(cfg)
+    write_table(pool, P.train_pool())
+    model, tok = tiny_lm
+    save_hf(model, tok, P.policy("s"), {"test": True})
+    rng = np.random.default_rng(0)
+    phat = rng.uniform(0, 1, len(pool)).round(3)
+    write_table(pd.DataFrame({"prompt_id": pool["id"], "n": 64, "successes": (phat * 64).astype(int),
+                              "phat": phat, "rewards": [[0] * 64] * len(pool)}),
+                P.reference_cache("s"))
+    return cfg
+
+
+def _fixed_batch(n_prompts, G, seed=0):
+    rng = np.random.default_rng(seed)
+    M = n_prompts * G
+    return RolloutBatch(prompts=[""] * n_prompts, prompt_ids=[[1]] * n_prompts,
+                        prompt_index=np.repeat(np.arange(n_prompts), G), response_ids=[[2]] * M,
+                        logprobs=[np.zeros(1)] * M, texts=[""] * M, finish_reason=["stop"] * M,
+                        rewards=rng.integers(0, 2, M).astype(np.float32))
+
+
+@pytest.mark.parametrize("name", method_names())
+def test_each_method_advantages_are_the_registrys(world, name):
+    t = Trainer(world, name, seed=0)
+    G = t.m["group_size"]
+    idx = np.arange(6)
+    batch = _fixed_batch(6, G)
+    info = {}
+    adv = t.advantages(idx, batch, info)
+    pids = t.pool["id"].to_numpy()[idx][batch.prompt_index]
+    ctx = EstimatorContext()
+    est = t.m["estimator"]
+    if est.startswith("v05"):
+        ctx.prior = t._step_prior
+        expect_prior = t.cached_phat if t.m["prior"]["kind"] == "oracle" else None
+        if expect_prior is not None:
+            assert all(ctx.prior[p] == pytest.approx(expect_prior[p]) for p in ctx.prior)
+        else:
+            assert all(v == 0.5 for v in ctx.prior.values())
+    if est.startswith("basis"):
+        ctx.phat = {p: t.cached_phat[p] for p in pids}
+    ref = get_estimator(t.m["estimator"])(batch.rewards, pids, ctx=ctx)
+    np.testing.assert_allclose(adv, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_osla_sampling_respects_its_rules(world):
+    t = Trainer(world, "v05_osla", seed=0)
+    from sparserl.evaluation import open_verifier
+    with open_verifier(world) as ver:
+        info = {}
+        idx, batch = t.sample(ver, info)
+    k = np.bincount(batch.prompt_index, minlength=len(idx))
+    assert len(idx) == prompts_per_step(t.m, 16) == 4
+    assert (k >= 4).all() and (k <= 16).all() and ((k - 4) % 2 == 0).all()
+    assert info["rollouts_generated"] == len(batch) == k.sum()
+    assert 0 <= info["osla_reject_rate"] <= 1
+    assert sum(info[f"osla_stop_{r}"] for r in ("test", "target", "k_max", "global")) == pytest.approx(1)
+
+
+def test_dynamic_sampling_keeps_mixed_groups(world):
+    t = Trainer(world, "dapo_g16", seed=0)
+    from sparserl.evaluation import open_verifier
+    with open_verifier(world) as ver:
+        info = {}
+        idx, batch = t.sample(ver, info)
+    assert info["rollouts_generated"] >= len(batch)
+    if info["dynamic_sampling_kept"]:
+        r = batch.rewards.reshape(len(idx), 16)
+        assert (r.min(1) != r.max(1)).all(), "a kept group has all-equal rewards"
+        assert len(set(idx.tolist())) == len(idx)
+
+
+@pytest.mark.parametrize("method", ["grpo_g4", "v05_osla", "basis_grid_gpg_g1_basis"])
+def test_resume_gives_the_same_metrics(world, method):
+    cfg = copy.deepcopy(world)
+    full_cfg = copy.deepcopy(cfg)
+    full_cfg["results_dir"] = cfg["results_dir"] + "_full"
+    P, Pf = Paths(cfg), Paths(full_cfg)
+    for src, dst in ((P.train_pool(), Pf.train_pool()), (P.reference_cache("s"), Pf.reference_cache("s"))):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(src.read_bytes())
+    import shutil
+    shutil.copytree(P.policy("s"), Pf.policy("s"))
+
+    d_full = train(full_cfg, method, 0)
+    with pytest.raises(Exception, match="stopped after step 3"):
+        train(cfg, method, 0, stop_after=3)  # the checkpoint is at step 2: step 3 is lost
+    d = train(cfg, method, 0)
+    a = pd.read_parquet(d / "metrics.parquet").drop(columns=["wall_time_s"])
+    b = pd.read_parquet(d_full / "metrics.parquet").drop(columns=["wall_time_s"])
+    pd.testing.assert_frame_equal(a, b)
+    assert (d / "final" / "config.json").exists()
+    steps = Trainer(cfg, method, 0).steps
+    assert len(a) == steps
+    if steps >= 2:
+        assert (d / "checkpoints").exists()
