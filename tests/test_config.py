@@ -5,7 +5,7 @@ from sparserl.config import ConfigError, load_config
 from sparserl.paths import Paths
 
 
-@pytest.mark.parametrize("name", ["tiny", "paper", "smoke"])
+@pytest.mark.parametrize("name", ["tiny", "small", "paper", "smoke"])
 def test_shipped_configs_validate(repo, name):
     cfg = load_config(repo / "configs" / f"{name}.yaml")
     assert cfg["scale"] == name

@@ -71,9 +71,11 @@ class Paths:
     def pretrained_policies(self) -> list[str]:
         return [n for n, p in self.cfg["policies"].items() if p["source"] == "pretrain"]
 
+    def snapshot_tags(self) -> list[str]:
+        return [snapshot_tag(f) for f in self.cfg.get("pretrain", {}).get("snapshots", [])]
+
     def snapshot_refs(self, name: str) -> list[str]:
-        fr = self.cfg.get("pretrain", {}).get("snapshots", [])
-        return [f"{name}@{snapshot_tag(f)}" for f in fr]
+        return [f"{name}@{t}" for t in self.snapshot_tags()]
 
     # BASIS reference-rollout cache and oracle values
     def reference_cache(self, ref: str) -> Path:

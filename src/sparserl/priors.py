@@ -99,10 +99,11 @@ class OraclePrior:
 
     def __call__(self, prompt_ids, context=None) -> np.ndarray:
         ids = _ids(prompt_ids)
-        v = 2.0 * self._base(ids) - 1.0
-        if self.offset:
-            v = np.clip(v + self.signs(ids) * self.offset, -1.0, 1.0)
-        return (v + 1.0) / 2.0
+        p = self._base(ids)
+        if not self.offset:
+            return p
+        # V' = clip(V + s delta, -1, 1)  <=>  p' = clip(p + s delta / 2, 0, 1)
+        return np.clip(p + self.signs(ids) * (self.offset / 2.0), 0.0, 1.0)
 
     def realized_offset(self, prompt_ids) -> np.ndarray:
         """V' - V after clipping, per prompt (V scale); |.| = offset where nothing clipped."""

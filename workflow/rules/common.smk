@@ -18,6 +18,18 @@ def T(group, default=1):
     return CFG.get("resources", {}).get(group, {}).get("cpus", default)
 
 
+def cfg_key(*sections):
+    """A hash of config sections: as a rule's `params`, a change to them reruns the rule."""
+    from sparserl.artifacts import config_hash
+    return config_hash({s: CFG.get(s) for s in sections})
+
+
+def method_key(w):
+    from sparserl.artifacts import config_hash
+    from sparserl.rl.methods import load_method
+    return config_hash({"rl": CFG["rl"], "rollout": CFG["rollout"], "method": load_method(w.method)})
+
+
 def policy_input(ref):
     """A rule's policy input: the checkpoint dir for pre-trained policies, nothing for hub ones."""
     name = ref.split("@")[0]
@@ -28,6 +40,8 @@ def all_targets():
     t = [str(P.eval_summary())]
     if P.pretrained_policies():
         t.append(str(P.passrates()))
+    if CFG.get("rl"):
+        t.append(str(P.stage("rl", "summary.parquet")))
     study = globals().get("study_targets")  # workflow/rules/studies.smk (needs basis.study_reference/oracle)
     if study:
         t += study()

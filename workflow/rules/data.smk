@@ -9,6 +9,8 @@ if CFG["tasks"]["source"] == "procedural":
             pool=str(P.train_pool()),
             corpus=str(P.pretrain_corpus()),
             benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
+        params:
+            key=cfg_key("tasks", "seed"),
         log:
             str(P.stage("logs", "make_tasks.log")),
         resources:

@@ -10,6 +10,8 @@ rule evaluate:
         str(P.eval_table("{policy}")),
     wildcard_constraints:
         policy="[^/]+",
+    params:
+        key=cfg_key("evaluation", "rollout"),
     log:
         str(P.stage("logs", "evaluate_{policy}.log")),
     threads: T("rollout")

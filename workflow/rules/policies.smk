@@ -22,10 +22,12 @@ if PRETRAINED:
             tokenizer=str(P.tokenizer()),
         output:
             policy=directory(str(P.stage("policies", "{policy}"))),
-            snapshots=[directory(str(P.stage("policies", ref.replace(n, "{policy}", 1))))
-                       for n in PRETRAINED[:1] for ref in P.snapshot_refs(n)],
+            snapshots=[directory(str(P.stage("policies", "{policy}@" + tag)))
+                       for tag in P.snapshot_tags()],
         wildcard_constraints:
             policy="|".join(PRETRAINED),
+        params:
+            key=lambda w: cfg_key("pretrain", "tokenizer") + str(CFG["policies"][w.policy]),
         log:
             str(P.stage("logs", "pretrain_{policy}.log")),
         threads: T("pretrain")
@@ -43,6 +45,8 @@ if PRETRAINED:
             str(P.passrate("{policy}")),
         wildcard_constraints:
             policy="[^/]+",
+        params:
+            key=cfg_key("passrate", "rollout"),
         log:
             str(P.stage("logs", "passrate_{policy}.log")),
         threads: T("rollout")

@@ -25,6 +25,8 @@ if RL:
             wildcard_constraints:
                 method="[A-Za-z0-9_]+",
                 seed="[0-9]+",
+            params:
+                key=method_key,
             log:
                 str(P.stage("logs", "rl_{method}_seed{seed}.log")),
             threads: T("rl")
@@ -46,6 +48,8 @@ if RL:
             wildcard_constraints:
                 method="[A-Za-z0-9_]+",
                 seed="[0-9]+",
+            params:
+                key=method_key,
             log:
                 str(P.stage("logs", "rl_{method}_seed{seed}.log")),
             threads: T("rl")

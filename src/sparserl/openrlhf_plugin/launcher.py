@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -235,8 +236,9 @@ def finalize_args(namespace: argparse.Namespace, source_path: Path | None = None
     def _no_train(*_a, **_k):  # defensive: a train() call nested elsewhere must not run here
         raise RuntimeError("finalize_args must not start training")
 
-    ns = _exec(post, {"args": namespace, "os": os, "train": _no_train, "__name__": "__openrlhf_args__"},
-               source_path)
+    with contextlib.redirect_stdout(sys.stderr):  # OpenRLHF prints its warnings; keep stdout clean
+        ns = _exec(post, {"args": namespace, "os": os, "train": _no_train, "__name__": "__openrlhf_args__"},
+                   source_path)
     return ns["args"]
 
 
@@ -540,8 +542,9 @@ def launch(argv: list[str], *, address: str | None = None, extra_env: dict | Non
 
 
 def metrics_from_tensorboard(tb_dir: str | Path):
-    """OpenRLHF's TensorBoard scalars as one row per global step ('train/reward' -> 'reward', ...;
-    'reward_mean' is added as an alias of 'reward', the local trainer's name)."""
+    """OpenRLHF's TensorBoard scalars as one row per global step ('train/rollout/reward_mean' ->
+    'rollout_reward_mean', 'eval/x' -> 'eval_x'); 'reward_mean' (the local trainer's name) is an
+    alias of 'rollout_reward_mean'. Empty (a 'step' column only) without tensorboard installed."""
     import pandas as pd
 
     rows: dict[int, dict] = {}
@@ -553,12 +556,14 @@ def metrics_from_tensorboard(tb_dir: str | Path):
         acc = EventAccumulator(str(ev_dir))
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
-            name = tag.split("/", 1)[1] if tag.startswith("train/") else tag.replace("/", "_")
+            name = (tag.split("/", 1)[1] if tag.startswith("train/") else tag).replace("/", "_")
             for e in acc.Scalars(tag):
                 rows.setdefault(int(e.step), {"step": int(e.step)})[name] = float(e.value)
     df = pd.DataFrame([rows[k] for k in sorted(rows)]) if rows else pd.DataFrame({"step": []})
-    if "reward" in df.columns:
-        df["reward_mean"] = df["reward"]
+    for src in ("rollout_reward_mean", "reward"):
+        if src in df.columns:
+            df["reward_mean"] = df[src]
+            break
     return df
 
 

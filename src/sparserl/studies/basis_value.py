@@ -174,11 +174,14 @@ def _order(methods) -> list[str]:
 def paired_relative_change(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
     """100 (mean a / mean b - 1) over paired batches, with a paired bootstrap SE and 95% interval."""
     a, b = np.asarray(a, float), np.asarray(b, float)
+    if not len(a) or b.mean() <= 0:  # no batches, or a reference with zero error: undefined
+        return dict(pct_change=float("nan"), se=float("nan"), ci95=[float("nan")] * 2, n_batches=int(len(a)))
     pct = 100.0 * (a.mean() / b.mean() - 1.0)
     rng = np.random.default_rng(seed)
     if n_boot and len(a) > 1:
         idx = rng.integers(0, len(a), size=(int(n_boot), len(a)))
-        boots = 100.0 * (a[idx].mean(axis=1) / b[idx].mean(axis=1) - 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            boots = 100.0 * (a[idx].mean(axis=1) / b[idx].mean(axis=1) - 1.0)
         se, lo, hi = float(boots.std(ddof=1)), *np.percentile(boots, [2.5, 97.5]).tolist()
     else:
         se = lo = hi = float("nan")

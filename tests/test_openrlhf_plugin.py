@@ -1,0 +1,792 @@
+"""sparserl.openrlhf_plugin against OpenRLHF 0.11.2's REAL classes, on CPU.
+
+Needs: pip install -r requirements-openrlhf-cpu.txt && pip install --no-deps openrlhf==0.11.2
+(vllm and flash_attn are CUDA-only: tests/openrlhf_stubs.py puts import-only placeholders in
+sys.modules for the duration of this module).
+"""
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import openrlhf_stubs
+
+_MISSING = openrlhf_stubs.missing_requirements()
+if _MISSING:
+    pytest.skip(f"OpenRLHF CPU test install absent ({', '.join(_MISSING)} missing): "
+                "pip install -r requirements-openrlhf-cpu.txt && pip install --no-deps openrlhf==0.11.2",
+                allow_module_level=True)
+
+import torch  # noqa: E402
+
+from sparserl.estimators import EstimatorContext, get_estimator, gpg_valid_scale  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def orl():
+    """OpenRLHF's modules, imported with the vllm/flash_attn placeholders (removed afterwards)."""
+    added = openrlhf_stubs.install()
+    mods = SimpleNamespace()
+    try:
+        for attr, name in [("em", "openrlhf.trainer.ppo_utils.experience_maker"),
+                           ("exp", "openrlhf.trainer.ppo_utils.experience"),
+                           ("sg", "openrlhf.trainer.ppo_utils.samples_generator"),
+                           ("loss", "openrlhf.models.loss"),
+                           ("ppo_trainer", "openrlhf.trainer.ppo_trainer"),
+                           ("ppo_trainer_async", "openrlhf.trainer.ppo_trainer_async"),
+                           ("ppo_actor", "openrlhf.trainer.ray.ppo_actor"),
+                           ("train_ppo_ray", "openrlhf.cli.train_ppo_ray"),
+                           ("plugin_exp", "sparserl.openrlhf_plugin.experience"),
+                           ("plugin_samples", "sparserl.openrlhf_plugin.samples"),
+                           ("plugin_losses", "sparserl.openrlhf_plugin.losses"),
+                           ("launcher", "sparserl.openrlhf_plugin.launcher")]:
+            setattr(mods, attr, importlib.import_module(name))
+        yield mods
+    finally:
+        from sparserl.openrlhf_plugin.launcher import _PostImportPatcher
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PostImportPatcher)]
+        openrlhf_stubs.remove(added)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _args(estimator, n=4, spec=None, clip=(-10, 10), **reward):
+    return SimpleNamespace(
+        rollout=SimpleNamespace(n_samples_per_prompt=n, max_new_tokens=16, batch_size=4, micro_batch_size=2),
+        reward=SimpleNamespace(clip_range=clip, **reward),
+        data=SimpleNamespace(max_len=64),
+        algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=1.0, lambd=1.0,
+                                                       no_std_norm=False, is_correction_level="off")),
+        sparserl=SimpleNamespace(spec=json.dumps(spec) if spec is not None else None),
+        vllm=SimpleNamespace(enable_sleep=False),
+    )
+
+
+def _maker(cls, estimator, n=4, spec=None, kl_coef=0.0, **kw):
+    """The way OpenRLHF's own tests build it: __new__ plus an args namespace."""
+    m = cls.__new__(cls)
+    m.advantage_estimator = estimator
+    m.kl_ctl = SimpleNamespace(value=kl_coef)
+    m.strategy = SimpleNamespace(args=_args(estimator, n, spec, **kw))
+    return m
+
+
+def _batch(orl, rewards, uids, *, side=None, order=None, micro=3, T=5, seed=0, kl=0.0):
+    """Experiences as OpenRLHF's make_experience_batch hands them on: micro-batches in rollout
+    order, each with index = rollout positions, JSON labels (uid + side data), kl per token."""
+    from sparserl.openrlhf_plugin.experience import encode_label
+    rng = np.random.default_rng(seed)
+    M = len(rewards)
+    order = np.arange(M) if order is None else np.asarray(order)
+    lengths = rng.integers(1, T + 1, size=M)
+    exps = []
+    for s in range(0, M, micro):
+        sel = order[s:s + micro]
+        mask = torch.zeros(len(sel), T, dtype=torch.bool)
+        for j, i in enumerate(sel):
+            mask[j, :lengths[i]] = True
+        labels = [encode_label(uids[i], "1", **{k: v[uids[i]] for k, v in (side or {}).items()}) for i in sel]
+        exps.append(orl.exp.Experience(
+            index=list(range(s, s + len(sel))),
+            rewards=torch.tensor([float(rewards[i]) for i in sel]),
+            action_mask=mask,
+            kl=torch.full((len(sel), T), float(kl)) * mask,
+            values=torch.zeros(len(sel), T),
+            prompts=[f"prompt {uids[i]}" for i in sel],
+            labels=labels,
+            response_length=torch.tensor([float(lengths[i]) for i in sel]),
+            info={"reward": torch.tensor([float(rewards[i]) for i in sel]), "sid": torch.tensor(sel.tolist())},
+        ))
+    return exps
+
+
+def _per_rollout(exps):
+    """(rollout id, advantage at the first action token, returns) in the original rollout ids."""
+    ids = torch.cat([e.info["sid"] for e in exps]).numpy()
+    adv = torch.cat([e.advantages[:, 0] for e in exps]).numpy()
+    return ids, adv
+
+
+def _by_id(exps):
+    ids, adv = _per_rollout(exps)
+    out = np.empty(len(ids))
+    out[ids] = adv
+    return out
+
+
+# --------------------------------------------------------------------------- advantages
+
+REWARDS_EQ = [1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0]
+UIDS_EQ = ["a"] * 4 + ["b"] * 4 + ["c"] * 4
+
+
+@pytest.mark.parametrize("ours,theirs", [("grpo", "group_norm"), ("rloo", "rloo"), ("dr_grpo", "dr_grpo")])
+@pytest.mark.parametrize("kl", [0.0, 0.3])
+def test_group_estimators_match_openrlhf_builtins(orl, ours, theirs, kl):
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    base_exps = _batch(orl, REWARDS_EQ, UIDS_EQ, kl=kl)
+    our_exps = copy.deepcopy(base_exps)
+    base = _maker(orl.em.RemoteExperienceMaker, theirs, kl_coef=0.1).compute_advantages_and_returns(base_exps)
+    mine = _maker(SparseRLExperienceMaker, ours, kl_coef=0.1).compute_advantages_and_returns(our_exps)
+    for b, m in zip(base, mine):
+        # group_norm divides by std + 1e-9, the registry by std + 1e-6: |diff| < 3e-6 here
+        torch.testing.assert_close(m.advantages, b.advantages, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(m.returns, b.returns, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(m.info["return"], b.info["return"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(m.info["group_reward_std"], b.info["group_reward_std"])
+        assert m.kl is None
+
+
+def test_openrlhf_names_fall_through_to_super(orl):
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    for name in ["group_norm", "reinforce", "reinforce_baseline", "flash_reinforce"]:
+        a = _maker(orl.em.RemoteExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+        b = _maker(SparseRLExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x.advantages, y.advantages, atol=0, rtol=0)
+
+
+def _registry(name, rewards, uids, ctx):
+    return get_estimator(name)(np.asarray(rewards, float), np.asarray(uids), ctx=ctx)
+
+
+def test_uid_grouping_not_position(orl):
+    """Rollouts interleaved across prompts (as OSLA rounds append them): OpenRLHF's positional
+    reshape mixes prompts, ours groups by uid and equals the registry."""
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    order = np.random.default_rng(3).permutation(len(REWARDS_EQ))
+    want = _registry("grpo", REWARDS_EQ, UIDS_EQ, None)
+    mine = _by_id(_maker(SparseRLExperienceMaker, "grpo").compute_advantages_and_returns(
+        _batch(orl, REWARDS_EQ, UIDS_EQ, order=order)))
+    np.testing.assert_allclose(mine, want, atol=1e-6)
+    theirs = _by_id(_maker(orl.em.RemoteExperienceMaker, "group_norm").compute_advantages_and_returns(
+        _batch(orl, REWARDS_EQ, UIDS_EQ, order=order)))
+    assert not np.allclose(theirs, want, atol=1e-3)  # position-based groups are the wrong groups
+
+
+# uneven groups (OSLA: k = 4, 6, 8, 5, 1), in a shuffled order
+K = [4, 6, 8, 5, 1]
+UIDS_OSLA = [f"p{i}" for i, k in enumerate(K) for _ in range(k)]
+REWARDS_OSLA = list(np.random.default_rng(7).integers(0, 2, size=sum(K)))
+PRIOR = {f"p{i}": p for i, p in enumerate([0.2, 0.5, 0.9, 0.35, 0.6])}
+PHAT = {f"p{i}": p for i, p in enumerate([0.1, 0.45, 0.8, 0.3, 0.0])}
+
+
+@pytest.mark.parametrize("name,spec,ctx", [
+    ("grpo", {}, EstimatorContext()),
+    ("rloo", {}, EstimatorContext()),
+    ("gpg", {"loss": {"type": "gpg"}}, EstimatorContext()),
+    ("reinforce_pp", {}, EstimatorContext()),
+    ("v05_fusion", {"prior": {"kind": "oracle"}}, EstimatorContext(prior=PRIOR)),
+    ("v05_prior_only", {"prior": {"kind": "oracle"}}, EstimatorContext(prior=PRIOR)),
+    ("v05_empirical_only", {"prior": {"kind": "oracle"}}, EstimatorContext(prior=PRIOR)),
+    ("v05_fusion", {"prior": {"kind": "constant", "p": 0.5}},
+     EstimatorContext(prior={u: 0.5 for u in PRIOR})),
+    ("basis_unb", {"basis": {"kind": "unb", "calibrate_on": "current"}}, EstimatorContext(phat=PHAT)),
+    ("basis_vop", {"basis": {"kind": "vop", "beta": 2.0}}, EstimatorContext(phat=PHAT, beta=2.0)),
+    ("basis_rvg", {"basis": {"kind": "rvg", "beta": "inf"}}, EstimatorContext(phat=PHAT, beta=np.inf)),
+])
+def test_registry_estimators_uneven_groups_shuffled(orl, name, spec, ctx):
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    order = np.random.default_rng(11).permutation(len(REWARDS_OSLA))
+    exps = _batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"prior": PRIOR, "phat": PHAT}, order=order, micro=4)
+    got = _by_id(_maker(SparseRLExperienceMaker, name, spec=spec).compute_advantages_and_returns(exps))
+    want = _registry(name, REWARDS_OSLA, UIDS_OSLA, ctx)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # same answer in the unshuffled order
+    exps2 = _batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"prior": PRIOR, "phat": PHAT}, micro=5)
+    got2 = _by_id(_maker(SparseRLExperienceMaker, name, spec=spec).compute_advantages_and_returns(exps2))
+    np.testing.assert_allclose(got2, got, atol=1e-6)
+
+
+def test_advantage_is_constant_over_the_response_and_zero_after(orl):
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    exps = _maker(SparseRLExperienceMaker, "v05_fusion", spec={"prior": {"kind": "oracle"}}) \
+        .compute_advantages_and_returns(_batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"prior": PRIOR}))
+    for e in exps:
+        m = e.action_mask
+        a0 = e.advantages[:, :1].expand_as(e.advantages)
+        assert torch.equal(e.advantages * m, a0 * m)
+        assert torch.all(e.advantages[~m] == 0)
+        assert torch.equal(e.info["group_size"], torch.tensor([float(K[int(u.split('p')[1])])
+                                                                for u in [json.loads(l)["uid"] for l in e.labels]]))
+
+
+def test_basis_previous_calibration_uses_the_preceding_batch(orl):
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    spec = {"basis": {"kind": "unb", "calibrate_on": "previous"}}
+    maker = _maker(SparseRLExperienceMaker, "basis_unb", spec=spec)
+    r1, r2 = REWARDS_OSLA, list(1 - np.asarray(REWARDS_OSLA))
+    first = _by_id(maker.compute_advantages_and_returns(_batch(orl, r1, UIDS_OSLA, side={"phat": PHAT})))
+    np.testing.assert_allclose(first, _registry("basis_unb", r1, UIDS_OSLA,
+                                                EstimatorContext(phat=PHAT, calibrate_on="previous")), atol=1e-6)
+    second = _by_id(maker.compute_advantages_and_returns(_batch(orl, r2, UIDS_OSLA, side={"phat": PHAT})))
+    prev_phat = np.array([PHAT[u] for u in UIDS_OSLA])
+    ctx = EstimatorContext(phat=PHAT, calibrate_on="previous", prev_phat=prev_phat,
+                           prev_rewards=np.asarray(r1, float))
+    np.testing.assert_allclose(second, _registry("basis_unb", r2, UIDS_OSLA, ctx), atol=1e-6)
+
+
+def test_gpg_loss_with_another_estimator_folds_b_over_bvalid(orl):
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    spec = {"loss": {"type": "gpg"}}
+    got = _by_id(_maker(SparseRLExperienceMaker, "dr_grpo", spec=spec).compute_advantages_and_returns(
+        _batch(orl, REWARDS_OSLA, UIDS_OSLA)))
+    want = _registry("dr_grpo", REWARDS_OSLA, UIDS_OSLA, None) * gpg_valid_scale(REWARDS_OSLA, UIDS_OSLA)
+    assert gpg_valid_scale(REWARDS_OSLA, UIDS_OSLA) > 1
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_overlong_penalty_is_applied_before_the_estimator(orl):
+    """DAPO's overlong shaping is OpenRLHF's own apply_length_penalties, then the registry."""
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    exps = _batch(orl, REWARDS_EQ, UIDS_EQ, T=5)
+    lengths = torch.cat([e.response_length for e in exps]).numpy()
+    maker = _maker(SparseRLExperienceMaker, "grpo", overlong_buffer_len=8.0, overlong_penalty_factor=1.0)
+    maker.strategy.args.rollout.max_new_tokens = 12  # expected length 4: length 5 loses 1/8
+    got = _by_id(maker.compute_advantages_and_returns(exps))
+    shaped = np.asarray(REWARDS_EQ, float) - np.clip(lengths - 4, 0, None) / 8.0
+    np.testing.assert_allclose(got, _registry("grpo", shaped, UIDS_EQ, None), atol=1e-5)
+
+
+def test_missing_side_data_names_the_label_field(orl):
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    with pytest.raises(ValueError, match="'prior'"):
+        _maker(SparseRLExperienceMaker, "v05_fusion", spec={"prior": {"kind": "oracle"}}) \
+            .compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+
+
+def test_labels_roundtrip_and_plain_labels(orl):
+    from sparserl.openrlhf_plugin.experience import decode_label, encode_label, experience_uids
+    lab = encode_label("train/x/1", 42, phat=np.float64(0.25), prior=None)
+    assert decode_label(lab) == {"uid": "train/x/1", "answer": "42", "phat": 0.25}
+    assert decode_label("17") == {"answer": "17"}
+    e = orl.exp.Experience(rewards=torch.zeros(2), labels=["17", lab], prompts=["q1", "q2"])
+    assert experience_uids([e]) == ["prompt:q1", "train/x/1"]
+
+
+# --------------------------------------------------------------------------- losses
+
+def _loss_inputs(seed=0, B=4, T=6):
+    g = torch.Generator().manual_seed(seed)
+    logp = (-torch.rand(B, T, generator=g) * 3).requires_grad_(True)
+    old = logp.detach() + 0.1 * torch.randn(B, T, generator=g)
+    adv = torch.tensor([1.5, -0.5, 0.0, 2.0])[:, None].expand(B, T).clone()
+    mask = torch.zeros(B, T)
+    for i, n in enumerate([6, 3, 1, 4]):
+        mask[i, :n] = 1
+    return logp, old, adv, mask
+
+
+@pytest.mark.parametrize("token_level", [True, False])
+def test_gpg_loss_matches_hand_computation(orl, token_level):
+    from sparserl.openrlhf_plugin.losses import SparseRLPolicyLoss, gpg_policy_loss
+    logp, old, adv, mask = _loss_inputs()
+    fn = SparseRLPolicyLoss(policy_loss_type="gpg", token_level_loss=token_level)
+    loss, clip_ratio, ppo_kl, vllm_kl, filt = fn(logp, old, adv, action_mask=mask)
+    terms = -adv * logp.detach() * mask
+    if token_level:
+        hand = terms.sum() / mask.sum()
+    else:
+        hand = (terms.sum(-1) / mask.sum(-1)).mean()
+    torch.testing.assert_close(loss, hand)
+    assert float(clip_ratio) == 0 and vllm_kl is None and filt is None
+    # plain policy gradient: no ratio, no clip; d loss / d logp = -A m / N
+    loss.backward()
+    denom = mask.sum() if token_level else mask.sum(-1, keepdim=True) * mask.shape[0]
+    torch.testing.assert_close(logp.grad, -adv * mask / denom)
+    # B/B_valid scale multiplies the loss
+    torch.testing.assert_close(gpg_policy_loss(logp.detach(), adv, mask, token_level_loss=token_level, scale=2.5),
+                               2.5 * hand)
+
+
+def test_gpg_differs_from_ppo_only_by_the_ratio(orl):
+    """At ratio 1 (on-policy) GPG's gradient equals PPO's; ppo/gspo still go to OpenRLHF's code."""
+    from sparserl.openrlhf_plugin.losses import SparseRLPolicyLoss
+    logp, _old, adv, mask = _loss_inputs()
+    old = logp.detach().clone()
+    grads = []
+    for kind in ["gpg", "ppo"]:
+        x = logp.detach().clone().requires_grad_(True)
+        SparseRLPolicyLoss(policy_loss_type=kind)(x, old, adv, action_mask=mask)[0].backward()
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+    a = SparseRLPolicyLoss(policy_loss_type="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4)(logp, _old, adv, action_mask=mask)
+    b = orl.loss.PolicyLoss(policy_loss_type="gspo", clip_eps_low=3e-4, clip_eps_high=4e-4)(logp, _old, adv, action_mask=mask)
+    torch.testing.assert_close(a[0], b[0])
+    with pytest.raises(ValueError, match="policy_loss_type"):
+        SparseRLPolicyLoss(policy_loss_type="nope")
+
+
+def test_reward_func_scores_the_response_not_the_prompt(orl):
+    from sparserl.openrlhf_plugin.experience import encode_label
+    from sparserl.openrlhf_plugin.losses import reward_func
+    prompt = "What is 3+4? Put the answer in \\boxed{}."
+    lab = encode_label("u1", "7")
+    assert reward_func([prompt + " so \\boxed{7}"], [prompt], [lab])["rewards"] == 1.0
+    assert reward_func([prompt + " so \\boxed{8}"], [prompt], [lab])["rewards"] == 0.0
+    assert reward_func([prompt + " no answer"], [prompt], [lab])["rewards"] == 0.0
+    out = reward_func([prompt + "\\boxed{7}", prompt + "\\boxed{1}"], [prompt] * 2, [lab, "1"])
+    assert out["rewards"].tolist() == [1.0, 1.0]
+
+
+# --------------------------------------------------------------------------- worker hook
+
+def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
+    from sparserl.openrlhf_plugin import launcher
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.openrlhf_plugin.losses import SparseRLPolicyLoss
+    from sparserl.openrlhf_plugin.samples import OslaSamplesGenerator
+    for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
+                       (orl.ppo_trainer_async, ["SamplesGenerator"]), (orl.ppo_actor, ["PolicyLoss"])]:
+        for a in attrs:
+            monkeypatch.setattr(mod, a, getattr(mod, a))  # restored after the test
+    assert orl.ppo_trainer.RemoteExperienceMaker is orl.em.RemoteExperienceMaker
+    launcher.worker_process_setup()  # what Ray runs in each worker
+    assert orl.ppo_trainer.RemoteExperienceMaker is SparseRLExperienceMaker
+    assert orl.ppo_trainer.SamplesGenerator is OslaSamplesGenerator
+    assert orl.ppo_trainer_async.SamplesGenerator is OslaSamplesGenerator
+    assert orl.ppo_actor.PolicyLoss is SparseRLPolicyLoss
+    assert issubclass(SparseRLExperienceMaker, orl.em.RemoteExperienceMaker)
+    assert issubclass(OslaSamplesGenerator, orl.sg.SamplesGenerator)
+    assert issubclass(SparseRLPolicyLoss, orl.loss.PolicyLoss)
+
+
+def test_patches_apply_on_first_import(orl, monkeypatch):
+    """A worker that imports the trainer module after the hook ran still gets our classes."""
+    from sparserl.openrlhf_plugin import launcher
+    from sparserl.openrlhf_plugin.samples import OslaSamplesGenerator
+    monkeypatch.delitem(sys.modules, "openrlhf.trainer.ppo_trainer_async")  # restored after the test
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    launcher.install_patches()
+    fresh = importlib.import_module("openrlhf.trainer.ppo_trainer_async")
+    assert fresh is not orl.ppo_trainer_async
+    assert fresh.SamplesGenerator is OslaSamplesGenerator
+    assert fresh.__spec__.loader.get_source("openrlhf.trainer.ppo_trainer_async")  # loader still delegates
+
+
+def test_init_ray_passes_the_setup_hook(orl, monkeypatch):
+    import ray
+
+    from sparserl.openrlhf_plugin import launcher
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    launcher.init_ray(address="192.0.2.10:6379")
+    (kw,) = calls
+    assert kw["address"] == "192.0.2.10:6379"
+    hook = kw["runtime_env"]["worker_process_setup_hook"]
+    assert hook == "sparserl.openrlhf_plugin.launcher.worker_process_setup"
+    mod, _, fn = hook.rpartition(".")
+    assert getattr(importlib.import_module(mod), fn) is launcher.worker_process_setup
+    assert kw["runtime_env"]["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"] == "1"
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    with pytest.raises(RuntimeError, match="setup hook"):
+        launcher.init_ray()
+
+
+# --------------------------------------------------------------------------- launcher
+
+def _cfg(tmp_path, **rl):
+    return {
+        "scale": "paper", "seed": 0, "results_dir": str(tmp_path / "results"),
+        "tasks": {"source": "hub", "chat_template": True, "prompt_template": "{problem}\n\n{instruction}"},
+        "policies": {"qwen3_4b": {"source": "hub", "hf_name": "Qwen/Qwen3-4B-Instruct-2507"}},
+        "rollout": {"backend": "vllm", "max_new_tokens": 8192, "vllm": {"max_model_len": 10240}},
+        "rl": {"policy": "qwen3_4b", "methods": ["grpo_g16"], "seeds": [0], "steps": 100,
+               "rollouts_per_step": 512, "lr": 1e-6, "temperature": 1.0, **rl},
+    }
+
+
+def _flags(argv):
+    out, key = {}, None
+    for a in argv:
+        if a.startswith("--"):
+            key = a[2:]
+            out[key] = []
+        else:
+            out[key].append(a)
+    return {k: (v[0] if len(v) == 1 else (v or True)) for k, v in out.items()}
+
+
+def test_rebuilt_parser_accepts_our_names_and_rejects_unknown(orl, capsys):
+    from sparserl.estimators import list_estimators
+    from sparserl.openrlhf_plugin.launcher import build_parser
+    p = build_parser()
+    for name in list_estimators() + ["gae", "group_norm", "reinforce"]:
+        assert vars(p.parse_args(["--algo.advantage.estimator", name]))["algo.advantage.estimator"] == name
+    with pytest.raises(SystemExit):
+        p.parse_args(["--algo.advantage.estimator", "not_an_estimator"])
+    assert "invalid choice" in capsys.readouterr().err
+    assert vars(p.parse_args(["--actor.policy_loss_type", "gpg"]))["actor.policy_loss_type"] == "gpg"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--actor.policy_loss_type", "xyz"])
+    # the rebuilt parser is OpenRLHF's: its defaults come through untouched
+    d = vars(p.parse_args([]))
+    assert d["algo.advantage.estimator"] == "gae" and d["actor.eps_clip"] == 0.2
+
+
+EXPECT = {
+    "grpo_g16": {"algo.advantage.estimator": "grpo", "rollout.n_samples_per_prompt": "16",
+                 "rollout.batch_size": "32", "train.batch_size": "512", "actor.policy_loss_type": "ppo",
+                 "actor.eps_clip_low_high": ["0.2", "0.2"], "actor.loss_agg_mode": "seq-mean-token-mean",
+                 "algo.kl.init_coef": "0.0"},
+    "dapo_g16": {"algo.advantage.estimator": "grpo", "actor.eps_clip_low_high": ["0.2", "0.28"],
+                 "actor.loss_agg_mode": "token-mean", "algo.dynamic_filtering_enable": True,
+                 "algo.dynamic_filtering_range": ["0.0", "1.0"], "reward.overlong_buffer_len": "2048.0",
+                 "reward.overlong_penalty_factor": "1.0", "algo.kl.init_coef": "0.0"},
+    "gpg_g8": {"algo.advantage.estimator": "gpg", "actor.policy_loss_type": "gpg",
+               "rollout.n_samples_per_prompt": "8", "rollout.batch_size": "64"},
+    "gspo_g8": {"algo.advantage.estimator": "grpo", "actor.policy_loss_type": "gspo",
+                "actor.eps_clip_low_high": ["0.0003", "0.0004"]},
+    "v05_osla": {"algo.advantage.estimator": "v05_fusion", "rollout.n_samples_per_prompt": "4",
+                 "rollout.batch_size": "128", "train.batch_size": "32"},
+    "basis_grid_grpo_g1_basis": {"algo.advantage.estimator": "basis_unb", "rollout.n_samples_per_prompt": "1",
+                                 "rollout.batch_size": "512", "data.max_samples": str(50 * 512)},
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECT))
+def test_method_argument_lists(orl, tmp_path, name):
+    from sparserl.openrlhf_plugin.launcher import openrlhf_argv, parse_args
+    from sparserl.rl.methods import load_method
+    method = load_method(name)
+    argv = openrlhf_argv(_cfg(tmp_path), method, 3, tmp_path / "run" / "final", policy_path="/models/q")
+    f = _flags(argv)
+    for k, v in EXPECT[name].items():
+        assert f.get(k) == v, (k, f.get(k), v)
+    assert f["train.seed"] == "3" and f["actor.model_name_or_path"] == "/models/q"
+    assert f["reward.remote_url"].endswith("openrlhf_plugin/losses.py")
+    assert f["data.label_key"] == "label" and f["data.apply_chat_template"] is True
+    assert json.loads(f["sparserl.spec"])["estimator"] == method["estimator"]
+    assert f["ckpt.output_dir"] == str(tmp_path / "run" / "final")
+    args = parse_args(argv)  # OpenRLHF's own post-parse validation accepts it
+    assert args.algo.advantage.estimator == method["estimator"]
+    assert args.rollout.n_samples_per_prompt == method["group_size"]
+    assert args.sparserl.method == name
+    assert args.critic.model_name_or_path is None  # no critic for our estimators
+    if "eps_clip_low_high" in str(EXPECT[name]):
+        assert list(args.actor.eps_clip_low_high) == [float(x) for x in EXPECT[name]["actor.eps_clip_low_high"]]
+
+
+def test_overrides_from_the_config(orl, tmp_path):
+    from sparserl.config import ConfigError
+    from sparserl.openrlhf_plugin.launcher import openrlhf_flags
+    from sparserl.rl.methods import load_method
+    m = load_method("grpo_g8")
+    f = openrlhf_flags(_cfg(tmp_path, openrlhf={"nodes": 2, "vllm.tensor_parallel_size": 2,
+                                                "train.micro_batch_size": 2, "ds.packing_samples": False}),
+                       m, 0, tmp_path / "final", policy_path="p")
+    assert f["actor.num_nodes"] == 2 and f["ref.num_nodes"] == 2 and f["vllm.num_engines"] == 8
+    assert f["train.micro_batch_size"] == 2 and f["ds.packing_samples"] is False
+    with pytest.raises(ConfigError, match="rl.openrlhf.bogus"):
+        openrlhf_flags(_cfg(tmp_path, openrlhf={"bogus": 1}), m, 0, tmp_path / "final", policy_path="p")
+
+
+def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
+    import ray
+
+    from sparserl.openrlhf_plugin import launcher
+    from sparserl.rl.methods import load_method
+    for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
+                       (orl.ppo_trainer_async, ["SamplesGenerator"]), (orl.ppo_actor, ["PolicyLoss"])]:
+        for a in attrs:
+            monkeypatch.setattr(mod, a, getattr(mod, a))
+    inits, trained = [], []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: inits.append(kw))
+    monkeypatch.setattr(orl.train_ppo_ray, "train", lambda args: trained.append(args))
+    argv = launcher.openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, tmp_path / "final", policy_path="p")
+    launcher.launch(argv, address="head:6379")
+    (args,) = trained
+    assert args.algo.advantage.estimator == "v05_fusion"
+    assert json.loads(args.sparserl.spec)["osla"]["k_step"] == 2
+    assert inits[0]["runtime_env"]["worker_process_setup_hook"] == launcher.HOOK
+    assert orl.ppo_trainer.RemoteExperienceMaker.__name__ == "SparseRLExperienceMaker"
+
+
+def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
+    import pandas as pd
+
+    from sparserl.openrlhf_plugin.launcher import build_prompt_dataset
+    from sparserl.paths import Paths
+    from sparserl.rl.methods import load_method
+    cfg = _cfg(tmp_path, steps=3, rollouts_per_step=8)
+    cfg["tasks"]["chat_template"] = False
+    cfg["tasks"]["prompt_template"] = "Q: {problem} =\nA:"
+    P = Paths(cfg)
+    ids = [f"train/x/{i}" for i in range(5)]
+    P.train_pool().parent.mkdir(parents=True)
+    pd.DataFrame({"id": ids, "problem": [f"{i}+1" for i in range(5)], "answer": [str(i + 1) for i in range(5)]}) \
+        .to_parquet(P.train_pool())
+    P.reference_cache("qwen3_4b").parent.mkdir(parents=True)
+    pd.DataFrame({"prompt_id": ids, "phat": [0.0, 0.25, 0.5, 0.75, 1.0]}).to_parquet(P.reference_cache("qwen3_4b"))
+    for name, key in [("basis_grid_grpo_g1_basis", "phat"), ("v05_osla", "prior"), ("v05_osla_constant_prior", "prior")]:
+        out = build_prompt_dataset(cfg, load_method(name), 0, tmp_path / f"{name}.jsonl")
+        rows = [json.loads(x) for x in Path(out).read_text().splitlines()]
+        m = load_method(name)
+        n = round(3 * m["steps_factor"]) * (8 // m["group_size"])  # BASIS rows: half the steps
+        assert len(rows) == n
+        for r in rows:
+            lab = json.loads(r["label"])
+            i = ids.index(lab["uid"])
+            assert r["input"] == f"Q: {i}+1 =\nA:" and lab["answer"] == str(i + 1)
+            want = 0.5 if name == "v05_osla_constant_prior" else i / 4
+            assert lab[key] == pytest.approx(want)
+
+
+def test_cli_register_prints_the_argument_list(orl, tmp_path, monkeypatch, capsys):
+    import argparse
+
+    import yaml
+
+    from sparserl.openrlhf_plugin.cli import register
+    over = tmp_path / "rl.yaml"
+    over.write_text(yaml.safe_dump({"rl": {"policy": "qwen3_4b", "methods": ["gpg_g8"], "seeds": [0],
+                                           "steps": 10, "rollouts_per_step": 256,
+                                           "openrlhf": {"vllm.num_engines": 4}}}))
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def add(name, fn, help):  # the helper of sparserl.cli.build_parser
+        p = sub.add_parser(name, help=help)
+        p.add_argument("--config", nargs="+", default=["configs/tiny.yaml"])
+        p.set_defaults(fn=fn)
+        return p
+
+    register(sub, add)
+    monkeypatch.chdir(REPO)
+    a = ap.parse_args(["openrlhf-args", "--config", "configs/paper.yaml", str(over), "--method", "gpg_g8",
+                       "--seed", "1", "--out", str(tmp_path / "final"), "--check"])
+    a.fn(a)
+    f = _flags(capsys.readouterr().out.split())
+    assert f["algo.advantage.estimator"] == "gpg" and f["vllm.num_engines"] == "4"
+    assert f["rollout.batch_size"] == "32" and f["train.seed"] == "1"
+    a = ap.parse_args(["openrlhf-launch", "--config", "configs/paper.yaml", str(over), "--method", "gpg_g8",
+                       "--out", str(tmp_path / "final"), "--dry-run"])
+    a.fn(a)
+    assert "--actor.policy_loss_type gpg" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- OSLA sampler
+
+class _Remote:
+    def __init__(self, fn):
+        self.remote = fn
+
+
+class FakeEngine:
+    """A vLLM engine actor stand-in: scripted rewards per prompt, in draw order."""
+
+    def __init__(self, script):
+        self.script = script  # prompt -> list of rewards
+        self.drawn = {}
+        self.calls = []
+        self.get_num_unfinished_requests = _Remote(lambda: 0)
+        self.generate_responses = _Remote(self._generate)
+
+    def _generate(self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples=1, images=None):
+        self.calls.append((prompt, num_samples))
+        out = []
+        for _ in range(num_samples):
+            j = self.drawn.get(prompt, 0)
+            self.drawn[prompt] = j + 1
+            r = float(self.script[prompt][j % len(self.script[prompt])])
+            out.append({"prompt": prompt, "label": label, "observation_tokens": [5, 6, 7, 8, 9],
+                        "action_ranges": [(3, 5)], "rollout_log_probs": None, "truncated": False,
+                        "reward": r, "scores": r, "extra_logs": {}})
+        return out
+
+
+OSLA_SPEC = {"estimator": "v05_fusion", "group_size": 4, "prior": {"kind": "oracle"},
+             "osla": {"k_init": 4, "k_step": 2, "c": 0.0039, "k_max": 16, "global_stop": 0.25, "pad_multiple": 32},
+             "loss": {"type": "ppo_clip"}}
+# p, scripted rewards: p0 agrees with its prior (Delta2 = 0: stops at k_init), p1/p2 contradict it
+# strongly (k_target > 15: run to k_max), p3 is all-pass against p = 0.5 (target 14.7 at k = 4).
+OSLA_SCRIPT = {"q0": (0.5, [1, 0]), "q1": (0.9, [0]), "q2": (0.1, [1]), "q3": (0.5, [1])}
+
+
+def _generator(orl, script, spec, monkeypatch, batch_size=4):
+    import ray
+
+    from sparserl.openrlhf_plugin.experience import encode_label
+    from sparserl.openrlhf_plugin.samples import OslaSamplesGenerator
+    monkeypatch.setattr(ray, "get", lambda refs: refs)  # fake engines return values, not refs
+    engine = FakeEngine({q: r for q, (_p, r) in script.items()})
+    gen = OslaSamplesGenerator.__new__(OslaSamplesGenerator)
+    gen.args = _args("v05_fusion", n=spec["group_size"], spec=spec)
+    gen.args.rollout.batch_size = batch_size
+    gen.strategy = SimpleNamespace(args=gen.args)
+    gen.vllm_engines = [engine]
+    gen.tokenizer = None
+    labels = [encode_label(q, "1", prior=p) for q, (p, _r) in script.items()]
+    gen.prompts_dataloader = [(["ds"], [q], [lab], [None]) for q, lab in zip(script, labels)]
+    return gen, engine
+
+
+def test_osla_rounds_and_dispatch_padding(orl, monkeypatch):
+    from sparserl.osla_sampler import run_osla
+    gen, engine = _generator(orl, OSLA_SCRIPT, OSLA_SPEC, monkeypatch)
+    exps, pass_rate, consumed, exhausted = gen.generate_samples(max_len=64)
+    assert consumed == 4 and not exhausted and pass_rate is None
+    assert gen.generate_samples(max_len=64) == ([], None, 0, True)  # the loader is drained
+
+    # the stopping rule sees exactly the rewards it asked for: same decisions as run_osla alone
+    def plain(idx, counts):
+        return [np.resize(np.asarray(OSLA_SCRIPT[f"q{i}"][1], float), n) for i, n in zip(idx, counts)]
+    ref = run_osla(plain, [0.5, 0.9, 0.1, 0.5], k_init=4, k_step=2, c=0.0039, k_max=16)
+    np.testing.assert_array_equal(gen.last_osla.k, ref.k)
+    assert gen.last_osla.k.tolist() == [4, 16, 16, 16]  # by hand from formulas.md (see OSLA_SCRIPT)
+    assert gen.last_osla.stop_reason.tolist() == ["test", "target", "target", "target"]
+    # round 0: 4 x 4 = 16 requested -> 32 dispatched; rounds 1..6: 3 x 2 = 6 -> 32
+    assert [d["requested"] for d in gen.last_dispatches] == [16] + [6] * 6
+    assert all(d["dispatched"] % 32 == 0 for d in gen.last_dispatches)
+    assert [d["dispatched"] for d in gen.last_dispatches] == [32] * 7
+    assert len(exps) == 7 * 32 and len(exps) % 32 == 0
+    # padding went to the dispatched prompts: q0 only in round 0 (4 + 4 padding)
+    per_prompt = {q: sum(1 for e in exps if e.prompts[0] == q) for q in OSLA_SCRIPT}
+    assert per_prompt["q0"] == 8 and sum(per_prompt.values()) == 224
+    assert engine.drawn == per_prompt
+    # every dispatch asks vLLM for n_samples_per_prompt = the per-prompt count of that dispatch
+    assert {n for _q, n in engine.calls} <= {8, 10, 11}
+
+
+def test_osla_global_stop(orl, monkeypatch):
+    """Only 1 of 5 prompts wants more after k_init (20% < 25%): the batch stops at once."""
+    script = {"q0": (0.9, [0]), **{f"q{i}": (0.5, [1, 0]) for i in range(1, 5)}}
+    gen, engine = _generator(orl, script, OSLA_SPEC, monkeypatch, batch_size=5)
+    exps, *_ = gen.generate_samples(max_len=64)
+    assert gen.last_osla.k.tolist() == [4] * 5
+    assert gen.last_osla.stop_reason.tolist() == ["global"] + ["test"] * 4
+    assert [d["dispatched"] for d in gen.last_dispatches] == [32]  # 20 requested, padded to 32
+    assert len(exps) == 32
+
+
+def test_osla_batch_trains_with_uneven_groups(orl, monkeypatch):
+    """OSLA's experiences (padding included) through the experience maker = the registry."""
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    gen, _ = _generator(orl, OSLA_SCRIPT, OSLA_SPEC, monkeypatch)
+    exps, *_ = gen.generate_samples(max_len=64)
+    rewards = [float(e.rewards[0]) for e in exps]
+    uids = [json.loads(e.labels[0])["uid"] for e in exps]
+    micro = [orl.exp.Experience.concat_experiences(exps[i:i + 8], 0) for i in range(0, len(exps), 8)]
+    for m in micro:
+        m.kl = torch.zeros_like(m.action_mask, dtype=torch.float32)
+    out = _maker(SparseRLExperienceMaker, "v05_fusion", spec=OSLA_SPEC).compute_advantages_and_returns(micro)
+    got = torch.cat([e.advantages[:, -1] for e in out]).numpy()
+    prior = {q: p for q, (p, _r) in OSLA_SCRIPT.items()}
+    want = get_estimator("v05_fusion")(rewards, uids, ctx=EstimatorContext(prior=prior))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert sorted(set(torch.cat([e.info["group_size"] for e in out]).tolist())) == [8.0, 68.0, 74.0]  # q0: 4 + 4 pad; q3: 8 + 6 x 10; q1, q2: 8 + 6 x 11
+
+
+def test_pad_allocation():
+    from sparserl.openrlhf_plugin.samples import pad_allocation
+    assert pad_allocation([2, 2, 2], 32).tolist() == [9, 9, 8]
+    assert pad_allocation([16, 16], 32).tolist() == [0, 0]
+    assert pad_allocation([3], None).tolist() == [0]
+
+
+# --------------------------------------------------------------------------- SLURM
+
+def _fake_run(calls):
+    def run(cmd, **kw):
+        calls.append(cmd)
+        if cmd[:3] == ["scontrol", "show", "hostnames"]:
+            assert cmd[3] == "gpu[01-02]"
+            return SimpleNamespace(stdout="gpu01\ngpu02\n", returncode=0)
+        if cmd[-2:] == ["hostname", "--ip-address"]:
+            return SimpleNamespace(stdout="192.0.2.10 fe80::1\n", returncode=0)
+        raise AssertionError(cmd)
+    return run
+
+
+def test_slurm_commands_for_two_nodes(monkeypatch):
+    from sparserl.openrlhf_plugin import slurm
+    env = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "64"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    calls = []
+    c = slurm.plan_from_env(run=_fake_run(calls), port=6380)
+    assert calls[0] == ["scontrol", "show", "hostnames", "gpu[01-02]"]
+    assert calls[1] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu01", "hostname", "--ip-address"]
+    assert c.nodes == ["gpu01", "gpu02"] and c.head == "gpu01" and c.address == "192.0.2.10:6380"
+    assert c.head_command == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu01", "ray", "start", "--head",
+                              "--node-ip-address=192.0.2.10", "--port=6380", "--num-gpus=8", "--num-cpus=64",
+                              "--block"]
+    assert c.worker_commands == [["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02", "ray", "start",
+                                  "--address=192.0.2.10:6380", "--num-gpus=8", "--num-cpus=64", "--block"]]
+    started, waits = [], []
+
+    class Proc:
+        def __init__(self, cmd):
+            started.append(cmd)
+            self.done = False
+
+        def poll(self):
+            return 0 if self.done else None
+
+        def terminate(self):
+            self.done = True
+
+        def wait(self, timeout=None):
+            return 0
+
+    procs = slurm.start_ray(c, popen=Proc, wait=lambda addr, n: waits.append((addr, n)), log=lambda *_: None)
+    assert started == [c.head_command] + c.worker_commands
+    assert waits == [("192.0.2.10:6380", 1), ("192.0.2.10:6380", 2)]
+    slurm.stop(procs)
+    assert all(p.done for p in procs)
+    script = slurm.shell_script(c, ["python", "-m", "sparserl", "openrlhf-launch"])
+    assert "RAY_ADDRESS=192.0.2.10:6380 python -m sparserl openrlhf-launch" in script
+
+
+def test_slurm_outside_an_allocation(monkeypatch):
+    from sparserl.openrlhf_plugin import slurm
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    monkeypatch.delenv("SLURM_NODELIST", raising=False)
+    assert slurm.plan_from_env(run=lambda *a, **k: pytest.fail("must not run scontrol")) is None
+
+
+def test_setup_hook_reaches_real_ray_workers(orl):
+    """A real local Ray: a task's worker, which never saw the driver's patches, builds OpenRLHF's
+    trainer module with our classes because ray.init ran worker_process_setup in it."""
+    import os
+
+    import ray
+
+    from sparserl.openrlhf_plugin import launcher
+    if ray.is_initialized():
+        pytest.skip("Ray already initialised by another test")
+    src = str(REPO / "src")
+    path = os.pathsep.join([str(Path(__file__).parent), src, os.environ.get("PYTHONPATH", "")])
+    launcher.init_ray(extra_env={"PYTHONPATH": path}, num_cpus=1, include_dashboard=False,
+                      log_to_driver=False)
+    try:
+        @ray.remote
+        def probe():
+            import importlib
+            import sys
+
+            import openrlhf_stubs
+            hooked = any(type(f).__name__ == "_PostImportPatcher" for f in sys.meta_path)
+            fresh = "openrlhf.trainer.ppo_trainer" not in sys.modules
+            openrlhf_stubs.install()
+            pt = importlib.import_module("openrlhf.trainer.ppo_trainer")
+            pa = importlib.import_module("openrlhf.trainer.ray.ppo_actor")
+            return hooked, fresh, pt.RemoteExperienceMaker.__name__, pt.SamplesGenerator.__name__, \
+                pa.PolicyLoss.__name__
+
+        assert ray.get(probe.remote(), timeout=240) == (
+            True, True, "SparseRLExperienceMaker", "OslaSamplesGenerator", "SparseRLPolicyLoss")
+    finally:
+        ray.shutdown()
