@@ -542,6 +542,13 @@ def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
             assert r["input"] == f"Q: {i}+1 =\nA:" and lab["answer"] == str(i + 1)
             want = 0.5 if name == "v05_osla_constant_prior" else i / 4
             assert lab[key] == pytest.approx(want)
+    # OpenRLHF's own loading path: datasets' json builder, then PromptDataset's preprocess_data
+    import datasets
+
+    from openrlhf.datasets.prompts_dataset import preprocess_data
+    data = datasets.load_dataset("json", data_files=str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    prompt, label = preprocess_data(data[0], None, "input", "label", None)
+    assert label == rows[0]["label"] and prompt == rows[0]["input"]
 
 
 def test_cli_register_prints_the_argument_list(orl, tmp_path, monkeypatch, capsys):

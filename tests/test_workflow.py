@@ -58,6 +58,8 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     assert set(rates["policies"]) == {"s", "m"}
     assert (res / "policies" / "s@p50" / "config.json").exists()
     assert (res / "eval" / "s" / "eval.parquet.manifest.json").exists()
+    figs = sorted((tmp_path / "paper_figures" / "smoke").rglob("*.png"))
+    assert len(figs) >= 13, figs
     # a second run has nothing to do
     again = snakemake(repo, tmp_path, "all", "--cores", "2", "-n", "--configfile", cfg)
     assert again.returncode == 0

@@ -320,10 +320,11 @@ def openrlhf_flags(cfg: dict, method: dict, seed: int, out_dir: str | Path, *,
 
     rl = cfg["rl"]
     over = dict(rl.get("openrlhf") or {})
-    files = run_dir_files(out_dir)
+    files = run_dir_files(Path(out_dir).absolute())  # Ray workers do not share the driver's cwd
     if policy_path is None:
         from sparserl.paths import Paths
-        policy_path = str(Paths(cfg).policy(rl["policy"]))
+        pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
+        policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)
 
     f: dict[str, Any] = dict(CLUSTER_DEFAULTS)
     # cluster shape from the launcher keys

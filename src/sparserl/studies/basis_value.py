@@ -233,10 +233,11 @@ def mse_by_difficulty(raw: pd.DataFrame) -> pd.DataFrame:
     for m in _order(raw["method"].unique()):
         d = raw[raw["method"] == m]
         for j, dj in d.groupby("p_bin"):
+            label = dj["p_bin_label"].iloc[0]  # empty bins keep their label (no duplicates)
             dj = dj[dj["n"] > 0]
             n = dj["n"].sum()
             per = dj["sum_sq"] / dj["n"]
-            rows.append(dict(method=m, p_bin=int(j), p_bin_label=dj["p_bin_label"].iloc[0] if len(dj) else "",
+            rows.append(dict(method=m, p_bin=int(j), p_bin_label=label,
                              n=int(n), n_batches=len(dj), mse=float(dj["sum_sq"].sum() / n) if n else np.nan,
                              mse_se=_se(per) if len(dj) else np.nan,
                              bias=float(dj["sum_err"].sum() / n) if n else np.nan))
