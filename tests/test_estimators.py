@@ -405,3 +405,21 @@ def test_basis_empty_batch():
     info = {}
     a = adv("basis_unb", np.zeros(0), np.zeros(0, int), ctx=EstimatorContext(phat={}), info=info)
     assert a.shape == (0,) and info["active_size"] == 0
+
+
+def test_basis_grouped_path_equals_per_rollout_refine():
+    """basis_baseline refines on (prompt, reward) pairs weighted by counts; it must equal
+    basis_refine on the rollouts themselves, also with vhat next to the active-set edge."""
+    from sparserl.estimators import EstimatorContext, basis_refine, get_baseline
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        P, G = int(rng.integers(2, 30)), int(rng.integers(1, 6))
+        ids = np.repeat(np.arange(P), G)
+        phat = rng.choice([0.0, 1.0, 1 - 1e-7, 0.5, 0.9999, 1e-3, 0.3], P)
+        r = rng.integers(0, 2, P * G).astype(float)
+        for kind in ("unb", "vop", "rvg"):
+            for inactive in ("zero", "vhat", "formula"):
+                ctx = EstimatorContext(phat=dict(enumerate(phat)), beta=np.inf)
+                got = get_baseline(f"basis_{kind}")(r, ids, ctx=ctx, inactive=inactive)
+                want = basis_refine(phat[ids], r, 1e-6, kind, inactive)
+                np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)

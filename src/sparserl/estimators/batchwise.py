@@ -123,7 +123,10 @@ def _loo_sum(x: np.ndarray, n: np.ndarray | None = None, inplace: bool = False) 
     out = nx.sum(axis=-1, keepdims=True) - x
     if x.size:
         x2, nx2, out2 = x.reshape(-1, x.shape[-1]), nx.reshape(-1, x.shape[-1]), out.reshape(-1, x.shape[-1])
-        rows, k = np.arange(len(x2)), np.abs(x2).argmax(axis=1)
+        mag = np.abs(x2)
+        if n is not None:  # entries standing for no rollout must not take the dominant slot
+            mag = np.where(np.broadcast_to(n, x.shape).reshape(x2.shape) > 0, mag, -1.0)
+        rows, k = np.arange(len(x2)), mag.argmax(axis=1)
         rest = nx2.copy()
         rest[rows, k] = 0.0
         own = 0.0  # the other n_k - 1 copies of the dominant entry
@@ -163,20 +166,21 @@ def _grid(beta_grid):
     return grid
 
 
-def _calibrate(up, level, r, grid, eps, kind, inactive, groups=None):
+def _calibrate(up, level, r, grid, eps, kind, inactive, groups=None, group_ones=None):
     """Calibration on distinct (phat, r) pairs: rollouts sharing both share vt for every beta, so
     each grid point costs O(#pairs) (<= 2 (n+1) for binary rewards and n reference rollouts).
 
     `level[u]` indexes `up` (the distinct phat values) per rollout, or per prompt of `groups`.
     """
     U = len(up)
-    if np.count_nonzero(r == 0.0) + np.count_nonzero(r == 1.0) == len(r):  # stored {0,1}: no sort
+    if group_ones is not None or _is_binary(r):  # stored {0,1}: no sort
         if groups is None:
             n_all = np.bincount(level, minlength=U)
             n_one = np.bincount(level, weights=r, minlength=U)
         else:
             n_all = np.bincount(level, weights=groups.counts, minlength=U)
-            n_one = np.bincount(level, weights=groups.sum(r), minlength=U)
+            ones = groups.sum(r) if group_ones is None else group_ones
+            n_one = np.bincount(level, weights=ones, minlength=U)
         pu, ru = np.concatenate([up, up]), np.repeat([0.0, 1.0], U)
         n = np.concatenate([n_all - n_one, n_one])
         keep = n > 0
@@ -225,18 +229,20 @@ def basis_baseline(rewards, prompt_ids, *, ctx=None, info=None, kind="unb", inac
     ctx = ctx if ctx is not None else EstimatorContext()
     grid = ctx.beta_grid
     beta, losses = None, None
+    _check_opts(kind, inactive, ctx.active_eps)
+    ones = g.sum(r) if _is_binary(r) else None  # successes per prompt, shared by both steps
     if ctx.vhat is not None:
-        vhat = per_rollout(ctx.vhat, g, "vhat")
+        vhat = per_group(ctx.vhat, g, "vhat")
         check_in_range(vhat, "ctx.vhat", 0.0, 1.0)
     else:
         phat_g = per_group(ctx.phat, g, "phat")
         check_in_range(phat_g, "ctx.phat", 0.0, 1.0)
-        _check_opts(kind, inactive, ctx.active_eps)
         if ctx.beta is not None:
             beta = float(ctx.beta)
         elif ctx.calibrate_on == "current":
             up, idx = np.unique(phat_g, return_inverse=True)  # sorts prompts, not rollouts
-            beta, losses = _calibrate(up, idx.reshape(-1), r, _grid(grid), ctx.active_eps, kind, inactive, g)
+            beta, losses = _calibrate(up, idx.reshape(-1), r, _grid(grid), ctx.active_eps, kind, inactive, g,
+                                      ones)
         elif ctx.calibrate_on == "previous":
             if ctx.prev_phat is None or ctx.prev_rewards is None:
                 beta = np.inf
@@ -244,12 +250,28 @@ def basis_baseline(rewards, prompt_ids, *, ctx=None, info=None, kind="unb", inac
                 beta, losses = basis_calibrate(ctx.prev_phat, ctx.prev_rewards, grid, ctx.active_eps, kind, inactive)
         else:
             raise ValueError(f"ctx.calibrate_on must be 'current' or 'previous', got {ctx.calibrate_on!r}")
-        vhat = basis_value(phat_g, beta)[g.inverse]  # per prompt, then gathered
-    vt = basis_refine(vhat, r, ctx.active_eps, kind, inactive)
+        vhat = basis_value(phat_g, beta)  # per prompt
+    vt = _refine_grouped(vhat, r, g, ctx.active_eps, kind, inactive, ones)
     if info is not None:
-        info.update(beta=beta, active_size=int(np.count_nonzero(vhat * (1.0 - vhat) > ctx.active_eps)),
+        info.update(beta=beta, active_size=int(g.counts[vhat * (1.0 - vhat) > ctx.active_eps].sum()),
                     kind=kind, losses=losses)
     return vt
+
+
+def _is_binary(r: np.ndarray) -> bool:
+    return np.count_nonzero(r == 0.0) + np.count_nonzero(r == 1.0) == len(r)
+
+
+def _refine_grouped(vhat_p, r, g, eps, kind, inactive, n_one=None):
+    """`basis_refine` per rollout from per-prompt vhat. With {0,1} rewards, rollouts that share
+    (prompt, reward) share vt, so the refinement runs on at most 2 entries per prompt, weighted by
+    their counts (the same sums, fewer terms), and is gathered back to the rollouts."""
+    P = len(vhat_p)
+    if n_one is None:  # rewards not all in {0,1}
+        return _refine(vhat_p[g.inverse], r, None, eps, kind, inactive)
+    vt2 = _refine(np.concatenate([vhat_p, vhat_p]), np.repeat([0.0, 1.0], P),
+                  np.concatenate([g.counts - n_one, n_one]), eps, kind, inactive)
+    return vt2[g.inverse + P * r.astype(np.intp)]
 
 
 def basis_advantage(rewards, prompt_ids, *, ctx=None, info=None, kind="unb", inactive="zero", **_):
