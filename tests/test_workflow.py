@@ -22,6 +22,15 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     for res in ("gpu=1", "mem_mb=128000", "runtime=480", "cpus_per_task=16"):
         assert res in eval_block, f"{res} missing from the evaluate job's resources"
     assert "fetch_data" in log
+    # every RL method of the paper config runs on 8 GPUs through OpenRLHF
+    from sparserl.config import load_config
+    methods = load_config(repo / "configs/paper.yaml")["rl"]["methods"]
+    blocks = [b for b in log.split("\n\n") if "rule rl_cluster:" in b]
+    assert len(blocks) == len(methods)
+    for m in methods:
+        block = next(b for b in blocks if f"method={m}," in b)
+        assert "gpu=8" in block and "runtime=2880" in block, block
+        assert "openrlhf-launch" in block and f"--method {m} " in block
 
 
 def test_tiny_dry_run_is_the_default(repo, tmp_path):

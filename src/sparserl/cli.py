@@ -146,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--method", required=True, help="configs/methods/<name>.yaml")
         p.add_argument("--seed", type=int, required=True)
     add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
-    from sparserl.studies.cli import register; register(sub, add)  # noqa: E702 (study-* commands)
+    from sparserl.studies.cli import register as register_studies
+    register_studies(sub, add)
+    from sparserl.openrlhf_plugin.cli import register as register_openrlhf
+    register_openrlhf(sub, add)
     p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
     p.add_argument("paths", nargs="+")
     p.add_argument("--head", type=int, default=3)
