@@ -797,3 +797,14 @@ def test_setup_hook_reaches_real_ray_workers(orl):
             True, True, "SparseRLExperienceMaker", "OslaSamplesGenerator", "SparseRLPolicyLoss")
     finally:
         ray.shutdown()
+
+
+def test_mini_batches_set_the_train_batch(orl, tmp_path):
+    """rl.mini_batches optimiser steps per rollout step, as in the local trainer."""
+    from sparserl.openrlhf_plugin.launcher import openrlhf_flags
+    from sparserl.rl.methods import load_method
+    cfg = _cfg(tmp_path)
+    cfg["rl"]["mini_batches"] = 4
+    f = openrlhf_flags(cfg, load_method("grpo_g16"), 0, tmp_path / "final", policy_path="p")
+    assert f["rollout.batch_size"] * f["rollout.n_samples_per_prompt"] == cfg["rl"]["rollouts_per_step"]
+    assert f["train.batch_size"] == cfg["rl"]["rollouts_per_step"] // 4

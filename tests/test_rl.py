@@ -104,7 +104,8 @@ def world(tmp_path, tiny_lm, repo):
     cfg = load_config(repo / "configs/smoke.yaml")
     cfg["results_dir"] = str(tmp_path / "results")
     cfg["rl"] = {"policy": "s", "methods": ["grpo_g4"], "seeds": [0], "steps": 8,
-                 "rollouts_per_step": 16, "lr": 1e-4, "checkpoint_every": 2, "eval_fractions": [0.5]}
+                 "rollouts_per_step": 16, "lr": 1e-4, "checkpoint_every": 2, "eval_fractions": [0.5],
+                 "mini_batches": 2}
     cfg["rollout"]["max_new_tokens"] = 8
     P = Paths(cfg)
     pool = procedural.make_train_pool(cfg)

@@ -5,7 +5,7 @@ import torch
 from sparserl.rollout import RolloutBatch, SamplingParams, rollout
 from sparserl.rollout.hf import HFBackend, _top_p_filter
 
-PROMPTS = ["Q: 1 + 2 =\nA:", "Q: 3 + 4 =\nA:", "Q: 9 + 9 =\nA:"]
+PROMPTS = ["Q: 1 + 2 =\nA:", "Q: 3 + 4 - 5 =\nA:", "Q: 9 =\nA:"]  # lengths differ: left padding
 
 
 @pytest.fixture()

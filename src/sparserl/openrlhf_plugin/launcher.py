@@ -370,8 +370,10 @@ def openrlhf_flags(cfg: dict, method: dict, seed: int, out_dir: str | Path, *,
     G = int(method["group_size"])
     B = prompts_per_step(method, int(rl["rollouts_per_step"]))
     steps = rl_steps(cfg, method)
+    # rl.mini_batches optimiser steps per rollout step, as the local trainer takes
+    mini = max(1, int(rl.get("mini_batches", 1)))
     f.update({"rollout.n_samples_per_prompt": G, "rollout.batch_size": B,
-              "data.max_samples": steps * B, "train.batch_size": B * G})
+              "data.max_samples": steps * B, "train.batch_size": max(1, B * G // mini)})
     osla = method.get("osla")
     if osla:  # rollouts per step vary (multiples of the pad): one optimizer step per pad-sized block
         f["train.batch_size"] = int(osla.get("pad_multiple") or G)

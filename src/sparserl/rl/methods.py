@@ -58,6 +58,7 @@ METHOD_SCHEMA = {
         "basis": {"type": "object", "additionalProperties": False, "properties": {
             "kind": {"enum": ["unb", "vop", "rvg"]},
             "calibrate_on": {"enum": ["current", "previous"]},
+            "inactive": {"enum": ["zero", "vhat", "formula"]},
             "beta": {"type": ["number", "string"]}}},
     },
 }

@@ -291,7 +291,8 @@ class Trainer:
             if ctx.calibrate_on == "previous" and self.prev_basis is not None:
                 ctx.prev_phat, ctx.prev_rewards = self.prev_basis
         est_info: dict = {}
-        adv = get_estimator(m["estimator"])(batch.rewards, pids, ctx=ctx, info=est_info)
+        kw = {"inactive": m.get("basis", {}).get("inactive", "zero")} if m["estimator"].startswith("basis") else {}
+        adv = get_estimator(m["estimator"])(batch.rewards, pids, ctx=ctx, info=est_info, **kw)
         if m["estimator"].startswith("basis"):
             self.prev_basis = (np.array([self.cached_phat[p] for p in pids]), batch.rewards.copy())
         for k, v in est_info.items():
@@ -318,38 +319,51 @@ class Trainer:
                 for i in range(len(batch))]
         plens = [len(batch.prompt_ids[batch.prompt_index[i]]) for i in range(len(batch))]
         mb = self.rl.get("micro_batch_size", 256)
-        n = len(seqs)
         self.model.train()
         stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0}
-        tokens_total = sum(len(s) - p for s, p in zip(seqs, plens))
+        # mini_batches > 1: several optimiser steps per rollout step (OpenRLHF's train batch <
+        # rollout batch), so later ones are off-policy and the ratio, clip and GSPO matter
+        n_mini = max(1, min(self.rl.get("mini_batches", 1), len(seqs)))
+        order_rng = np.random.default_rng((self.seed, self.step))
+        grad_norms = []
+        updates = 0
         for epoch in range(self.rl.get("ppo_epochs", 1)):
-            self.opt.zero_grad(set_to_none=True)
-            for start in range(0, n, mb):
-                sl = slice(start, start + mb)
-                logp, mask, ent = token_logprobs(self.model, seqs[sl], plens[sl],
-                                                 self.tok.pad_token_id, with_entropy=True)
-                # on-policy: the rollout's own log-probs are pi_old
-                old = torch.zeros_like(logp)
-                for j, lp in enumerate(batch.logprobs[sl]):
-                    old[j, :len(lp)] = torch.as_tensor(lp)
-                a = torch.as_tensor(adv[sl])
-                loss, clip = loss_fn(logp, old, a, mask, **lk)
-                w = (mask.sum() / max(tokens_total, 1)).item() if lk.get("agg") == "token_mean" \
-                    else len(seqs[sl]) / n
-                total = loss * w
-                if self.ref_model is not None:
-                    with torch.no_grad():
-                        ref_lp, _ = token_logprobs(self.ref_model, seqs[sl], plens[sl], self.tok.pad_token_id)
-                    kl = ((kl_k3(logp, ref_lp) * mask).sum() / mask.sum().clamp(min=1))
-                    total = total + m["kl_coef"] * kl * w
-                    stats["kl"] += float(kl) * w
-                total.backward()
-                stats["loss"] += float(loss) * w
-                stats["clip_frac"] += float(clip) * w
-                stats["entropy"] += float((ent * mask).sum() / mask.sum().clamp(min=1)) * w
-            gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            self.opt.step()
-        info["grad_norm"] = float(gn)
+            for mini in np.array_split(order_rng.permutation(len(seqs)), n_mini):
+                self.opt.zero_grad(set_to_none=True)
+                tokens_total = sum(len(seqs[i]) - plens[i] for i in mini)
+                for start in range(0, len(mini), mb):
+                    sl = mini[start:start + mb]
+                    s_seqs, s_plens = [seqs[i] for i in sl], [plens[i] for i in sl]
+                    logp, mask, ent = token_logprobs(self.model, s_seqs, s_plens,
+                                                     self.tok.pad_token_id, with_entropy=True)
+                    # pi_old: the behaviour policy's log-probs recorded at rollout time
+                    old = torch.zeros_like(logp)
+                    for j, i in enumerate(sl):
+                        lp = batch.logprobs[i]
+                        old[j, :len(lp)] = torch.as_tensor(lp)
+                    a = torch.as_tensor(adv[sl])
+                    loss, clip = loss_fn(logp, old, a, mask, **lk)
+                    w = (mask.sum() / max(tokens_total, 1)).item() if lk.get("agg") == "token_mean" \
+                        else len(sl) / len(mini)
+                    total = loss * w
+                    if self.ref_model is not None:
+                        with torch.no_grad():
+                            ref_lp, _ = token_logprobs(self.ref_model, s_seqs, s_plens, self.tok.pad_token_id)
+                        kl = ((kl_k3(logp, ref_lp) * mask).sum() / mask.sum().clamp(min=1))
+                        total = total + m["kl_coef"] * kl * w
+                        stats["kl"] += float(kl.detach()) * w
+                    total.backward()
+                    stats["loss"] += float(loss.detach()) * w
+                    stats["clip_frac"] += float(clip) * w
+                    stats["entropy"] += float((ent * mask).sum() / mask.sum().clamp(min=1)) * w
+                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)))
+                self.opt.step()
+                updates += 1
+        for k in stats:
+            stats[k] /= updates
+        gn = float(np.mean(grad_norms))
+        info["grad_norm"] = gn
+        info["optimizer_steps"] = updates
         info.update(stats)
         self.model.eval()
 
