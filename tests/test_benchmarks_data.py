@@ -339,3 +339,29 @@ def test_download_without_datasets_or_hub_says_set_local_path(tmp_path, monkeypa
 def test_download_unknown_name(tmp_path):
     with pytest.raises(ValueError, match=r"unknown dataset\(s\) 'gsm8k'"):
         download_datasets(tmp_path, ["gsm8k"])
+
+
+@needs_data
+def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, repo):
+    """The paper data stage: local files where the config names them, the hub elsewhere."""
+    from sparserl.config import load_config
+    from sparserl.data import download
+    from sparserl.paths import Paths
+    cfg = load_config(repo / "configs/paper.yaml")
+    cfg["results_dir"] = str(tmp_path / "results")
+    six = ["math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench"]
+    cfg["tasks"]["local_paths"] = {n: str(BENCH_DIR / f"{n}.jsonl") for n in six}
+    asked = []
+
+    def fake_hub(name, cache_dir=None):
+        asked.append(name)
+        return pd.DataFrame({"id": [f"{name}/0"], "problem": ["1+1"], "answer": ["2"], "source": [name]})
+
+    monkeypatch.setattr(download, "fetch_from_hub", fake_hub)
+    download.fetch_for_config(cfg)
+    P = Paths(cfg)
+    assert sorted(asked) == ["dapo_math_17k", "hmmt_feb_2025"]
+    assert len(pd.read_parquet(P.train_pool())) == 1
+    assert len(pd.read_parquet(P.benchmark("math500"))) == 500
+    assert read_manifest(P.benchmark("aime24"))["source"].startswith("local:")
+    assert read_manifest(P.benchmark("hmmt_feb_2025"))["source"].startswith("hub:")
