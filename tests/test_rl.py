@@ -204,3 +204,8 @@ def test_resume_gives_the_same_metrics(world, method):
     assert len(a) == steps
     if steps >= 2:
         assert (d / "checkpoints").exists()
+
+
+def test_finished_run_leaves_no_resume_state(world):
+    d = train(world, "grpo_g4", 0)
+    assert not (d / "ckpt").exists(), "a finished run must not resume when Snakemake reruns it"

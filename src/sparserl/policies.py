@@ -77,8 +77,10 @@ def _lr_lambda(warmup: int, total: int):
     return f
 
 
-def pretrain(cfg: dict, name: str, threads: int = 1, log=print) -> Path:
-    """Pre-train policy `name`; resumable. Returns the final checkpoint dir."""
+def pretrain(cfg: dict, name: str, threads: int = 1, log=print, stop_after: int | None = None) -> Path:
+    """Pre-train policy `name`; resumable. Returns the final checkpoint dir.
+
+    `stop_after` simulates a kill after that many steps (tests)."""
     import pandas as pd
     from transformers import AutoTokenizer
 
@@ -102,18 +104,22 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=print) -> Path:
     gen = torch.Generator().manual_seed(seed)
     state_dir = paths.pretrain_state(name)
     state_file = state_dir / "last.pt"
+    key = config_hash({"policy": pol, "pretrain": pt, "tokenizer": cfg.get("tokenizer"),
+                       "tasks": cfg["tasks"], "seed": cfg["seed"]})
+    snaps = {max(1, round(f * steps)): snapshot_tag(f) for f in pt.get("snapshots", [])}
     start, history = 0, []
     if state_file.exists():
         st = torch.load(state_file, weights_only=False)
-        if st.get("config_hash") == config_hash(pol):
+        if st.get("config_hash") != key:
+            log(f"[pretrain {name}] {state_file} was made with another config; starting over")
+        elif not _restore_snapshots(paths, name, snaps, st["step"], state_dir):
+            log(f"[pretrain {name}] snapshots before step {st['step']} are lost; starting over")
+        else:
             model.load_state_dict(st["model"]); opt.load_state_dict(st["opt"])
             sched.load_state_dict(st["sched"]); gen.set_state(st["gen"])
             start, history = st["step"], st["history"]
             log(f"[pretrain {name}] resumed at step {start}/{steps}")
-        else:
-            log(f"[pretrain {name}] {state_file} was made with another config; starting over")
 
-    snaps = {max(1, round(f * steps)): snapshot_tag(f) for f in pt.get("snapshots", [])}
     every = pt.get("checkpoint_every", 100)
     n = ids.shape[0]
     model.train()
@@ -140,16 +146,37 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=print) -> Path:
         if done in snaps:
             ref = f"{name}@{snaps[done]}"
             save_hf(model, tokenizer, Path(paths.policy(ref)), _info(cfg, name, done, history))
+            # a copy in the state dir: Snakemake deletes a killed job's outputs before a rerun
+            save_hf(model, tokenizer, state_dir / "snapshots" / snaps[done], _info(cfg, name, done, history))
         if done % every == 0 and done < steps:
             state_dir.mkdir(parents=True, exist_ok=True)
             tmp = state_file.with_suffix(".tmp")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
                         "sched": sched.state_dict(), "gen": gen.get_state(), "step": done,
-                        "history": history, "config_hash": config_hash(pol)}, tmp)
+                        "history": history, "config_hash": key}, tmp)
             os.replace(tmp, state_file)
+        if stop_after is not None and done >= stop_after and done < steps:
+            raise RuntimeError(f"pretrain {name}: stopped after step {done} (simulated kill)")
     out = Path(paths.policy(name))
     save_hf(model, tokenizer, out, _info(cfg, name, steps, history))
+    # the state only serves a killed run; a finished one reruns from scratch when asked again
+    shutil.rmtree(state_dir, ignore_errors=True)
     return out
+
+
+def _restore_snapshots(paths: Paths, name: str, snaps: dict, step: int, state_dir: Path) -> bool:
+    """Put back the snapshots a resumed run has already passed; False if one cannot be."""
+    for at, tag in snaps.items():
+        if at > step:
+            continue
+        target = Path(paths.policy(f"{name}@{tag}"))
+        if target.exists():
+            continue
+        saved = state_dir / "snapshots" / tag
+        if not saved.exists():
+            return False
+        shutil.copytree(saved, target)
+    return True
 
 
 def _info(cfg, name, step, history):

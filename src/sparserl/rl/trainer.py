@@ -416,6 +416,8 @@ class Trainer:
                     raise KilledForTest(f"stopped after step {self.step}")
         self._save_hf(self.dir / "final")
         self.write_metrics()
+        # the state only serves a killed run; a finished run asked again starts over
+        shutil.rmtree(self.state_file.parent, ignore_errors=True)
         return self.dir
 
     def _save_hf(self, out: Path) -> None:
