@@ -267,7 +267,7 @@ def _refine_grouped(vhat_p, r, g, eps, kind, inactive, n_one=None):
     (prompt, reward) share vt, so the refinement runs on at most 2 entries per prompt, weighted by
     their counts (the same sums, fewer terms), and is gathered back to the rollouts."""
     P = len(vhat_p)
-    if n_one is None:  # rewards not all in {0,1}
+    if n_one is None or 2 * P >= len(r):  # non-binary rewards, or pairs would not be fewer
         return _refine(vhat_p[g.inverse], r, None, eps, kind, inactive)
     vt2 = _refine(np.concatenate([vhat_p, vhat_p]), np.repeat([0.0, 1.0], P),
                   np.concatenate([g.counts - n_one, n_one]), eps, kind, inactive)
