@@ -26,8 +26,13 @@ def cfg_key(*sections):
 
 def method_key(w):
     from sparserl.artifacts import config_hash
+    from sparserl.config import ConfigError
     from sparserl.rl.methods import load_method
-    return config_hash({"rl": CFG["rl"], "rollout": CFG["rollout"], "method": load_method(w.method)})
+    try:
+        method = load_method(w.method)
+    except ConfigError:  # not a method: the rule's own command reports it
+        method = w.method
+    return config_hash({"rl": CFG["rl"], "rollout": CFG["rollout"], "method": method})
 
 
 def policy_input(ref):

@@ -17,24 +17,27 @@ if PRETRAINED:
             "{SPARSERL} train-tokenizer --config {CONFIGS} > {log} 2>&1"
 
     rule pretrain_policy:
+        # wildcard `name`, not `policy`: Snakemake first tries a consumer's own wildcards on a
+        # producer with the same wildcard name and checks constraints with re.match (a prefix),
+        # so `policy=s@p50` would pass "s|m|l" and clash with the snapshot output
         input:
             corpus=str(P.pretrain_corpus()),
             tokenizer=str(P.tokenizer()),
         output:
-            policy=directory(str(P.stage("policies", "{policy}"))),
-            snapshots=[directory(str(P.stage("policies", "{policy}@" + tag)))
+            policy=directory(str(P.stage("policies", "{name}"))),
+            snapshots=[directory(str(P.stage("policies", "{name}@" + tag)))
                        for tag in P.snapshot_tags()],
         wildcard_constraints:
-            policy="|".join(PRETRAINED),
+            name="|".join(PRETRAINED),
         params:
-            key=lambda w: cfg_key("pretrain", "tokenizer") + str(CFG["policies"][w.policy]),
+            key=lambda w: cfg_key("pretrain", "tokenizer") + str(CFG["policies"][w.name]),
         log:
-            str(P.stage("logs", "pretrain_{policy}.log")),
+            str(P.stage("logs", "pretrain_{name}.log")),
         threads: T("pretrain")
         resources:
             **R("pretrain"),
         shell:
-            "{SPARSERL} pretrain --config {CONFIGS} --policy {wildcards.policy} "
+            "{SPARSERL} pretrain --config {CONFIGS} --policy {wildcards.name} "
             "--threads {threads} > {log} 2>&1"
 
     rule passrate:
