@@ -13,6 +13,8 @@ from typing import Any, Iterable
 import jsonschema
 import yaml
 
+from sparserl.paths import snapshot_tag
+
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 DEFAULTS = {"results_dir": "results", "figures_dir": "paper_figures", "threads": 2}
 
@@ -117,7 +119,7 @@ def _check_semantics(cfg: dict, layers) -> None:
         ref = cfg.get("basis", {}).get(key)
         if ref:
             name, _, snap = ref.partition("@")
-            snaps = [f"p{round(f * 100):02d}" for f in cfg.get("pretrain", {}).get("snapshots", [])]
+            snaps = [snapshot_tag(f) for f in cfg.get("pretrain", {}).get("snapshots", [])]
             if name not in cfg["policies"] or (snap and snap not in snaps):
                 raise ConfigError(f"{_origin(['basis', key], layers)}: basis.{key} = '{ref}' names "
                                   f"no policy or snapshot; policies: {sorted(cfg['policies'])}, "

@@ -147,5 +147,15 @@ def make_prior(kind: str, **kw) -> Prior:
     return factory(**kw)
 
 
+def prior_for_method(spec: Mapping, cached_values: Mapping | None, seed: int, **kw) -> Prior:
+    """The prior a method spec names (`prior: {kind, offset, p}`); 'oracle' takes its values from
+    the cached reference pass rates. Other kinds (V0) get `kw` (e.g. cfg=...)."""
+    if spec["kind"] == "oracle":
+        return make_prior("oracle", values=cached_values, offset=spec.get("offset", 0.0), seed=seed)
+    if spec["kind"] == "constant":
+        return make_prior("constant", p=spec.get("p", 0.5))
+    return make_prior(spec["kind"], **kw)
+
+
 register_prior("oracle", OraclePrior)
 register_prior("constant", ConstantPrior)

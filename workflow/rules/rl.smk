@@ -7,10 +7,9 @@ if RL:
     RL_POLICY = RL["policy"]
 
     def rl_inputs(w):
-        from sparserl.rl.methods import load_method
-        m = load_method(w.method)
+        from sparserl.rl.methods import load_method, needs_reference_cache
         ins = policy_input(RL_POLICY) + [str(P.train_pool())]
-        if m["estimator"].startswith("basis") or m.get("prior", {}).get("kind") == "oracle":
+        if needs_reference_cache(load_method(w.method)):
             ins.append(str(P.reference_cache(RL_POLICY)))
         return ins
 

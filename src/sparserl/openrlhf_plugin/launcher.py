@@ -466,13 +466,14 @@ def prompt_side_data(cfg: dict, method: dict, ids: list, seed: int) -> dict[str,
     """Per-prompt side data for the labels: BASIS phat and the V0.5 prior p (resolved now)."""
     from sparserl.artifacts import read_table
     from sparserl.paths import Paths
+    from sparserl.rl.methods import needs_reference_cache
 
     P = Paths(cfg)
     est = method["estimator"]
     prior = method.get("prior") or {}
     out: dict[str, list] = {}
     phat = None
-    if est.startswith("basis") or prior.get("kind") == "oracle":
+    if needs_reference_cache(method):
         path = P.reference_cache(cfg["rl"]["policy"])
         if not Path(path).exists():
             raise _config_error(f"{path}: the BASIS reference cache of {cfg['rl']['policy']} is needed by "
@@ -485,13 +486,11 @@ def prompt_side_data(cfg: dict, method: dict, ids: list, seed: int) -> dict[str,
         if est.startswith("basis"):
             out["phat"] = [phat[str(i)] for i in ids]
     if est.startswith("v05") or method.get("osla"):
-        from sparserl.priors import make_prior
+        from sparserl.priors import prior_for_method
         kind = prior.get("kind")
-        if kind == "oracle":
-            pr = make_prior("oracle", values=phat, offset=prior.get("offset", 0.0), seed=seed)
+        if kind in ("oracle", "constant"):
+            pr = prior_for_method(prior, phat, seed)
             out["prior"] = [float(x) for x in pr([str(i) for i in ids])]
-        elif kind == "constant":
-            out["prior"] = [float(prior.get("p", 0.5))] * len(ids)
         else:
             raise _config_error(
                 f"method {method.get('name')}: prior kind {kind!r} needs V0's online support buffer, which "

@@ -98,5 +98,10 @@ def load_method(name: str, methods_dir: Path = METHODS_DIR) -> dict:
     return out
 
 
+def needs_reference_cache(method: dict) -> bool:
+    """BASIS and the oracle prior read the starting policy's cached reference pass rates."""
+    return method["estimator"].startswith("basis") or method.get("prior", {}).get("kind") == "oracle"
+
+
 def prompts_per_step(method: dict, rollouts_per_step: int) -> int:
     return max(1, rollouts_per_step // method["group_size"])

@@ -28,7 +28,7 @@ from sparserl.artifacts import atomic_write_text, config_hash, read_table, write
 from sparserl.estimators import EstimatorContext, get_estimator
 from sparserl.paths import Paths
 from sparserl.rl.losses import LOSSES, kl_k3, token_logprobs
-from sparserl.rl.methods import load_method, prompts_per_step
+from sparserl.rl.methods import load_method, needs_reference_cache, prompts_per_step
 from sparserl.rollout import SamplingParams, rollout
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import format_prompt
@@ -105,8 +105,7 @@ class Trainer:
     def _cached_values(self) -> dict | None:
         """phat of the starting policy from the BASIS reference cache (needed by BASIS and the
         oracle prior)."""
-        need = self.m["estimator"].startswith("basis") or self.m.get("prior", {}).get("kind") == "oracle"
-        if not need:
+        if not needs_reference_cache(self.m):
             return None
         path = self.P.reference_cache(self.rl["policy"])
         df = read_table(path)
@@ -116,13 +115,8 @@ class Trainer:
         spec = self.m.get("prior")
         if not spec:
             return None
-        from sparserl.priors import make_prior
-        if spec["kind"] == "oracle":
-            return make_prior("oracle", values=self.cached_phat, offset=spec.get("offset", 0.0),
-                              seed=self.seed)
-        if spec["kind"] == "constant":
-            return make_prior("constant", p=spec.get("p", 0.5))
-        return make_prior(spec["kind"], cfg=self.cfg)
+        from sparserl.priors import prior_for_method
+        return prior_for_method(spec, self.cached_phat, self.seed, cfg=self.cfg)
 
     # checkpoints -----------------------------------------------------------------------------
     @property
