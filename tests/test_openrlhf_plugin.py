@@ -27,6 +27,7 @@ if _MISSING:
 import torch  # noqa: E402
 
 from sparserl.estimators import EstimatorContext, get_estimator, gpg_valid_scale  # noqa: E402
+from sparserl.rl.methods import estimator_options  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,8 +156,8 @@ def test_openrlhf_names_fall_through_to_super(orl):
             torch.testing.assert_close(x.advantages, y.advantages, atol=0, rtol=0)
 
 
-def _registry(name, rewards, uids, ctx):
-    return get_estimator(name)(np.asarray(rewards, float), np.asarray(uids), ctx=ctx)
+def _registry(name, rewards, uids, ctx, **kw):
+    return get_estimator(name)(np.asarray(rewards, float), np.asarray(uids), ctx=ctx, **kw)
 
 
 def test_uid_grouping_not_position(orl):
@@ -200,12 +201,30 @@ def test_registry_estimators_uneven_groups_shuffled(orl, name, spec, ctx):
     order = np.random.default_rng(11).permutation(len(REWARDS_OSLA))
     exps = _batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"prior": PRIOR, "phat": PHAT}, order=order, micro=4)
     got = _by_id(_maker(SparseRLExperienceMaker, name, spec=spec).compute_advantages_and_returns(exps))
-    want = _registry(name, REWARDS_OSLA, UIDS_OSLA, ctx)
+    want = _registry(name, REWARDS_OSLA, UIDS_OSLA, ctx, **estimator_options({**spec, "estimator": name}))
     np.testing.assert_allclose(got, want, atol=1e-5)
     # same answer in the unshuffled order
     exps2 = _batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"prior": PRIOR, "phat": PHAT}, micro=5)
     got2 = _by_id(_maker(SparseRLExperienceMaker, name, spec=spec).compute_advantages_and_returns(exps2))
     np.testing.assert_allclose(got2, got, atol=1e-6)
+
+
+def test_basis_inactive_option_reaches_the_registry(orl):
+    """The method's `basis.inactive` travels to the estimator: a prompt whose reference rate is 1
+    gets baseline 1 with "vhat" and 0 with the default "zero", as in the CPU trainer."""
+    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    phat = {**PHAT, "p2": 1.0}
+    got = {}
+    for inactive in ("zero", "vhat"):
+        spec = {"basis": {"kind": "unb", "inactive": inactive}}
+        exps = _batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"phat": phat}, micro=4)
+        got[inactive] = _by_id(_maker(SparseRLExperienceMaker, "basis_unb", spec=spec)
+                               .compute_advantages_and_returns(exps))
+        want = _registry("basis_unb", REWARDS_OSLA, UIDS_OSLA, EstimatorContext(phat=phat),
+                         **estimator_options({**spec, "estimator": "basis_unb"}))
+        np.testing.assert_allclose(got[inactive], want, atol=1e-5)
+    on_p2 = np.asarray(UIDS_OSLA) == "p2"
+    np.testing.assert_allclose(got["zero"][on_p2] - got["vhat"][on_p2], 1.0, atol=1e-5)
 
 
 def test_advantage_is_constant_over_the_response_and_zero_after(orl):

@@ -51,6 +51,7 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from sparserl.estimators import EstimatorContext, get_estimator, gpg_valid_scale, list_estimators
+from sparserl.rl.methods import estimator_options
 
 # --------------------------------------------------------------------------- labels
 
@@ -186,7 +187,9 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
         ctx = build_context(name, spec, labels, r, getattr(self, "_basis_prev", None))
         info: dict = {}
-        adv = np.asarray(get_estimator(name)(r, uids, ctx=ctx, info=info), dtype=np.float64)
+        adv = np.asarray(get_estimator(name)(r, uids, ctx=ctx, info=info,
+                                             **estimator_options({**spec, "estimator": name})),
+                         dtype=np.float64)
         if (spec.get("loss") or {}).get("type") == "gpg" and name != "gpg":
             adv = adv * gpg_valid_scale(r, uids)
         if ctx.calibrate_on == "previous" and name.startswith("basis") and ctx.phat is not None:

@@ -103,5 +103,13 @@ def needs_reference_cache(method: dict) -> bool:
     return method["estimator"].startswith("basis") or method.get("prior", {}).get("kind") == "oracle"
 
 
+def estimator_options(method: dict) -> dict:
+    """Keyword options a method passes to its registry estimator (the CPU trainer and the
+    OpenRLHF plugin both call the estimator with these)."""
+    if method["estimator"].startswith("basis"):
+        return {"inactive": (method.get("basis") or {}).get("inactive", "zero")}
+    return {}
+
+
 def prompts_per_step(method: dict, rollouts_per_step: int) -> int:
     return max(1, rollouts_per_step // method["group_size"])

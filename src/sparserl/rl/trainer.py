@@ -28,7 +28,7 @@ from sparserl.artifacts import atomic_write_text, config_hash, read_table, write
 from sparserl.estimators import EstimatorContext, get_estimator
 from sparserl.paths import Paths
 from sparserl.rl.losses import LOSSES, kl_k3, token_logprobs
-from sparserl.rl.methods import load_method, needs_reference_cache, prompts_per_step
+from sparserl.rl.methods import estimator_options, load_method, needs_reference_cache, prompts_per_step
 from sparserl.rollout import SamplingParams, rollout
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import format_prompt
@@ -285,8 +285,8 @@ class Trainer:
             if ctx.calibrate_on == "previous" and self.prev_basis is not None:
                 ctx.prev_phat, ctx.prev_rewards = self.prev_basis
         est_info: dict = {}
-        kw = {"inactive": m.get("basis", {}).get("inactive", "zero")} if m["estimator"].startswith("basis") else {}
-        adv = get_estimator(m["estimator"])(batch.rewards, pids, ctx=ctx, info=est_info, **kw)
+        adv = get_estimator(m["estimator"])(batch.rewards, pids, ctx=ctx, info=est_info,
+                                            **estimator_options(m))
         if m["estimator"].startswith("basis"):
             self.prev_basis = (np.array([self.cached_phat[p] for p in pids]), batch.rewards.copy())
         for k, v in est_info.items():
