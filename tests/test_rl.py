@@ -209,3 +209,22 @@ def test_resume_gives_the_same_metrics(world, method):
 def test_finished_run_leaves_no_resume_state(world):
     d = train(world, "grpo_g4", 0)
     assert not (d / "ckpt").exists(), "a finished run must not resume when Snakemake reruns it"
+
+
+def test_fresh_run_drops_an_earlier_settings_checkpoints(world):
+    """A run restarted under another config (Snakemake reruns it when `rl` changes) must not carry
+    the old run's intermediate checkpoints into its evaluation."""
+    from sparserl.rl.report import run_checkpoints
+    d = train(world, "grpo_g4", 0)
+    assert [n for n, _ in run_checkpoints(world, "grpo_g4", 0)] == ["step00004", "final"]
+    (d / "checkpoints" / "step00003").mkdir()  # left by a run with other eval_fractions
+    (d / "eval").mkdir(exist_ok=True)
+    (d / "eval" / "step00003.parquet").write_bytes(b"stale")
+    cfg = copy.deepcopy(world)
+    cfg["rl"]["eval_fractions"] = [0.25]
+    train(cfg, "grpo_g4", 0)
+    assert sorted(p.name for p in (d / "checkpoints").iterdir()) == ["step00002"]
+    assert not (d / "eval").exists()
+    assert [n for n, _ in run_checkpoints(cfg, "grpo_g4", 0)] == ["step00002", "final"]
+    with pytest.raises(FileNotFoundError, match="step00004"):
+        run_checkpoints(world, "grpo_g4", 0)

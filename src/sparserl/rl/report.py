@@ -9,19 +9,27 @@ import pandas as pd
 from sparserl.artifacts import read_table, write_table
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.paths import Paths
-from sparserl.rl.trainer import run_dir
+from sparserl.rl.methods import load_method
+from sparserl.rl.trainer import run_dir, snapshot_name, snapshot_steps
 
 
-def run_checkpoints(d: Path) -> list[tuple[str, Path]]:
-    """(label, dir) of the intermediate checkpoints and the final one, in training order."""
-    cks = sorted((d / "checkpoints").glob("step*")) if (d / "checkpoints").exists() else []
-    return [(c.name, c) for c in cks] + [("final", d / "final")]
+def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]:
+    """(label, dir) of the run's intermediate checkpoints (those its config asks for) and the
+    final one, in training order."""
+    d = run_dir(cfg, method, seed)
+    names = [snapshot_name(s) for s in snapshot_steps(cfg["rl"], load_method(method))]
+    out = [(n, d / "checkpoints" / n) for n in names] + [("final", d / "final")]
+    missing = [str(c) for _, c in out if not c.is_dir()]
+    if missing:
+        raise FileNotFoundError(f"{method} seed {seed}: checkpoints {missing} are missing; rerun "
+                                f"`sparserl rl-train --method {method} --seed {seed}` with this config")
+    return out
 
 
 def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.DataFrame:
     d = run_dir(cfg, method, seed)
     tables = []
-    for label, ck in run_checkpoints(d):
+    for label, ck in run_checkpoints(cfg, method, seed):
         t = evaluate_checkpoint(cfg, str(ck), d / "eval" / f"{label}.parquet",
                                 f"{method}/seed{seed}/{label}", threads=threads,
                                 extra_cols={"method": method, "seed": seed, "checkpoint": label})

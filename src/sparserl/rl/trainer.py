@@ -42,6 +42,21 @@ def run_dir(cfg: dict, method: str, seed: int) -> Path:
     return Paths(cfg).stage("rl", method, f"seed{seed}")
 
 
+def total_steps(rl: dict, method: dict) -> int:
+    """RL steps of a method (BASIS's grid entries train for a fraction of them)."""
+    return max(1, round(rl["steps"] * method["steps_factor"]))
+
+
+def snapshot_steps(rl: dict, method: dict) -> list[int]:
+    """Steps whose intermediate checkpoint is kept for evaluation (`rl.eval_fractions`)."""
+    n = total_steps(rl, method)
+    return sorted({max(1, round(f * n)) for f in rl.get("eval_fractions", [])} - {n})
+
+
+def snapshot_name(step: int) -> str:
+    return f"step{step:05d}"
+
+
 def _concat(batches: list[RolloutBatch], prompts: list[str]) -> RolloutBatch:
     """Merge batches generated for subsets of the same prompt list (indices already global)."""
     out = RolloutBatch(prompts=prompts, prompt_ids=[[] for _ in prompts],
@@ -85,7 +100,7 @@ class Trainer:
         self.backend = HFBackend(self.model, self.tok, batch_size=cfg["rollout"].get("batch_size", 256))
         self.pool = read_table(self.P.train_pool())
         self.prompts = [format_prompt(cfg, p, self.tok) for p in self.pool["problem"]]
-        self.steps = max(1, round(self.rl["steps"] * self.m["steps_factor"]))
+        self.steps = total_steps(self.rl, self.m)
         self.n_prompts = prompts_per_step(self.m, self.rl["rollouts_per_step"])
         self.params = SamplingParams(temperature=self.rl.get("temperature", 1.0), top_p=1.0,
                                      max_new_tokens=self.rl.get("max_new_tokens",
@@ -364,9 +379,12 @@ class Trainer:
     # loop ------------------------------------------------------------------------------------
     def run(self, stop_after: int | None = None) -> Path:
         from sparserl.evaluation import open_verifier
-        self.try_resume()
+        if not self.try_resume():
+            # intermediate checkpoints of an earlier setting must not reach this run's evaluation
+            for stale in ("checkpoints", "eval"):
+                shutil.rmtree(self.dir / stale, ignore_errors=True)
         every = self.rl.get("checkpoint_every", 10)
-        snaps = {max(1, round(f * self.steps)) for f in self.rl.get("eval_fractions", [])}
+        snaps = set(snapshot_steps(self.rl, self.m))
         total_rollouts = int(sum(r["rollouts_generated"] for r in self.metrics))
         with open_verifier(self.cfg) as ver:
             while self.step < self.steps:
@@ -402,8 +420,8 @@ class Trainer:
                 self.log(f"[rl {self.m['name']} s{self.seed}] step {self.step}/{self.steps} "
                          f"reward {row['reward_mean']:.3f} rollouts {len(batch)} "
                          f"gn {row['grad_norm']:.3f} ({row['wall_time_s']:.1f}s)")
-                if self.step in snaps and self.step < self.steps:
-                    self._save_hf(self.dir / "checkpoints" / f"step{self.step:05d}")
+                if self.step in snaps:
+                    self._save_hf(self.dir / "checkpoints" / snapshot_name(self.step))
                 if self.step % every == 0 or self.step == self.steps:
                     self.save_state()
                 if stop_after is not None and self.step >= stop_after and self.step < self.steps:
