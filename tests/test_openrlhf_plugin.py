@@ -548,7 +548,8 @@ def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
     pd.DataFrame({"id": ids, "problem": [f"{i}+1" for i in range(5)], "answer": [str(i + 1) for i in range(5)]}) \
         .to_parquet(P.train_pool())
     P.reference_cache("qwen3_4b").parent.mkdir(parents=True)
-    pd.DataFrame({"prompt_id": ids, "phat": [0.0, 0.25, 0.5, 0.75, 1.0]}).to_parquet(P.reference_cache("qwen3_4b"))
+    pd.DataFrame({"prompt_id": ids, "phat": [0.0, 0.25, 0.5, 0.75, 1.0], "successes": range(5), "n": 4}) \
+        .to_parquet(P.reference_cache("qwen3_4b"))
     for name, key in [("basis_grid_grpo_g1_basis", "phat"), ("v05_osla", "prior"), ("v05_osla_constant_prior", "prior")]:
         out = build_prompt_dataset(cfg, load_method(name), 0, tmp_path / f"{name}.jsonl")
         rows = [json.loads(x) for x in Path(out).read_text().splitlines()]
@@ -559,7 +560,8 @@ def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
             lab = json.loads(r["label"])
             i = ids.index(lab["uid"])
             assert r["input"] == f"Q: {i}+1 =\nA:" and lab["answer"] == str(i + 1)
-            want = 0.5 if name == "v05_osla_constant_prior" else i / 4
+            a = m.get("prior", {}).get("pseudo_count", 0.0) if key == "prior" else 0.0
+            want = 0.5 if name == "v05_osla_constant_prior" else (i + a) / (4 + 2 * a)
             assert lab[key] == pytest.approx(want)
     # OpenRLHF's own loading path: datasets' json builder, then PromptDataset's preprocess_data
     import datasets

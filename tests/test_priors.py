@@ -81,3 +81,25 @@ def test_offset_properties(p, delta, sign, seed):
     assert np.allclose(np.abs(real[unclipped]), delta)
     if sign == "inward" and delta <= 1:
         assert np.allclose(np.abs(real), delta)
+
+
+def test_oracle_prior_from_the_reference_cache_smooths_certain_rates():
+    """0/64 reference successes gives p = 0.5/65 with the Jeffreys pseudo-count, so V0.5's
+    sigma = sqrt(1 - mu^2) stays away from 0 and a surprising reward gets a bounded advantage."""
+    from sparserl.estimators import EstimatorContext, get_estimator
+    from sparserl.priors import prior_for_method, reference_values
+    ref = pd.DataFrame({"prompt_id": ["a", "b", "c"], "successes": [0, 64, 16], "n": [64, 64, 64],
+                        "phat": [0.0, 1.0, 0.25]})
+    assert reference_values(ref) == {"a": 0.0, "b": 1.0, "c": 0.25}
+    with pytest.raises(ValueError, match="pseudo_count"):
+        reference_values(ref, -1.0)
+    smooth = prior_for_method({"kind": "oracle", "pseudo_count": 0.5}, ref, seed=0)(["a", "b", "c"])
+    assert smooth.tolist() == pytest.approx([0.5 / 65, 64.5 / 65, 16.5 / 65])
+    # prompt a: prior 0, rewards 1,0,0,0 (vbar = -0.5 on the +-1 scale: Delta2 truncates to 0, w = 0)
+    r, ids = np.array([1.0, 0, 0, 0]), np.array(["a"] * 4)
+    for pseudo, bound in ((0.0, 1e3), (0.5, 12.0)):
+        p = prior_for_method({"kind": "oracle", "pseudo_count": pseudo}, ref, seed=0)(["a"])
+        adv = get_estimator("v05_fusion")(r, ids, ctx=EstimatorContext(prior={"a": p[0]}))
+        assert (np.abs(adv).max() > bound) == (pseudo == 0.0)
+    with pytest.raises(ValueError, match="reference cache"):
+        prior_for_method({"kind": "oracle"}, None, seed=0)

@@ -147,11 +147,33 @@ def make_prior(kind: str, **kw) -> Prior:
     return factory(**kw)
 
 
-def prior_for_method(spec: Mapping, cached_values: Mapping | None, seed: int, **kw) -> Prior:
-    """The prior a method spec names (`prior: {kind, offset, p}`); 'oracle' takes its values from
-    the cached reference pass rates. Other kinds (V0) get `kw` (e.g. cfg=...)."""
+def reference_values(reference: pd.DataFrame, pseudo_count: float = 0.0) -> dict:
+    """prompt_id -> the reference rollouts' pass rate (successes + a) / (n + 2a), the posterior mean
+    under a Beta(a, a) prior (a = 0: phat itself).
+
+    Why a > 0 for the RL oracle prior: 0/64 successes is not p = 0, and V0.5's
+    sigma = sqrt(1 - mu^2) is 0 at a prior of exactly 0 or 1, so one surprising reward gets an
+    advantage of 2 / sqrt(eps) (measured at small scale: mean |A| up to 70 in a step)."""
+    if not (np.isfinite(pseudo_count) and pseudo_count >= 0):
+        raise ValueError(f"pseudo_count must be >= 0, got {pseudo_count!r}")
+    missing = {"prompt_id", "successes", "n"} - set(reference.columns)
+    if missing:
+        raise ValueError(f"the reference cache lacks columns {sorted(missing)}; rebuild it "
+                         "(rule reference_cache / `sparserl mc-values`)")
+    n = reference["n"].to_numpy(dtype=np.float64)
+    succ = reference["successes"].to_numpy(dtype=np.float64)
+    return dict(zip(reference["prompt_id"], (succ + pseudo_count) / (n + 2.0 * pseudo_count)))
+
+
+def prior_for_method(spec: Mapping, reference: pd.DataFrame | None, seed: int, **kw) -> Prior:
+    """The prior a method spec names (`prior: {kind, offset, pseudo_count, p}`); 'oracle' takes its
+    values from the cached reference rollouts (`reference_values`). Other kinds (V0) get `kw`
+    (e.g. cfg=...)."""
     if spec["kind"] == "oracle":
-        return make_prior("oracle", values=cached_values, offset=spec.get("offset", 0.0), seed=seed)
+        if reference is None:
+            raise ValueError("the oracle prior needs the reference cache (prompt_id, successes, n)")
+        return make_prior("oracle", values=reference_values(reference, spec.get("pseudo_count", 0.0)),
+                          offset=spec.get("offset", 0.0), seed=seed)
     if spec["kind"] == "constant":
         return make_prior("constant", p=spec.get("p", 0.5))
     return make_prior(spec["kind"], **kw)

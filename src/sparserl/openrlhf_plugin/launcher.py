@@ -472,14 +472,15 @@ def prompt_side_data(cfg: dict, method: dict, ids: list, seed: int) -> dict[str,
     est = method["estimator"]
     prior = method.get("prior") or {}
     out: dict[str, list] = {}
-    phat = None
+    phat = df = None
     if needs_reference_cache(method):
         path = P.reference_cache(cfg["rl"]["policy"])
         if not Path(path).exists():
             raise _config_error(f"{path}: the BASIS reference cache of {cfg['rl']['policy']} is needed by "
                                 f"{method.get('name')}; build it first (rule reference_cache)")
         df = read_table(path)
-        phat = dict(zip(df["prompt_id"].astype(str), df["phat"].astype(float)))
+        df["prompt_id"] = df["prompt_id"].astype(str)
+        phat = dict(zip(df["prompt_id"], df["phat"].astype(float)))
         missing = [i for i in ids if str(i) not in phat]
         if missing:
             raise _config_error(f"{path}: no phat for {len(missing)} pool prompts (e.g. {missing[0]!r})")
@@ -489,7 +490,7 @@ def prompt_side_data(cfg: dict, method: dict, ids: list, seed: int) -> dict[str,
         from sparserl.priors import prior_for_method
         kind = prior.get("kind")
         if kind in ("oracle", "constant"):
-            pr = prior_for_method(prior, phat, seed)
+            pr = prior_for_method(prior, df, seed)
             out["prior"] = [float(x) for x in pr([str(i) for i in ids])]
         else:
             raise _config_error(

@@ -51,7 +51,7 @@ METHOD_SCHEMA = {
                      "pad_multiple": {"type": "integer", "minimum": 1}}},
         "prior": {"type": "object", "required": ["kind"], "properties": {
             "kind": {"enum": ["oracle", "constant", "v0"]}, "p": {"type": "number"},
-            "offset": {"type": "number"}}},
+            "offset": {"type": "number"}, "pseudo_count": {"type": "number", "minimum": 0}}},
         "support_buffer": {"type": "object", "additionalProperties": False, "properties": {
             "size": {"type": "integer", "minimum": 1},
             "context": {"type": "integer", "minimum": 1}}},

@@ -113,25 +113,24 @@ class Trainer:
         self.support: deque = deque(maxlen=self.m.get("support_buffer", {}).get("size", 512))
         self.prev_basis: tuple | None = None
         self._step_prior: dict | None = None  # prior p of this step's prompts (V0.5)
-        self.cached_phat = self._cached_values()
-        self.prior = self._make_prior()
+        reference = self._reference()
+        self.cached_phat = None if reference is None else \
+            dict(zip(reference["prompt_id"], reference["phat"].astype(float)))
+        self.prior = self._make_prior(reference)
 
     # side data -------------------------------------------------------------------------------
-    def _cached_values(self) -> dict | None:
-        """phat of the starting policy from the BASIS reference cache (needed by BASIS and the
-        oracle prior)."""
+    def _reference(self) -> pd.DataFrame | None:
+        """The starting policy's reference rollouts (BASIS's phat, the oracle prior's counts)."""
         if not needs_reference_cache(self.m):
             return None
-        path = self.P.reference_cache(self.rl["policy"])
-        df = read_table(path)
-        return dict(zip(df["prompt_id"], df["phat"].astype(float)))
+        return read_table(self.P.reference_cache(self.rl["policy"]))
 
-    def _make_prior(self):
+    def _make_prior(self, reference):
         spec = self.m.get("prior")
         if not spec:
             return None
         from sparserl.priors import prior_for_method
-        return prior_for_method(spec, self.cached_phat, self.seed, cfg=self.cfg)
+        return prior_for_method(spec, reference, self.seed, cfg=self.cfg)
 
     # checkpoints -----------------------------------------------------------------------------
     @property
