@@ -298,10 +298,6 @@ def _config_error(msg: str):
         return LaunchConfigError(msg)
 
 
-def rl_steps(cfg: dict, method: dict) -> int:
-    return max(1, int(round(cfg["rl"]["steps"] * float(method.get("steps_factor", 1.0)))))
-
-
 def run_dir_files(out_dir: str | Path) -> dict[str, Path]:
     """`--out` is the final HF model directory (the Snakemake rule's ``final``); the run's other
     files live beside it: ``<run>/metrics.parquet`` and ``<run>/openrlhf/`` (prompt dataset,
@@ -316,7 +312,7 @@ def run_dir_files(out_dir: str | Path) -> dict[str, Path]:
 def openrlhf_flags(cfg: dict, method: dict, seed: int, out_dir: str | Path, *,
                    policy_path: str | None = None) -> dict[str, Any]:
     """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`)."""
-    from sparserl.rl.methods import prompts_per_step
+    from sparserl.rl.methods import prompts_per_step, total_steps
 
     rl = cfg["rl"]
     over = dict(rl.get("openrlhf") or {})
@@ -369,7 +365,7 @@ def openrlhf_flags(cfg: dict, method: dict, seed: int, out_dir: str | Path, *,
     # batch sizes: every method consumes rl.rollouts_per_step rollouts per step
     G = int(method["group_size"])
     B = prompts_per_step(method, int(rl["rollouts_per_step"]))
-    steps = rl_steps(cfg, method)
+    steps = total_steps(cfg["rl"], method)
     # rl.mini_batches optimiser steps per rollout step, as the local trainer takes
     mini = max(1, int(rl.get("mini_batches", 1)))
     f.update({"rollout.n_samples_per_prompt": G, "rollout.batch_size": B,
@@ -506,7 +502,7 @@ def build_prompt_dataset(cfg: dict, method: dict, seed: int, out_path: str | Pat
 
     from sparserl.artifacts import atomic_write_text, read_table
     from sparserl.paths import Paths
-    from sparserl.rl.methods import prompts_per_step
+    from sparserl.rl.methods import prompts_per_step, total_steps
     from sparserl.tasks.prompts import PAPER_INSTRUCTION, format_prompt
 
     from .experience import encode_label
@@ -517,7 +513,7 @@ def build_prompt_dataset(cfg: dict, method: dict, seed: int, out_path: str | Pat
     side = prompt_side_data(cfg, method, ids, seed)
     chat = bool(cfg["tasks"].get("chat_template"))
     tmpl = cfg["tasks"]["prompt_template"]
-    n = rl_steps(cfg, method) * prompts_per_step(method, int(cfg["rl"]["rollouts_per_step"]))
+    n = total_steps(cfg["rl"], method) * prompts_per_step(method, int(cfg["rl"]["rollouts_per_step"]))
     rng = np.random.default_rng(seed)
     order = np.concatenate([rng.permutation(len(pool)) for _ in range(-(-n // max(len(pool), 1)))])[:n]
     lines = []

@@ -111,5 +111,10 @@ def estimator_options(method: dict) -> dict:
     return {}
 
 
+def total_steps(rl: dict, method: dict) -> int:
+    """RL steps of a method (BASIS's grid entries train for a fraction of them)."""
+    return max(1, round(rl["steps"] * float(method.get("steps_factor", 1.0))))
+
+
 def prompts_per_step(method: dict, rollouts_per_step: int) -> int:
     return max(1, rollouts_per_step // method["group_size"])

@@ -28,7 +28,8 @@ from sparserl.artifacts import atomic_write_text, config_hash, read_table, write
 from sparserl.estimators import EstimatorContext, get_estimator
 from sparserl.paths import Paths
 from sparserl.rl.losses import LOSSES, kl_k3, token_logprobs
-from sparserl.rl.methods import estimator_options, load_method, needs_reference_cache, prompts_per_step
+from sparserl.rl.methods import (estimator_options, load_method, needs_reference_cache, prompts_per_step,
+                                 total_steps)
 from sparserl.rollout import SamplingParams, rollout
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import format_prompt
@@ -40,11 +41,6 @@ class KilledForTest(RuntimeError):
 
 def run_dir(cfg: dict, method: str, seed: int) -> Path:
     return Paths(cfg).stage("rl", method, f"seed{seed}")
-
-
-def total_steps(rl: dict, method: dict) -> int:
-    """RL steps of a method (BASIS's grid entries train for a fraction of them)."""
-    return max(1, round(rl["steps"] * method["steps_factor"]))
 
 
 def snapshot_steps(rl: dict, method: dict) -> list[int]:
