@@ -1,14 +1,14 @@
 # sparserl: one DAG from data to figures. Default scale: tiny (configs/tiny.yaml).
 #   snakemake --cores 2 all                                   # tiny, on a laptop
 #   snakemake --profile slurm all                             # paper, on SLURM (profile sets the config)
-# Rules are thin: each calls `python -m sparserl <command>`; paths come from sparserl.paths.
+# Rules are thin: each calls `python -m sparserl <command>`; paths come from sparserl.core.paths.
 import os
 import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))  # a checkout runs without install
 
-from sparserl.config import from_snakemake, ConfigError
-from sparserl.paths import Paths
+from sparserl.core.config import from_snakemake, ConfigError
+from sparserl.core.paths import Paths
 
 # --configfile replaces the default instead of being merged into it
 if not workflow.overwrite_configfiles:

@@ -16,8 +16,8 @@ def repo() -> Path:
 def tiny_lm(tmp_path_factory):
     """A random 2-layer Qwen3 policy and a BPE tokenizer trained on a few arithmetic prompts."""
     import torch
-    from sparserl.policies import build_model
-    from sparserl.tokenizer import train_tokenizer
+    from sparserl.models.policies import build_model
+    from sparserl.models.tokenizer import train_tokenizer
 
     texts = [f"Q: {a} + {b} =\nA: \\boxed{{{a + b}}}" for a in range(10) for b in range(10)]
     tok = train_tokenizer(texts * 3, 120, tmp_path_factory.mktemp("tok") / "tokenizer", 24)

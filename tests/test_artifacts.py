@@ -4,7 +4,7 @@ import os
 import pandas as pd
 import pytest
 
-from sparserl.artifacts import (iter_jsonl, read_manifest, read_table, summarize, write_json,
+from sparserl.core.artifacts import (iter_jsonl, read_manifest, read_table, summarize, write_json,
                                 write_table)
 from sparserl.cli import main
 

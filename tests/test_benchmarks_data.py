@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sparserl.artifacts import read_manifest, write_table
+from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.data import benchmarks as B
 from sparserl.data.benchmarks import (
     BENCHMARKS, PAPER_BENCHMARKS, RECORD_COLUMNS, clean_answer, load_benchmark,
@@ -344,9 +344,9 @@ def test_download_unknown_name(tmp_path):
 @needs_data
 def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, repo):
     """The paper data stage: local files where the config names them, the hub elsewhere."""
-    from sparserl.config import load_config
+    from sparserl.core.config import load_config
     from sparserl.data import download
-    from sparserl.paths import Paths
+    from sparserl.core.paths import Paths
     cfg = load_config(repo / "configs/paper.yaml")
     cfg["results_dir"] = str(tmp_path / "results")
     six = ["math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench"]

@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from sparserl.config import ConfigError, load_config
-from sparserl.paths import Paths
+from sparserl.core.config import ConfigError, load_config
+from sparserl.core.paths import Paths
 
 
 @pytest.mark.parametrize("name", ["tiny", "small", "paper", "smoke"])

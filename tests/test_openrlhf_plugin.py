@@ -1,4 +1,4 @@
-"""sparserl.openrlhf_plugin against OpenRLHF 0.11.2's REAL classes, on CPU.
+"""sparserl.engines.openrlhf against OpenRLHF 0.11.2's REAL classes, on CPU.
 
 Needs: pip install -r requirements-openrlhf-cpu.txt && pip install --no-deps openrlhf==0.11.2
 (vllm and flash_attn are CUDA-only: tests/openrlhf_stubs.py puts import-only placeholders in
@@ -27,7 +27,7 @@ if _MISSING:
 import torch  # noqa: E402
 
 from sparserl.estimators import EstimatorContext, get_estimator, gpg_valid_scale  # noqa: E402
-from sparserl.rl.methods import estimator_options  # noqa: E402
+from sparserl.methods.spec import estimator_options  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,14 +46,14 @@ def orl():
                            ("ppo_trainer_async", "openrlhf.trainer.ppo_trainer_async"),
                            ("ppo_actor", "openrlhf.trainer.ray.ppo_actor"),
                            ("train_ppo_ray", "openrlhf.cli.train_ppo_ray"),
-                           ("plugin_exp", "sparserl.openrlhf_plugin.experience"),
-                           ("plugin_samples", "sparserl.openrlhf_plugin.samples"),
-                           ("plugin_losses", "sparserl.openrlhf_plugin.losses"),
-                           ("launcher", "sparserl.openrlhf_plugin.launcher")]:
+                           ("plugin_exp", "sparserl.engines.openrlhf.experience"),
+                           ("plugin_samples", "sparserl.engines.openrlhf.samples"),
+                           ("plugin_losses", "sparserl.engines.openrlhf.losses"),
+                           ("launcher", "sparserl.engines.openrlhf.launcher")]:
             setattr(mods, attr, importlib.import_module(name))
         yield mods
     finally:
-        from sparserl.openrlhf_plugin.launcher import _PostImportPatcher
+        from sparserl.engines.openrlhf.launcher import _PostImportPatcher
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PostImportPatcher)]
         openrlhf_stubs.remove(added)
 
@@ -84,7 +84,7 @@ def _maker(cls, estimator, n=4, spec=None, kl_coef=0.0, **kw):
 def _batch(orl, rewards, uids, *, side=None, order=None, micro=3, T=5, seed=0, kl=0.0):
     """Experiences as OpenRLHF's make_experience_batch hands them on: micro-batches in rollout
     order, each with index = rollout positions, JSON labels (uid + side data), kl per token."""
-    from sparserl.openrlhf_plugin.experience import encode_label
+    from sparserl.engines.openrlhf.experience import encode_label
     rng = np.random.default_rng(seed)
     M = len(rewards)
     order = np.arange(M) if order is None else np.asarray(order)
@@ -133,7 +133,7 @@ UIDS_EQ = ["a"] * 4 + ["b"] * 4 + ["c"] * 4
 @pytest.mark.parametrize("ours,theirs", [("grpo", "group_norm"), ("rloo", "rloo"), ("dr_grpo", "dr_grpo")])
 @pytest.mark.parametrize("kl", [0.0, 0.3])
 def test_group_estimators_match_openrlhf_builtins(orl, ours, theirs, kl):
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     base_exps = _batch(orl, REWARDS_EQ, UIDS_EQ, kl=kl)
     our_exps = copy.deepcopy(base_exps)
     base = _maker(orl.em.RemoteExperienceMaker, theirs, kl_coef=0.1).compute_advantages_and_returns(base_exps)
@@ -148,7 +148,7 @@ def test_group_estimators_match_openrlhf_builtins(orl, ours, theirs, kl):
 
 
 def test_openrlhf_names_fall_through_to_super(orl):
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     for name in ["group_norm", "reinforce", "reinforce_baseline", "flash_reinforce"]:
         a = _maker(orl.em.RemoteExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
         b = _maker(SparseRLExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
@@ -163,7 +163,7 @@ def _registry(name, rewards, uids, ctx, **kw):
 def test_uid_grouping_not_position(orl):
     """Rollouts interleaved across prompts (as OSLA rounds append them): OpenRLHF's positional
     reshape mixes prompts, ours groups by uid and equals the registry."""
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     order = np.random.default_rng(3).permutation(len(REWARDS_EQ))
     want = _registry("grpo", REWARDS_EQ, UIDS_EQ, None)
     mine = _by_id(_maker(SparseRLExperienceMaker, "grpo").compute_advantages_and_returns(
@@ -197,7 +197,7 @@ PHAT = {f"p{i}": p for i, p in enumerate([0.1, 0.45, 0.8, 0.3, 0.0])}
     ("basis_rvg", {"basis": {"kind": "rvg", "beta": "inf"}}, EstimatorContext(phat=PHAT, beta=np.inf)),
 ])
 def test_registry_estimators_uneven_groups_shuffled(orl, name, spec, ctx):
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     order = np.random.default_rng(11).permutation(len(REWARDS_OSLA))
     exps = _batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"prior": PRIOR, "phat": PHAT}, order=order, micro=4)
     got = _by_id(_maker(SparseRLExperienceMaker, name, spec=spec).compute_advantages_and_returns(exps))
@@ -212,7 +212,7 @@ def test_registry_estimators_uneven_groups_shuffled(orl, name, spec, ctx):
 def test_basis_inactive_option_reaches_the_registry(orl):
     """The method's `basis.inactive` travels to the estimator: a prompt whose reference rate is 1
     gets baseline 1 with "vhat" and 0 with the default "zero", as in the CPU trainer."""
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     phat = {**PHAT, "p2": 1.0}
     got = {}
     for inactive in ("zero", "vhat"):
@@ -228,7 +228,7 @@ def test_basis_inactive_option_reaches_the_registry(orl):
 
 
 def test_advantage_is_constant_over_the_response_and_zero_after(orl):
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     exps = _maker(SparseRLExperienceMaker, "v05_fusion", spec={"prior": {"kind": "oracle"}}) \
         .compute_advantages_and_returns(_batch(orl, REWARDS_OSLA, UIDS_OSLA, side={"prior": PRIOR}))
     for e in exps:
@@ -241,7 +241,7 @@ def test_advantage_is_constant_over_the_response_and_zero_after(orl):
 
 
 def test_basis_previous_calibration_uses_the_preceding_batch(orl):
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     spec = {"basis": {"kind": "unb", "calibrate_on": "previous"}}
     maker = _maker(SparseRLExperienceMaker, "basis_unb", spec=spec)
     r1, r2 = REWARDS_OSLA, list(1 - np.asarray(REWARDS_OSLA))
@@ -256,7 +256,7 @@ def test_basis_previous_calibration_uses_the_preceding_batch(orl):
 
 
 def test_gpg_loss_with_another_estimator_folds_b_over_bvalid(orl):
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     spec = {"loss": {"type": "gpg"}}
     got = _by_id(_maker(SparseRLExperienceMaker, "dr_grpo", spec=spec).compute_advantages_and_returns(
         _batch(orl, REWARDS_OSLA, UIDS_OSLA)))
@@ -267,7 +267,7 @@ def test_gpg_loss_with_another_estimator_folds_b_over_bvalid(orl):
 
 def test_overlong_penalty_is_applied_before_the_estimator(orl):
     """DAPO's overlong shaping is OpenRLHF's own apply_length_penalties, then the registry."""
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     exps = _batch(orl, REWARDS_EQ, UIDS_EQ, T=5)
     lengths = torch.cat([e.response_length for e in exps]).numpy()
     maker = _maker(SparseRLExperienceMaker, "grpo", overlong_buffer_len=8.0, overlong_penalty_factor=1.0)
@@ -278,14 +278,14 @@ def test_overlong_penalty_is_applied_before_the_estimator(orl):
 
 
 def test_missing_side_data_names_the_label_field(orl):
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     with pytest.raises(ValueError, match="'prior'"):
         _maker(SparseRLExperienceMaker, "v05_fusion", spec={"prior": {"kind": "oracle"}}) \
             .compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
 
 
 def test_labels_roundtrip_and_plain_labels(orl):
-    from sparserl.openrlhf_plugin.experience import decode_label, encode_label, experience_uids
+    from sparserl.engines.openrlhf.experience import decode_label, encode_label, experience_uids
     lab = encode_label("train/x/1", 42, phat=np.float64(0.25), prior=None)
     assert decode_label(lab) == {"uid": "train/x/1", "answer": "42", "phat": 0.25}
     assert decode_label("17") == {"answer": "17"}
@@ -308,7 +308,7 @@ def _loss_inputs(seed=0, B=4, T=6):
 
 @pytest.mark.parametrize("token_level", [True, False])
 def test_gpg_loss_matches_hand_computation(orl, token_level):
-    from sparserl.openrlhf_plugin.losses import SparseRLPolicyLoss, gpg_policy_loss
+    from sparserl.engines.openrlhf.losses import SparseRLPolicyLoss, gpg_policy_loss
     logp, old, adv, mask = _loss_inputs()
     fn = SparseRLPolicyLoss(policy_loss_type="gpg", token_level_loss=token_level)
     loss, clip_ratio, ppo_kl, vllm_kl, filt = fn(logp, old, adv, action_mask=mask)
@@ -330,7 +330,7 @@ def test_gpg_loss_matches_hand_computation(orl, token_level):
 
 def test_gpg_differs_from_ppo_only_by_the_ratio(orl):
     """At ratio 1 (on-policy) GPG's gradient equals PPO's; ppo/gspo still go to OpenRLHF's code."""
-    from sparserl.openrlhf_plugin.losses import SparseRLPolicyLoss
+    from sparserl.engines.openrlhf.losses import SparseRLPolicyLoss
     logp, _old, adv, mask = _loss_inputs()
     old = logp.detach().clone()
     grads = []
@@ -347,8 +347,8 @@ def test_gpg_differs_from_ppo_only_by_the_ratio(orl):
 
 
 def test_reward_func_scores_the_response_not_the_prompt(orl):
-    from sparserl.openrlhf_plugin.experience import encode_label
-    from sparserl.openrlhf_plugin.losses import reward_func
+    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.losses import reward_func
     prompt = "What is 3+4? Put the answer in \\boxed{}."
     lab = encode_label("u1", "7")
     assert reward_func([prompt + " so \\boxed{7}"], [prompt], [lab])["rewards"] == 1.0
@@ -361,10 +361,10 @@ def test_reward_func_scores_the_response_not_the_prompt(orl):
 # --------------------------------------------------------------------------- worker hook
 
 def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
-    from sparserl.openrlhf_plugin import launcher
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
-    from sparserl.openrlhf_plugin.losses import SparseRLPolicyLoss
-    from sparserl.openrlhf_plugin.samples import OslaSamplesGenerator
+    from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.losses import SparseRLPolicyLoss
+    from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
     for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
                        (orl.ppo_trainer_async, ["SamplesGenerator"]), (orl.ppo_actor, ["PolicyLoss"])]:
         for a in attrs:
@@ -382,8 +382,8 @@ def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
 
 def test_patches_apply_on_first_import(orl, monkeypatch):
     """A worker that imports the trainer module after the hook ran still gets our classes."""
-    from sparserl.openrlhf_plugin import launcher
-    from sparserl.openrlhf_plugin.samples import OslaSamplesGenerator
+    from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
     monkeypatch.delitem(sys.modules, "openrlhf.trainer.ppo_trainer_async")  # restored after the test
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     launcher.install_patches()
@@ -396,7 +396,7 @@ def test_patches_apply_on_first_import(orl, monkeypatch):
 def test_init_ray_passes_the_setup_hook(orl, monkeypatch):
     import ray
 
-    from sparserl.openrlhf_plugin import launcher
+    from sparserl.engines.openrlhf import launcher
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
@@ -404,7 +404,7 @@ def test_init_ray_passes_the_setup_hook(orl, monkeypatch):
     (kw,) = calls
     assert kw["address"] == "192.0.2.10:6379"
     hook = kw["runtime_env"]["worker_process_setup_hook"]
-    assert hook == "sparserl.openrlhf_plugin.launcher.worker_process_setup"
+    assert hook == "sparserl.engines.openrlhf.launcher.worker_process_setup"
     mod, _, fn = hook.rpartition(".")
     assert getattr(importlib.import_module(mod), fn) is launcher.worker_process_setup
     assert kw["runtime_env"]["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"] == "1"
@@ -439,7 +439,7 @@ def _flags(argv):
 
 def test_rebuilt_parser_accepts_our_names_and_rejects_unknown(orl, capsys):
     from sparserl.estimators import list_estimators
-    from sparserl.openrlhf_plugin.launcher import build_parser
+    from sparserl.engines.openrlhf.launcher import build_parser
     p = build_parser()
     for name in list_estimators() + ["gae", "group_norm", "reinforce"]:
         assert vars(p.parse_args(["--algo.advantage.estimator", name]))["algo.advantage.estimator"] == name
@@ -476,15 +476,15 @@ EXPECT = {
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
 def test_method_argument_lists(orl, tmp_path, name):
-    from sparserl.openrlhf_plugin.launcher import openrlhf_argv, parse_args
-    from sparserl.rl.methods import load_method
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv, parse_args
+    from sparserl.methods.spec import load_method
     method = load_method(name)
     argv = openrlhf_argv(_cfg(tmp_path), method, 3, tmp_path / "run" / "final", policy_path="/models/q")
     f = _flags(argv)
     for k, v in EXPECT[name].items():
         assert f.get(k) == v, (k, f.get(k), v)
     assert f["train.seed"] == "3" and f["actor.model_name_or_path"] == "/models/q"
-    assert f["reward.remote_url"].endswith("openrlhf_plugin/losses.py")
+    assert f["reward.remote_url"].endswith("engines/openrlhf/losses.py")
     assert f["data.label_key"] == "label" and f["data.apply_chat_template"] is True
     assert json.loads(f["sparserl.spec"])["estimator"] == method["estimator"]
     assert f["ckpt.output_dir"] == str(tmp_path / "run" / "final")
@@ -498,9 +498,9 @@ def test_method_argument_lists(orl, tmp_path, name):
 
 
 def test_overrides_from_the_config(orl, tmp_path):
-    from sparserl.config import ConfigError
-    from sparserl.openrlhf_plugin.launcher import openrlhf_flags
-    from sparserl.rl.methods import load_method
+    from sparserl.core.config import ConfigError
+    from sparserl.engines.openrlhf.launcher import openrlhf_flags
+    from sparserl.methods.spec import load_method
     m = load_method("grpo_g8")
     f = openrlhf_flags(_cfg(tmp_path, openrlhf={"nodes": 2, "vllm.tensor_parallel_size": 2,
                                                 "train.micro_batch_size": 2, "ds.packing_samples": False}),
@@ -514,8 +514,8 @@ def test_overrides_from_the_config(orl, tmp_path):
 def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
     import ray
 
-    from sparserl.openrlhf_plugin import launcher
-    from sparserl.rl.methods import load_method
+    from sparserl.engines.openrlhf import launcher
+    from sparserl.methods.spec import load_method
     for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
                        (orl.ppo_trainer_async, ["SamplesGenerator"]), (orl.ppo_actor, ["PolicyLoss"])]:
         for a in attrs:
@@ -536,9 +536,9 @@ def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
 def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
     import pandas as pd
 
-    from sparserl.openrlhf_plugin.launcher import build_prompt_dataset
-    from sparserl.paths import Paths
-    from sparserl.rl.methods import load_method
+    from sparserl.engines.openrlhf.launcher import build_prompt_dataset
+    from sparserl.core.paths import Paths
+    from sparserl.methods.spec import load_method
     cfg = _cfg(tmp_path, steps=3, rollouts_per_step=8)
     cfg["tasks"]["chat_template"] = False
     cfg["tasks"]["prompt_template"] = "Q: {problem} =\nA:"
@@ -577,7 +577,7 @@ def test_cli_register_prints_the_argument_list(orl, tmp_path, monkeypatch, capsy
 
     import yaml
 
-    from sparserl.openrlhf_plugin.cli import register
+    from sparserl.cli.openrlhf import register
     over = tmp_path / "rl.yaml"
     over.write_text(yaml.safe_dump({"rl": {"policy": "qwen3_4b", "methods": ["gpg_g8"], "seeds": [0],
                                            "steps": 10, "rollouts_per_step": 256,
@@ -646,8 +646,8 @@ OSLA_SCRIPT = {"q0": (0.5, [1, 0]), "q1": (0.9, [0]), "q2": (0.1, [1]), "q3": (0
 def _generator(orl, script, spec, monkeypatch, batch_size=4):
     import ray
 
-    from sparserl.openrlhf_plugin.experience import encode_label
-    from sparserl.openrlhf_plugin.samples import OslaSamplesGenerator
+    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
     monkeypatch.setattr(ray, "get", lambda refs: refs)  # fake engines return values, not refs
     engine = FakeEngine({q: r for q, (_p, r) in script.items()})
     gen = OslaSamplesGenerator.__new__(OslaSamplesGenerator)
@@ -662,7 +662,7 @@ def _generator(orl, script, spec, monkeypatch, batch_size=4):
 
 
 def test_osla_rounds_and_dispatch_padding(orl, monkeypatch):
-    from sparserl.osla_sampler import run_osla
+    from sparserl.methods.osla_sampler import run_osla
     gen, engine = _generator(orl, OSLA_SCRIPT, OSLA_SPEC, monkeypatch)
     exps, pass_rate, consumed, exhausted = gen.generate_samples(max_len=64)
     assert consumed == 4 and not exhausted and pass_rate is None
@@ -701,7 +701,7 @@ def test_osla_global_stop(orl, monkeypatch):
 
 def test_osla_batch_trains_with_uneven_groups(orl, monkeypatch):
     """OSLA's experiences (padding included) through the experience maker = the registry."""
-    from sparserl.openrlhf_plugin.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     gen, _ = _generator(orl, OSLA_SCRIPT, OSLA_SPEC, monkeypatch)
     exps, *_ = gen.generate_samples(max_len=64)
     rewards = [float(e.rewards[0]) for e in exps]
@@ -718,7 +718,7 @@ def test_osla_batch_trains_with_uneven_groups(orl, monkeypatch):
 
 
 def test_pad_allocation():
-    from sparserl.openrlhf_plugin.samples import pad_allocation
+    from sparserl.engines.openrlhf.samples import pad_allocation
     assert pad_allocation([2, 2, 2], 32).tolist() == [9, 9, 8]
     assert pad_allocation([16, 16], 32).tolist() == [0, 0]
     assert pad_allocation([3], None).tolist() == [0]
@@ -739,7 +739,7 @@ def _fake_run(calls):
 
 
 def test_slurm_commands_for_two_nodes(monkeypatch):
-    from sparserl.openrlhf_plugin import slurm
+    from sparserl.engines.openrlhf import slurm
     env = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "64"}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -779,7 +779,7 @@ def test_slurm_commands_for_two_nodes(monkeypatch):
 
 
 def test_slurm_outside_an_allocation(monkeypatch):
-    from sparserl.openrlhf_plugin import slurm
+    from sparserl.engines.openrlhf import slurm
     monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
     monkeypatch.delenv("SLURM_NODELIST", raising=False)
     assert slurm.plan_from_env(run=lambda *a, **k: pytest.fail("must not run scontrol")) is None
@@ -792,7 +792,7 @@ def test_setup_hook_reaches_real_ray_workers(orl):
 
     import ray
 
-    from sparserl.openrlhf_plugin import launcher
+    from sparserl.engines.openrlhf import launcher
     if ray.is_initialized():
         pytest.skip("Ray already initialised by another test")
     src = str(REPO / "src")
@@ -822,8 +822,8 @@ def test_setup_hook_reaches_real_ray_workers(orl):
 
 def test_mini_batches_set_the_train_batch(orl, tmp_path):
     """rl.mini_batches optimiser steps per rollout step, as in the local trainer."""
-    from sparserl.openrlhf_plugin.launcher import openrlhf_flags
-    from sparserl.rl.methods import load_method
+    from sparserl.engines.openrlhf.launcher import openrlhf_flags
+    from sparserl.methods.spec import load_method
     cfg = _cfg(tmp_path)
     cfg["rl"]["mini_batches"] = 4
     f = openrlhf_flags(cfg, load_method("grpo_g16"), 0, tmp_path / "final", policy_path="p")

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparserl.estimators import osla_should_continue
-from sparserl.osla_sampler import cached_sample_fn, run_osla
+from sparserl.methods.osla_sampler import cached_sample_fn, run_osla
 
 
 def scripted(scripts):

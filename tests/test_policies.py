@@ -4,12 +4,12 @@ import shutil
 import pytest
 import torch
 
-from sparserl.artifacts import write_table
-from sparserl.config import load_config
-from sparserl.paths import Paths
-from sparserl.policies import pretrain
+from sparserl.core.artifacts import write_table
+from sparserl.core.config import load_config
+from sparserl.core.paths import Paths
+from sparserl.models.policies import pretrain
 from sparserl.tasks import format_prompt, format_target, procedural
-from sparserl.tokenizer import train_tokenizer
+from sparserl.models.tokenizer import train_tokenizer
 
 
 def _world(repo, root):

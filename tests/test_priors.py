@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparserl.priors import ConstantPrior, OraclePrior, make_prior, register_prior, stable_sign
+from sparserl.values.priors import ConstantPrior, OraclePrior, make_prior, register_prior, stable_sign
 
 
 def test_offset_is_on_the_v_scale_and_signs():
@@ -87,7 +87,7 @@ def test_oracle_prior_from_the_reference_cache_smooths_certain_rates():
     """0/64 reference successes gives p = 0.5/65 with the Jeffreys pseudo-count, so V0.5's
     sigma = sqrt(1 - mu^2) stays away from 0 and a surprising reward gets a bounded advantage."""
     from sparserl.estimators import EstimatorContext, get_estimator
-    from sparserl.priors import prior_for_method, reference_values
+    from sparserl.values.priors import prior_for_method, reference_values
     ref = pd.DataFrame({"prompt_id": ["a", "b", "c"], "successes": [0, 64, 16], "n": [64, 64, 64],
                         "phat": [0.0, 1.0, 0.25]})
     assert reference_values(ref) == {"a": 0.0, "b": 1.0, "c": 0.25}

@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from sparserl.artifacts import read_table, write_table
-from sparserl.config import load_config
+from sparserl.core.artifacts import read_table, write_table
+from sparserl.core.config import load_config
 from sparserl.estimators import EstimatorContext, get_estimator
-from sparserl.paths import Paths
-from sparserl.rl.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
-from sparserl.rl.methods import load_method, method_names, prompts_per_step
-from sparserl.rl.trainer import Trainer, overlong_penalty, train
+from sparserl.core.paths import Paths
+from sparserl.engines.local.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
+from sparserl.methods.spec import load_method, method_names, prompts_per_step
+from sparserl.engines.local.trainer import Trainer, overlong_penalty, train
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import procedural
 
@@ -100,7 +100,7 @@ def test_every_method_loads_and_matches_the_rollout_budget():
 # a trainer wired to a tiny world in tmp_path ------------------------------------------------
 @pytest.fixture()
 def world(tmp_path, tiny_lm, repo):
-    from sparserl.policies import save_hf
+    from sparserl.models.policies import save_hf
     cfg = load_config(repo / "configs/smoke.yaml")
     cfg["results_dir"] = str(tmp_path / "results")
     cfg["rl"] = {"policy": "s", "methods": ["grpo_g4"], "seeds": [0], "steps": 8,
@@ -157,7 +157,7 @@ def test_each_method_advantages_are_the_registrys(world, name):
 
 def test_osla_sampling_respects_its_rules(world):
     t = Trainer(world, "v05_osla", seed=0)
-    from sparserl.evaluation import open_verifier
+    from sparserl.grading.verifier import open_verifier
     with open_verifier(world) as ver:
         info = {}
         idx, batch = t.sample(ver, info)
@@ -171,7 +171,7 @@ def test_osla_sampling_respects_its_rules(world):
 
 def test_dynamic_sampling_keeps_mixed_groups(world):
     t = Trainer(world, "dapo_g16", seed=0)
-    from sparserl.evaluation import open_verifier
+    from sparserl.grading.verifier import open_verifier
     with open_verifier(world) as ver:
         info = {}
         idx, batch = t.sample(ver, info)
@@ -216,7 +216,7 @@ def test_finished_run_leaves_no_resume_state(world):
 def test_fresh_run_drops_an_earlier_settings_checkpoints(world):
     """A run restarted under another config (Snakemake reruns it when `rl` changes) must not carry
     the old run's intermediate checkpoints into its evaluation."""
-    from sparserl.rl.report import run_checkpoints
+    from sparserl.engines.report import run_checkpoints
     d = train(world, "grpo_g4", 0)
     assert [n for n, _ in run_checkpoints(world, "grpo_g4", 0)] == ["step00004", "final"]
     (d / "checkpoints" / "step00003").mkdir()  # left by a run with other eval_fractions

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sparserl.artifacts import read_manifest, write_table
+from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.estimators import shrinkage_fusion
 from sparserl.studies import DEFAULTS, FIGURES, StudyData, load_study_data, settings
 from sparserl.studies import basis_value as bv
@@ -243,7 +243,7 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     cfg_path, cfg = _config(repo, tmp_path, study)
     monkeypatch.chdir(tmp_path)
     cfg["results_dir"], cfg["figures_dir"] = "results", "paper_figures"
-    from sparserl.paths import Paths
+    from sparserl.core.paths import Paths
     P = Paths(cfg)
     write_caches(P.reference_cache("s@p50"), P.oracle("s"), hetero_p(80), n_ref=8, n_oracle=16, cfg=cfg)
     c = ["--config", str(cfg_path)]
@@ -272,7 +272,7 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     # k_max is capped by the 16 cached oracle rollouts; tables carry the provenance figures print
     assert read_manifest(SP.table("basis", "mse_by_method"))["scale"] == "smoke"
     assert pd.read_csv(SP.csv("v05", "c_sweep"))["k_max"].max() <= 16
-    from sparserl.studies.figures import provenance
+    from sparserl.figures.studies import provenance
     assert provenance(SP.table("v05", "c_sweep"))["config_hash"] == read_manifest(SP.table("v05", "c_sweep"))["config_hash"]
 
 

@@ -1,6 +1,6 @@
 import pandas as pd
 
-from sparserl.config import load_config
+from sparserl.core.config import load_config
 from sparserl.tasks import format_prompt, format_target, procedural
 
 

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from sparserl.verifier import (
+from sparserl.grading.verifier import (
     Verifier, extract_boxed, fast_compare, score_reasoning_gym, score_responses,
 )
 

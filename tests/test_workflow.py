@@ -23,7 +23,7 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
         assert res in eval_block, f"{res} missing from the evaluate job's resources"
     assert "fetch_data" in log
     # every RL method of the paper config runs on 8 GPUs through OpenRLHF
-    from sparserl.config import load_config
+    from sparserl.core.config import load_config
     methods = load_config(repo / "configs/paper.yaml")["rl"]["methods"]
     blocks = [b for b in log.split("\n\n") if "rule rl_cluster:" in b]
     assert len(blocks) == len(methods)

@@ -20,14 +20,14 @@ def T(group, default=1):
 
 def cfg_key(*sections):
     """A hash of config sections: as a rule's `params`, a change to them reruns the rule."""
-    from sparserl.artifacts import config_hash
+    from sparserl.core.artifacts import config_hash
     return config_hash({s: CFG.get(s) for s in sections})
 
 
 def method_key(w):
-    from sparserl.artifacts import config_hash
-    from sparserl.config import ConfigError
-    from sparserl.rl.methods import load_method
+    from sparserl.core.artifacts import config_hash
+    from sparserl.core.config import ConfigError
+    from sparserl.methods.spec import load_method
     try:
         method = load_method(w.method)
     except ConfigError:  # not a method: the rule's own command reports it

@@ -7,7 +7,7 @@ if RL:
     RL_POLICY = RL["policy"]
 
     def rl_inputs(w):
-        from sparserl.rl.methods import load_method, needs_reference_cache
+        from sparserl.methods.spec import load_method, needs_reference_cache
         ins = policy_input(RL_POLICY) + [str(P.train_pool())]
         if needs_reference_cache(load_method(w.method)):
             ins.append(str(P.reference_cache(RL_POLICY)))
@@ -38,7 +38,7 @@ if RL:
     else:
 
         rule rl_cluster:
-            # Ray on the SLURM allocation, then OpenRLHF with our plugin (sparserl.openrlhf_plugin)
+            # Ray on the SLURM allocation, then OpenRLHF with our plugin (sparserl.engines.openrlhf)
             input:
                 rl_inputs,
             output:

@@ -26,8 +26,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
-from sparserl.artifacts import iter_jsonl
-from sparserl.verifier import extract_boxed
+from sparserl.core.artifacts import iter_jsonl
+from sparserl.grading.verifier import extract_boxed
 
 RECORD_COLUMNS = ("id", "problem", "answer", "source")
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from sparserl.artifacts import write_table
+from sparserl.core.artifacts import write_table
 from sparserl.data.benchmarks import BENCHMARKS, TRAIN_SETS, load_benchmark, normalise_records
 
 #: name -> hub dataset id, config (None: default) and split.
@@ -93,7 +93,7 @@ def fetch_dataset(name: str, out_path: str | os.PathLike, local_path=None, *, cf
 
 def fetch_for_config(cfg: dict) -> None:
     """The paper-scale data stage: the training pool and every benchmark of the config."""
-    from sparserl.paths import Paths
+    from sparserl.core.paths import Paths
     P = Paths(cfg)
     t = cfg["tasks"]
     local = t.get("local_paths", {})

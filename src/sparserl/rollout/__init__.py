@@ -4,6 +4,7 @@
 cluster path. Both return a `RolloutBatch`, so samplers, caches and trainers never see which
 backend made it.
 """
-from sparserl.rollout.base import RolloutBackend, RolloutBatch, SamplingParams, make_backend, rollout
+from sparserl.rollout.backends import make_backend
+from sparserl.rollout.base import RolloutBackend, RolloutBatch, SamplingParams, rollout
 
 __all__ = ["RolloutBackend", "RolloutBatch", "SamplingParams", "make_backend", "rollout"]

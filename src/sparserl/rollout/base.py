@@ -99,16 +99,3 @@ def rollout(backend: RolloutBackend, prompts: Sequence[str], answers: Sequence[s
     gold = [answers[i] for i in batch.prompt_index]
     batch.rewards = np.asarray(verifier.score(batch.texts, gold), dtype=np.float32)
     return batch
-
-
-def make_backend(cfg: dict, policy: str, threads: int | None = None) -> RolloutBackend:
-    """The backend named by `rollout.backend` for a checkpoint dir or hub name."""
-    r = cfg["rollout"]
-    if r["backend"] == "hf":
-        from sparserl.rollout.hf import HFBackend
-        return HFBackend(policy, batch_size=r.get("batch_size", 256),
-                         threads=threads or cfg.get("threads"))
-    if r["backend"] == "vllm":
-        from sparserl.rollout.vllm_backend import VLLMBackend
-        return VLLMBackend(policy, seed=cfg["seed"], **r.get("vllm", {}))
-    raise ValueError(f"rollout.backend: unknown backend {r['backend']!r}; use 'hf' or 'vllm'")

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.artifacts import read_table
-from sparserl.config import deep_merge
-from sparserl.paths import Paths
+from sparserl.core.artifacts import read_table
+from sparserl.core.config import deep_merge
+from sparserl.core.paths import Paths
 
 DEFAULTS: dict = {
     "seed": None,                    # None: the config's top-level seed

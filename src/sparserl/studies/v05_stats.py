@@ -3,7 +3,7 @@ not shown" / "Missing ablations"), on cached oracle rollouts with priors of know
 
 Truth: mu_true = 2p - 1 with p the oracle pass rate; rewards are drawn without replacement from the
 prompt's cached oracle rollouts (the finite-population model of `sparserl.studies`). Priors are
-pluggable (`sparserl.priors`): the oracle plus a known offset delta on the V = 2p - 1 scale (so
+pluggable (`sparserl.values.priors`): the oracle plus a known offset delta on the V = 2p - 1 scale (so
 the true prior bias |Delta| = delta unless clipped at +-1), constants (0.5, the pool mean) and the
 stale reference checkpoint's pass rates.
 
@@ -36,8 +36,8 @@ import numpy as np
 import pandas as pd
 
 from sparserl.estimators import osla_k_max, shrinkage_fusion
-from sparserl.osla_sampler import REASONS, cached_sample_fn, run_osla
-from sparserl.priors import make_prior
+from sparserl.methods.osla_sampler import REASONS, cached_sample_fn, run_osla
+from sparserl.values.priors import make_prior
 
 from . import StudyData, bin_labels, difficulty_bins
 

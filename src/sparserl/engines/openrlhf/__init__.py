@@ -20,6 +20,6 @@ see `experience`. CPU install for the tests: requirements-openrlhf-cpu.txt, then
 from __future__ import annotations
 
 OPENRLHF_VERSION = "0.11.2"
-HOOK = "sparserl.openrlhf_plugin.launcher.worker_process_setup"
+HOOK = "sparserl.engines.openrlhf.launcher.worker_process_setup"
 
 __all__ = ["HOOK", "OPENRLHF_VERSION"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from sparserl.config import ConfigError
+from sparserl.core.config import ConfigError
 
 METHODS_DIR = Path(__file__).resolve().parents[3] / "configs" / "methods"
 

@@ -19,7 +19,7 @@ class where `openrlhf.trainer.ray.ppo_actor` looks `PolicyLoss` up.
 
 `reward_func(queries, prompts, labels)` is the function OpenRLHF loads from the file named by
 ``--reward.remote_url <path>.py`` (this file) inside each vLLM engine: it decodes our JSON label
-(`experience.decode_label`) and scores the response against its "answer" with `sparserl.verifier`.
+(`experience.decode_label`) and scores the response against its "answer" with `sparserl.grading.verifier`.
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ _VERIFIER_LOCK = threading.Lock()
 def _verifier():
     global _VERIFIER
     if _VERIFIER is None:
-        from sparserl.verifier import Verifier
+        from sparserl.grading.verifier import Verifier
         _VERIFIER = Verifier(workers=2, timeout_s=10.0)
     return _VERIFIER
 
@@ -112,7 +112,7 @@ def _decode(label):
 
 
 def reward_func(queries, prompts, labels):
-    """OpenRLHF's custom reward hook: {0,1} per query from `sparserl.verifier` on the label's answer.
+    """OpenRLHF's custom reward hook: {0,1} per query from `sparserl.grading.verifier` on the label's answer.
 
     Returns {"rewards", "scores", "extra_logs"}: scalars for a single query (OpenRLHF's single-turn
     executor calls it one query at a time), tensors for several.

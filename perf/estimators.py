@@ -1,6 +1,6 @@
 """Time every registered estimator relative to GRPO on one batch, and basis_refine's scaling in B.
 
-    python benchmarks/estimators.py [--prompts 4096] [--group 8] [--json out.json]
+    python perf/estimators.py [--prompts 4096] [--group 8] [--json out.json]
 
 Goal: every estimator within 2x of GRPO's cost. Timings are the best of `--repeat` runs (each
 run loops until it has taken at least ~50 ms), so they are stable but machine-dependent.

@@ -1,7 +1,7 @@
 """Rollout throughput: our batched, KV-cached HF backend vs a plain one-prompt-at-a-time
 `model.generate` loop, on the same policy, prompts and sampling settings, in one run.
 
-    python benchmarks/rollout_throughput.py [--policy results/tiny/policies/m] [--prompts 32]
+    python perf/rollout_throughput.py [--policy results/tiny/policies/m] [--prompts 32]
         [--n 8] [--threads 2] [--json out.json]
 
 Without a pre-trained policy it builds a random tiny Qwen3 model (same architecture as `m`),
@@ -28,8 +28,8 @@ def load(policy: str | None, max_new: int):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if policy and Path(policy).exists():
         return AutoModelForCausalLM.from_pretrained(policy), AutoTokenizer.from_pretrained(policy), False
-    from sparserl.policies import build_model
-    from sparserl.tokenizer import train_tokenizer
+    from sparserl.models.policies import build_model
+    from sparserl.models.tokenizer import train_tokenizer
     import tempfile
     texts = [f"Q: {a} + {b} * {c} =\nA: \\boxed{{{a + b * c}}}" for a in range(10)
              for b in range(10) for c in range(10)]

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import jsonschema
 import yaml
 
-from sparserl.paths import snapshot_tag
+from sparserl.core.paths import snapshot_tag
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 DEFAULTS = {"results_dir": "results", "figures_dir": "paper_figures", "threads": 2}

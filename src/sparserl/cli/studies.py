@@ -14,12 +14,12 @@ from pathlib import Path
 
 
 def _cfg(args):
-    from sparserl.config import load_config
+    from sparserl.core.config import load_config
     return load_config(args.config)
 
 
 def _caches(cfg, args):
-    from sparserl.paths import Paths
+    from sparserl.core.paths import Paths
     from sparserl.studies import load_study_data, study_refs
     P = Paths(cfg)
     refs = study_refs(cfg)
@@ -39,7 +39,7 @@ def _data_info(cfg, data) -> dict:
 
 
 def _write(df, out, cfg, extra=None, csv=True):
-    from sparserl.artifacts import write_table
+    from sparserl.core.artifacts import write_table
     out = Path(out)
     write_table(df, out, cfg=cfg, extra=extra)
     if csv and out.suffix == ".parquet":
@@ -48,7 +48,7 @@ def _write(df, out, cfg, extra=None, csv=True):
 
 
 def cmd_basis_batches(args):
-    from sparserl.artifacts import write_table
+    from sparserl.core.artifacts import write_table
     from sparserl.studies import StudyPaths, basis_value, settings, study_seed
     cfg = _cfg(args)
     data = _caches(cfg, args)
@@ -60,7 +60,7 @@ def cmd_basis_batches(args):
 
 
 def cmd_basis_table(args):
-    from sparserl.artifacts import read_table
+    from sparserl.core.artifacts import read_table
     from sparserl.studies import StudyPaths, basis_value, settings, study_seed
     cfg = _cfg(args)
     SP = StudyPaths(cfg)
@@ -79,7 +79,7 @@ def cmd_basis_sensitivity(args):
 
 
 def cmd_basis_summary(args):
-    from sparserl.artifacts import read_manifest, read_table, write_json
+    from sparserl.core.artifacts import read_manifest, read_table, write_json
     from sparserl.studies import StudyPaths, basis_value, settings, study_seed
     cfg = _cfg(args)
     SP = StudyPaths(cfg)
@@ -107,7 +107,7 @@ def cmd_v05_bias(args):
 
 
 def cmd_v05_osla(args):
-    from sparserl.artifacts import write_table
+    from sparserl.core.artifacts import write_table
     from sparserl.studies import StudyPaths, settings, study_seed, v05_stats
     cfg = _cfg(args)
     data = _caches(cfg, args)
@@ -119,7 +119,7 @@ def cmd_v05_osla(args):
 
 
 def cmd_v05_table(args):
-    from sparserl.artifacts import read_table
+    from sparserl.core.artifacts import read_table
     from sparserl.studies import StudyPaths, settings, v05_stats
     cfg = _cfg(args)
     SP = StudyPaths(cfg)
@@ -128,7 +128,7 @@ def cmd_v05_table(args):
 
 
 def cmd_v05_summary(args):
-    from sparserl.artifacts import read_manifest, read_table, write_json
+    from sparserl.core.artifacts import read_manifest, read_table, write_json
     from sparserl.studies import StudyPaths, settings, v05_stats
     cfg = _cfg(args)
     SP = StudyPaths(cfg)
@@ -145,7 +145,7 @@ def cmd_v05_summary(args):
 
 def cmd_figure(args):
     from sparserl.studies import StudyPaths
-    from sparserl.studies.figures import make_figure
+    from sparserl.figures.studies import make_figure
     cfg = _cfg(args)
     SP = StudyPaths(cfg)
     paper, _, name = args.figure.partition("/")

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sparserl.artifacts import atomic_write_text, git_commit, config_hash
-from sparserl.paths import Paths, snapshot_tag
+from sparserl.core.artifacts import atomic_write_text, git_commit, config_hash
+from sparserl.core.paths import Paths, snapshot_tag
 from sparserl.tasks import format_prompt, format_target
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.artifacts import config_hash, read_table, write_table
-from sparserl.evaluation import open_verifier
-from sparserl.paths import Paths
+from sparserl.core.artifacts import config_hash, read_table, write_table
+from sparserl.grading.verifier import open_verifier
+from sparserl.core.paths import Paths
 from sparserl.rollout import SamplingParams, make_backend, rollout
 from sparserl.tasks import format_prompt
 

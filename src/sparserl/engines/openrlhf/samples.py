@@ -1,7 +1,7 @@
 """`OslaSamplesGenerator`: OpenRLHF's `SamplesGenerator` with V0.5's sequential OSLA allocation.
 
 For a method whose spec has ``osla`` (``--sparserl.spec``), `generate_samples` draws
-``--rollout.batch_size`` prompts and runs `sparserl.osla_sampler.run_osla` on them, whose
+``--rollout.batch_size`` prompts and runs `sparserl.methods.osla_sampler.run_osla` on them, whose
 `sample_fn` dispatches each round to the vLLM engines through OpenRLHF's own
 `_dispatch_prompts_to_vllm` with ``n_samples_per_prompt`` set per dispatch (round 0: k_init per
 prompt; later rounds: min(k_step, k_max - k) for every prompt that still wants more), and turns
@@ -104,7 +104,7 @@ class OslaSamplesGenerator(SamplesGenerator):
 
     def osla_generate(self, prompts, labels, images=None, *, spec=None, **generate_kwargs) -> List:
         """Run OSLA on one prompt batch; all rollouts (padding included) as Experiences, grouped by prompt."""
-        from sparserl.osla_sampler import run_osla
+        from sparserl.methods.osla_sampler import run_osla
 
         spec = method_spec(self.args) if spec is None else spec
         o = spec["osla"]

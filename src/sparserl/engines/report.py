@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.artifacts import read_table, write_table
+from sparserl.core.artifacts import read_table, write_table
 from sparserl.evaluation import evaluate_checkpoint
-from sparserl.paths import Paths
-from sparserl.rl.methods import load_method
-from sparserl.rl.trainer import run_dir, snapshot_name, snapshot_steps
+from sparserl.core.paths import Paths
+from sparserl.methods.spec import load_method
+from sparserl.engines.local.trainer import run_dir, snapshot_name, snapshot_steps
 
 
 def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]:

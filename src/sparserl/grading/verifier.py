@@ -493,7 +493,13 @@ def score_reasoning_gym(dataset_name: str, answer_text: str | None, entry: dict)
     return min(1.0, max(0.0, r))
 
 
+def open_verifier(cfg: dict):
+    """A `Verifier` with the config's `verifier` settings (workers, timeout_s), as a context manager."""
+    v = cfg.get("verifier", {})
+    return Verifier(workers=v.get("workers", 2), timeout_s=v.get("timeout_s", 5.0))
+
+
 __all__ = [
-    "MAX_BOXED_LEN", "Verifier", "extract_boxed", "fast_compare", "score_reasoning_gym",
+    "MAX_BOXED_LEN", "Verifier", "extract_boxed", "fast_compare", "open_verifier", "score_reasoning_gym",
     "score_responses",
 ]

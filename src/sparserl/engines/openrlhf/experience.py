@@ -51,7 +51,7 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from sparserl.estimators import EstimatorContext, get_estimator, gpg_valid_scale, list_estimators
-from sparserl.rl.methods import estimator_options
+from sparserl.methods.spec import estimator_options
 
 # --------------------------------------------------------------------------- labels
 

@@ -20,14 +20,14 @@ def _common(p):
 
 
 def cmd_openrlhf_args(args):
-    from sparserl.config import load_config
-    from sparserl.rl.methods import load_method
+    from sparserl.core.config import load_config
+    from sparserl.methods.spec import load_method
 
-    from .launcher import openrlhf_argv, parse_args
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv, parse_args
 
     cfg = load_config(args.config)
     if "rl" not in cfg:
-        from sparserl.config import ConfigError
+        from sparserl.core.config import ConfigError
         raise ConfigError(f"{', '.join(args.config)}: no 'rl' section")
     argv = openrlhf_argv(cfg, load_method(args.method), args.seed, args.out)
     if args.check:
@@ -39,7 +39,7 @@ def cmd_openrlhf_args(args):
 
 
 def cmd_openrlhf_launch(args):
-    from .launcher import run
+    from sparserl.engines.openrlhf.launcher import run
 
     argv = run(args.config, args.method, args.seed, args.out, dry_run=args.dry_run)
     if args.dry_run:

@@ -7,7 +7,7 @@ import time
 
 
 def _cfg(args):
-    from sparserl.config import load_config
+    from sparserl.core.config import load_config
     return load_config(args.config)
 
 
@@ -17,8 +17,8 @@ def cmd_validate(args):
 
 
 def cmd_make_tasks(args):
-    from sparserl.artifacts import write_table
-    from sparserl.paths import Paths
+    from sparserl.core.artifacts import write_table
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
     P = Paths(cfg)
     if cfg["tasks"]["source"] != "procedural":
@@ -40,9 +40,9 @@ def cmd_fetch_data(args):
 
 def cmd_train_tokenizer(args):
     import pandas as pd
-    from sparserl.paths import Paths
+    from sparserl.core.paths import Paths
     from sparserl.tasks import format_prompt, format_target
-    from sparserl.tokenizer import train_tokenizer
+    from sparserl.models.tokenizer import train_tokenizer
     cfg = _cfg(args)
     P = Paths(cfg)
     corpus = pd.read_parquet(P.pretrain_corpus())
@@ -54,7 +54,7 @@ def cmd_train_tokenizer(args):
 
 
 def cmd_pretrain(args):
-    from sparserl.policies import pretrain
+    from sparserl.models.policies import pretrain
     cfg = _cfg(args)
     out = pretrain(cfg, args.policy, threads=args.threads)
     print(f"policy {args.policy} -> {out}")
@@ -83,29 +83,29 @@ def cmd_eval_summary(args):
 
 
 def cmd_mc_values(args):
-    from sparserl.mcvalues import mc_values
+    from sparserl.values.mcvalues import mc_values
     cfg = _cfg(args)
     mc_values(cfg, args.policy, args.n, args.out, threads=args.threads, seed_offset=args.seed_offset)
 
 
 def cmd_rl_train(args):
-    from sparserl.rl.trainer import train
+    from sparserl.engines.local.trainer import train
     out = train(_cfg(args), args.method, args.seed, threads=args.threads)
     print(f"rl run -> {out}")
 
 
 def cmd_rl_eval(args):
-    from sparserl.rl.report import evaluate_run
+    from sparserl.engines.report import evaluate_run
     evaluate_run(_cfg(args), args.method, args.seed, threads=args.threads)
 
 
 def cmd_rl_summary(args):
-    from sparserl.rl.report import summarize_runs
+    from sparserl.engines.report import summarize_runs
     summarize_runs(_cfg(args))
 
 
 def cmd_show(args):
-    from sparserl.artifacts import summarize
+    from sparserl.core.artifacts import summarize
     for p in args.paths:
         print(summarize(p, head=args.head))
         print()
@@ -146,9 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--method", required=True, help="configs/methods/<name>.yaml")
         p.add_argument("--seed", type=int, required=True)
     add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
-    from sparserl.studies.cli import register as register_studies
+    from sparserl.cli.studies import register as register_studies
     register_studies(sub, add)
-    from sparserl.openrlhf_plugin.cli import register as register_openrlhf
+    from sparserl.cli.openrlhf import register as register_openrlhf
     register_openrlhf(sub, add)
     p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
     p.add_argument("paths", nargs="+")
@@ -159,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from sparserl.config import ConfigError
+    from sparserl.core.config import ConfigError
     t0 = time.time()
     try:
         args.fn(args)

@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sparserl.artifacts import atomic_write_text, config_hash, read_table, write_table
+from sparserl.core.artifacts import atomic_write_text, config_hash, read_table, write_table
 from sparserl.estimators import EstimatorContext, get_estimator
-from sparserl.paths import Paths
-from sparserl.rl.losses import LOSSES, kl_k3, token_logprobs
-from sparserl.rl.methods import (estimator_options, load_method, needs_reference_cache, prompts_per_step,
+from sparserl.core.paths import Paths
+from sparserl.engines.local.losses import LOSSES, kl_k3, token_logprobs
+from sparserl.methods.spec import (estimator_options, load_method, needs_reference_cache, prompts_per_step,
                                  total_steps)
 from sparserl.rollout import SamplingParams, rollout
 from sparserl.rollout.base import RolloutBatch
@@ -125,7 +125,7 @@ class Trainer:
         spec = self.m.get("prior")
         if not spec:
             return None
-        from sparserl.priors import prior_for_method
+        from sparserl.values.priors import prior_for_method
         return prior_for_method(spec, reference, self.seed, cfg=self.cfg)
 
     # checkpoints -----------------------------------------------------------------------------
@@ -226,8 +226,8 @@ class Trainer:
         return idx, merged
 
     def _sample_osla(self, ver, info):
-        """V0.5: prior before any rollout, then OSLA rounds (sparserl.osla_sampler)."""
-        from sparserl.osla_sampler import run_osla
+        """V0.5: prior before any rollout, then OSLA rounds (sparserl.methods.osla_sampler)."""
+        from sparserl.methods.osla_sampler import run_osla
         o = self.m["osla"]
         idx = self.rng.choice(len(self.pool), self.n_prompts, replace=False)
         pids = self.pool["id"].to_numpy()[idx]
@@ -373,7 +373,7 @@ class Trainer:
 
     # loop ------------------------------------------------------------------------------------
     def run(self, stop_after: int | None = None) -> Path:
-        from sparserl.evaluation import open_verifier
+        from sparserl.grading.verifier import open_verifier
         if not self.try_resume():
             # intermediate checkpoints of an earlier setting must not reach this run's evaluation
             for stale in ("checkpoints", "eval"):
@@ -428,7 +428,7 @@ class Trainer:
         return self.dir
 
     def _save_hf(self, out: Path) -> None:
-        from sparserl.policies import save_hf
+        from sparserl.models.policies import save_hf
         save_hf(self.model, self.tok, out, {"method": self.m["name"], "seed": self.seed,
                                              "step": self.step, "scale": self.cfg["scale"],
                                              "rl_policy": self.rl["policy"]})

@@ -8,24 +8,18 @@ Accuracy is the mean reward over all (problem, sample) pairs; the standard error
 """
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from sparserl.artifacts import read_table, write_json, write_table
-from sparserl.paths import Paths
+from sparserl.core.artifacts import read_table, write_json, write_table
+from sparserl.core.paths import Paths
+from sparserl.grading.verifier import open_verifier
 from sparserl.rollout import SamplingParams, make_backend, rollout
 from sparserl.tasks import format_prompt
 
 
-@contextlib.contextmanager
-def open_verifier(cfg: dict):
-    from sparserl.verifier import Verifier
-    v = cfg.get("verifier", {})
-    with Verifier(workers=v.get("workers", 2), timeout_s=v.get("timeout_s", 5.0)) as ver:
-        yield ver
 
 
 def _prompts(cfg, df, backend):

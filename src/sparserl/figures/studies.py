@@ -15,9 +15,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sparserl.artifacts import atomic_write_bytes, config_hash, git_commit, read_manifest, read_table  # noqa: E402
+from sparserl.core.artifacts import atomic_write_bytes, config_hash, git_commit, read_manifest, read_table  # noqa: E402
 
-from . import FIGURES  # noqa: E402
+from sparserl.studies import FIGURES  # noqa: E402
 
 LABELS = {"basis_unb": "BASIS UNB", "basis_vop": "BASIS VOP", "basis_rvg": "BASIS RVG",
           "basis_unb_prev": "BASIS UNB (prev. batch β)", "basis_unb_inf": "BASIS UNB (β=∞)",

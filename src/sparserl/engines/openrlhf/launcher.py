@@ -41,21 +41,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-HOOK = "sparserl.openrlhf_plugin.launcher.worker_process_setup"
+HOOK = "sparserl.engines.openrlhf.launcher.worker_process_setup"
 TRAIN_SCRIPT = ("cli", "train_ppo_ray.py")
 OPENRLHF_VERSION = "0.11.2"
 
 # module -> attribute -> "module:Class" of ours
 PATCHES: dict[str, dict[str, str]] = {
     "openrlhf.trainer.ppo_trainer": {
-        "RemoteExperienceMaker": "sparserl.openrlhf_plugin.experience:SparseRLExperienceMaker",
-        "SamplesGenerator": "sparserl.openrlhf_plugin.samples:OslaSamplesGenerator",
+        "RemoteExperienceMaker": "sparserl.engines.openrlhf.experience:SparseRLExperienceMaker",
+        "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
     },
     "openrlhf.trainer.ppo_trainer_async": {
-        "SamplesGenerator": "sparserl.openrlhf_plugin.samples:OslaSamplesGenerator",
+        "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
     },
     "openrlhf.trainer.ray.ppo_actor": {
-        "PolicyLoss": "sparserl.openrlhf_plugin.losses:SparseRLPolicyLoss",
+        "PolicyLoss": "sparserl.engines.openrlhf.losses:SparseRLPolicyLoss",
     },
 }
 
@@ -292,7 +292,7 @@ class LaunchConfigError(ValueError):
 
 def _config_error(msg: str):
     try:
-        from sparserl.config import ConfigError
+        from sparserl.core.config import ConfigError
         return ConfigError(msg)
     except Exception:  # pragma: no cover
         return LaunchConfigError(msg)
@@ -312,13 +312,13 @@ def run_dir_files(out_dir: str | Path) -> dict[str, Path]:
 def openrlhf_flags(cfg: dict, method: dict, seed: int, out_dir: str | Path, *,
                    policy_path: str | None = None) -> dict[str, Any]:
     """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`)."""
-    from sparserl.rl.methods import prompts_per_step, total_steps
+    from sparserl.methods.spec import prompts_per_step, total_steps
 
     rl = cfg["rl"]
     over = dict(rl.get("openrlhf") or {})
     files = run_dir_files(Path(out_dir).absolute())  # Ray workers do not share the driver's cwd
     if policy_path is None:
-        from sparserl.paths import Paths
+        from sparserl.core.paths import Paths
         pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
         policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)
 
@@ -460,9 +460,9 @@ def openrlhf_argv(cfg: dict, method: dict, seed: int, out_dir: str | Path, **kw)
 
 def prompt_side_data(cfg: dict, method: dict, ids: list, seed: int) -> dict[str, list]:
     """Per-prompt side data for the labels: BASIS phat and the V0.5 prior p (resolved now)."""
-    from sparserl.artifacts import read_table
-    from sparserl.paths import Paths
-    from sparserl.rl.methods import needs_reference_cache
+    from sparserl.core.artifacts import read_table
+    from sparserl.core.paths import Paths
+    from sparserl.methods.spec import needs_reference_cache
 
     P = Paths(cfg)
     est = method["estimator"]
@@ -483,7 +483,7 @@ def prompt_side_data(cfg: dict, method: dict, ids: list, seed: int) -> dict[str,
         if est.startswith("basis"):
             out["phat"] = [phat[str(i)] for i in ids]
     if est.startswith("v05") or method.get("osla"):
-        from sparserl.priors import prior_for_method
+        from sparserl.values.priors import prior_for_method
         kind = prior.get("kind")
         if kind in ("oracle", "constant"):
             pr = prior_for_method(prior, df, seed)
@@ -500,9 +500,9 @@ def build_prompt_dataset(cfg: dict, method: dict, seed: int, out_path: str | Pat
     the pool shuffled by seed and cycled as needed; label = `experience.encode_label` JSON."""
     import numpy as np
 
-    from sparserl.artifacts import atomic_write_text, read_table
-    from sparserl.paths import Paths
-    from sparserl.rl.methods import prompts_per_step, total_steps
+    from sparserl.core.artifacts import atomic_write_text, read_table
+    from sparserl.core.paths import Paths
+    from sparserl.methods.spec import prompts_per_step, total_steps
     from sparserl.tasks.prompts import PAPER_INSTRUCTION, format_prompt
 
     from .experience import encode_label
@@ -569,9 +569,9 @@ def metrics_from_tensorboard(tb_dir: str | Path):
 def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str | Path, *,
         dry_run: bool = False, log=print) -> list[str]:
     """`openrlhf-launch`: dataset + argv, Ray on the SLURM allocation (or local), training, metrics."""
-    from sparserl.artifacts import write_json, write_table
-    from sparserl.config import load_config
-    from sparserl.rl.methods import load_method
+    from sparserl.core.artifacts import write_json, write_table
+    from sparserl.core.config import load_config
+    from sparserl.methods.spec import load_method
 
     from . import slurm
 

@@ -1,0 +1,1 @@
+"""Foundation: config loading and validation, artifact paths, atomic artifacts with manifests."""

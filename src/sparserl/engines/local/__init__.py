@@ -1,0 +1,1 @@
+"""The local RL trainer (CPU; tiny and small scales)."""

@@ -1,0 +1,1 @@
+"""Figures: one registry of figure id -> drawing function -> cached tables -> caption."""

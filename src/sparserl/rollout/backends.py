@@ -1,0 +1,18 @@
+"""Build the rollout backend a config names (`rollout.backend`). Kept apart from `base`, which the
+backends import: base -> backends would be an import circle."""
+from __future__ import annotations
+
+from sparserl.rollout.base import RolloutBackend
+
+
+def make_backend(cfg: dict, policy: str, threads: int | None = None) -> RolloutBackend:
+    """The backend named by `rollout.backend` for a checkpoint dir or hub name."""
+    r = cfg["rollout"]
+    if r["backend"] == "hf":
+        from sparserl.rollout.hf import HFBackend
+        return HFBackend(policy, batch_size=r.get("batch_size", 256),
+                         threads=threads or cfg.get("threads"))
+    if r["backend"] == "vllm":
+        from sparserl.rollout.vllm_backend import VLLMBackend
+        return VLLMBackend(policy, seed=cfg["seed"], **r.get("vllm", {}))
+    raise ValueError(f"rollout.backend: unknown backend {r['backend']!r}; use 'hf' or 'vllm'")
