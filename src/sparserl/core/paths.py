@@ -18,6 +18,87 @@ def snapshot_tag(fraction: float) -> str:
     return f"p{round(fraction * 100):02d}"
 
 
+def rl_engine(cfg: dict) -> str:
+    """Which engine trains RL runs: 'local' (the CPU trainer) with the hf rollout backend, else
+    'openrlhf' (vLLM + OpenRLHF on SLURM)."""
+    return "local" if cfg["rollout"]["backend"] == "hf" else "openrlhf"
+
+
+class RunPaths:
+    """Every file of one RL run (method x seed): ``results/{scale}/rl/{method}/seed{seed}/``.
+
+    Both engines write the same names (metrics.parquet, final/, rollouts.parquet); only where an
+    intermediate checkpoint lives differs: the local trainer saves ``checkpoints/step00030``,
+    OpenRLHF saves ``openrlhf/ckpt/global_step30_hf`` (its `save_checkpoint` with ``save_hf``).
+    """
+
+    def __init__(self, root: Path, method: str, seed: int | str, engine: str = "local"):
+        if engine not in ("local", "openrlhf"):
+            raise ValueError(f"engine must be 'local' or 'openrlhf', got {engine!r}")
+        self.dir, self.method, self.seed, self.engine = Path(root), method, seed, engine
+
+    def __fspath__(self) -> str:
+        return str(self.dir)
+
+    @property
+    def metrics(self) -> Path:
+        return self.dir / "metrics.parquet"
+
+    @property
+    def final(self) -> Path:
+        return self.dir / "final"
+
+    @property
+    def rollouts(self) -> Path:
+        """One row per trained rollout (prompt id, policy step, reward, length): V0's harvest."""
+        return self.dir / "rollouts.parquet"
+
+    @property
+    def eval(self) -> Path:
+        return self.dir / "eval.parquet"
+
+    @property
+    def eval_dir(self) -> Path:
+        """Per-checkpoint evaluation tables (`eval_dir / f"{label}.parquet"`)."""
+        return self.dir / "eval"
+
+    @property
+    def state(self) -> Path:
+        """The local trainer's resume state (model, optimiser, RNG, buffers)."""
+        return self.dir / "ckpt" / "last.pt"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.dir / "checkpoints" if self.engine == "local" else self.openrlhf / "ckpt"
+
+    @staticmethod
+    def checkpoint_label(step: int) -> str:
+        return f"step{int(step):05d}"
+
+    def checkpoint(self, step: int) -> Path:
+        """The HF model directory saved at `step` by this run's engine."""
+        if self.engine == "local":
+            return self.checkpoints / self.checkpoint_label(step)
+        return self.checkpoints / f"global_step{int(step)}_hf"
+
+    # the OpenRLHF engine's working files
+    @property
+    def openrlhf(self) -> Path:
+        return self.dir / "openrlhf"
+
+    @property
+    def prompts(self) -> Path:
+        return self.openrlhf / "prompts.jsonl"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.openrlhf / "tensorboard"
+
+    @property
+    def args(self) -> Path:
+        return self.openrlhf / "args.json"
+
+
 class Paths:
     def __init__(self, cfg: dict, root: str | Path = "."):
         self.cfg = cfg
@@ -93,3 +174,15 @@ class Paths:
 
     def figure_dir(self, paper: str) -> Path:
         return self.figures / paper
+
+    # RL runs
+    def run(self, method: str, seed: int | str) -> RunPaths:
+        """The files of one RL run. Snakemake rules pass wildcards: run("{method}", "{seed}")."""
+        return RunPaths(self.stage("rl", method, f"seed{seed}"), method, seed, engine=rl_engine(self.cfg))
+
+    def rl_runs(self) -> Path:
+        return self.stage("rl", "runs.parquet")
+
+    def rl_summary(self) -> Path:
+        return self.stage("rl", "summary.parquet")
+
