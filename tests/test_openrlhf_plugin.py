@@ -27,7 +27,11 @@ if _MISSING:
 import torch  # noqa: E402
 
 from sparserl.estimators import EstimatorContext, get_estimator, gpg_valid_scale  # noqa: E402
-from sparserl.methods.spec import estimator_options  # noqa: E402
+from sparserl.methods.spec import MethodSpec  # noqa: E402
+
+
+def estimator_options(spec: dict) -> dict:
+    return MethodSpec.from_dict({"group_size": 1, "loss": {"type": "ppo_clip"}, **spec}).estimator_options()
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,11 +53,12 @@ def orl():
                            ("plugin_exp", "sparserl.engines.openrlhf.experience"),
                            ("plugin_samples", "sparserl.engines.openrlhf.samples"),
                            ("plugin_losses", "sparserl.engines.openrlhf.losses"),
-                           ("launcher", "sparserl.engines.openrlhf.launcher")]:
+                           ("launcher", "sparserl.engines.openrlhf.launcher"),
+                           ("patches", "sparserl.engines.openrlhf.patches")]:
             setattr(mods, attr, importlib.import_module(name))
         yield mods
     finally:
-        from sparserl.engines.openrlhf.launcher import _PostImportPatcher
+        from sparserl.engines.openrlhf.patches import _PostImportPatcher
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PostImportPatcher)]
         openrlhf_stubs.remove(added)
 
@@ -361,7 +366,7 @@ def test_reward_func_scores_the_response_not_the_prompt(orl):
 # --------------------------------------------------------------------------- worker hook
 
 def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
-    from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf import patches as launcher
     from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     from sparserl.engines.openrlhf.losses import SparseRLPolicyLoss
     from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
@@ -382,7 +387,7 @@ def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
 
 def test_patches_apply_on_first_import(orl, monkeypatch):
     """A worker that imports the trainer module after the hook ran still gets our classes."""
-    from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf import patches as launcher
     from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
     monkeypatch.delitem(sys.modules, "openrlhf.trainer.ppo_trainer_async")  # restored after the test
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
@@ -396,7 +401,7 @@ def test_patches_apply_on_first_import(orl, monkeypatch):
 def test_init_ray_passes_the_setup_hook(orl, monkeypatch):
     import ray
 
-    from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf import patches as launcher
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
@@ -404,7 +409,7 @@ def test_init_ray_passes_the_setup_hook(orl, monkeypatch):
     (kw,) = calls
     assert kw["address"] == "192.0.2.10:6379"
     hook = kw["runtime_env"]["worker_process_setup_hook"]
-    assert hook == "sparserl.engines.openrlhf.launcher.worker_process_setup"
+    assert hook == "sparserl.engines.openrlhf.patches.worker_process_setup"
     mod, _, fn = hook.rpartition(".")
     assert getattr(importlib.import_module(mod), fn) is launcher.worker_process_setup
     assert kw["runtime_env"]["env_vars"]["RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"] == "1"
@@ -439,7 +444,7 @@ def _flags(argv):
 
 def test_rebuilt_parser_accepts_our_names_and_rejects_unknown(orl, capsys):
     from sparserl.estimators import list_estimators
-    from sparserl.engines.openrlhf.launcher import build_parser
+    from sparserl.engines.openrlhf.parser import build_parser
     p = build_parser()
     for name in list_estimators() + ["gae", "group_norm", "reinforce"]:
         assert vars(p.parse_args(["--algo.advantage.estimator", name]))["algo.advantage.estimator"] == name
@@ -476,7 +481,8 @@ EXPECT = {
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
 def test_method_argument_lists(orl, tmp_path, name):
-    from sparserl.engines.openrlhf.launcher import openrlhf_argv, parse_args
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     method = load_method(name)
     argv = openrlhf_argv(_cfg(tmp_path), method, 3, tmp_path / "run" / "final", policy_path="/models/q")
@@ -486,11 +492,11 @@ def test_method_argument_lists(orl, tmp_path, name):
     assert f["train.seed"] == "3" and f["actor.model_name_or_path"] == "/models/q"
     assert f["reward.remote_url"].endswith("engines/openrlhf/losses.py")
     assert f["data.label_key"] == "label" and f["data.apply_chat_template"] is True
-    assert json.loads(f["sparserl.spec"])["estimator"] == method["estimator"]
+    assert json.loads(f["sparserl.spec"])["estimator"] == method.estimator
     assert f["ckpt.output_dir"] == str(tmp_path / "run" / "final")
     args = parse_args(argv)  # OpenRLHF's own post-parse validation accepts it
-    assert args.algo.advantage.estimator == method["estimator"]
-    assert args.rollout.n_samples_per_prompt == method["group_size"]
+    assert args.algo.advantage.estimator == method.estimator
+    assert args.rollout.n_samples_per_prompt == method.group_size
     assert args.sparserl.method == name
     assert args.critic.model_name_or_path is None  # no critic for our estimators
     if "eps_clip_low_high" in str(EXPECT[name]):
@@ -499,7 +505,7 @@ def test_method_argument_lists(orl, tmp_path, name):
 
 def test_overrides_from_the_config(orl, tmp_path):
     from sparserl.core.config import ConfigError
-    from sparserl.engines.openrlhf.launcher import openrlhf_flags
+    from sparserl.engines.openrlhf.flags import openrlhf_flags
     from sparserl.methods.spec import load_method
     m = load_method("grpo_g8")
     f = openrlhf_flags(_cfg(tmp_path, openrlhf={"nodes": 2, "vllm.tensor_parallel_size": 2,
@@ -515,6 +521,8 @@ def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
     import ray
 
     from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.patches import HOOK
     from sparserl.methods.spec import load_method
     for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
                        (orl.ppo_trainer_async, ["SamplesGenerator"]), (orl.ppo_actor, ["PolicyLoss"])]:
@@ -524,19 +532,19 @@ def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: inits.append(kw))
     monkeypatch.setattr(orl.train_ppo_ray, "train", lambda args: trained.append(args))
-    argv = launcher.openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, tmp_path / "final", policy_path="p")
+    argv = openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, tmp_path / "final", policy_path="p")
     launcher.launch(argv, address="head:6379")
     (args,) = trained
     assert args.algo.advantage.estimator == "v05_fusion"
     assert json.loads(args.sparserl.spec)["osla"]["k_step"] == 2
-    assert inits[0]["runtime_env"]["worker_process_setup_hook"] == launcher.HOOK
+    assert inits[0]["runtime_env"]["worker_process_setup_hook"] == HOOK
     assert orl.ppo_trainer.RemoteExperienceMaker.__name__ == "SparseRLExperienceMaker"
 
 
 def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
     import pandas as pd
 
-    from sparserl.engines.openrlhf.launcher import build_prompt_dataset
+    from sparserl.engines.openrlhf.dataset import build_prompt_dataset
     from sparserl.core.paths import Paths
     from sparserl.methods.spec import load_method
     cfg = _cfg(tmp_path, steps=3, rollouts_per_step=8)
@@ -554,13 +562,13 @@ def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
         out = build_prompt_dataset(cfg, load_method(name), 0, tmp_path / f"{name}.jsonl")
         rows = [json.loads(x) for x in Path(out).read_text().splitlines()]
         m = load_method(name)
-        n = round(3 * m["steps_factor"]) * (8 // m["group_size"])  # BASIS rows: half the steps
+        n = round(3 * m.steps_factor) * (8 // m.group_size)  # BASIS rows: half the steps
         assert len(rows) == n
         for r in rows:
             lab = json.loads(r["label"])
             i = ids.index(lab["uid"])
             assert r["input"] == f"Q: {i}+1 =\nA:" and lab["answer"] == str(i + 1)
-            a = m.get("prior", {}).get("pseudo_count", 0.0) if key == "prior" else 0.0
+            a = m.prior.pseudo_count if key == "prior" else 0.0
             want = 0.5 if name == "v05_osla_constant_prior" else (i + a) / (4 + 2 * a)
             assert lab[key] == pytest.approx(want)
     # OpenRLHF's own loading path: datasets' json builder, then PromptDataset's preprocess_data
@@ -792,7 +800,7 @@ def test_setup_hook_reaches_real_ray_workers(orl):
 
     import ray
 
-    from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf import patches as launcher
     if ray.is_initialized():
         pytest.skip("Ray already initialised by another test")
     src = str(REPO / "src")
@@ -822,10 +830,124 @@ def test_setup_hook_reaches_real_ray_workers(orl):
 
 def test_mini_batches_set_the_train_batch(orl, tmp_path):
     """rl.mini_batches optimiser steps per rollout step, as in the local trainer."""
-    from sparserl.engines.openrlhf.launcher import openrlhf_flags
+    from sparserl.engines.openrlhf.flags import openrlhf_flags
     from sparserl.methods.spec import load_method
     cfg = _cfg(tmp_path)
     cfg["rl"]["mini_batches"] = 4
     f = openrlhf_flags(cfg, load_method("grpo_g16"), 0, tmp_path / "final", policy_path="p")
     assert f["rollout.batch_size"] * f["rollout.n_samples_per_prompt"] == cfg["rl"]["rollouts_per_step"]
     assert f["train.batch_size"] == cfg["rl"]["rollouts_per_step"] // 4
+
+
+# --------------------------------------------------------------------------- live (non-static) priors
+
+class _ContextPrior:
+    """A scripted prior whose p depends on its context: the mean reward the support buffer holds
+    for the prompt (every pair of it: context = the whole buffer here), else 0.5."""
+
+    def __call__(self, prompt_ids, context=None):
+        seen: dict = {}
+        for uid, r in context or []:
+            seen.setdefault(uid, []).append(r)
+        return np.array([np.clip(np.mean(seen[u]), 0.05, 0.95) if u in seen else 0.5 for u in prompt_ids])
+
+
+@pytest.fixture()
+def context_prior():
+    from sparserl.values import priors
+    priors.register_prior("test_context", lambda spec, seed, **kw: _ContextPrior())
+    from sparserl.engines.openrlhf import experience
+    experience._LIVE_PRIORS.clear()
+    yield {"prior": {"kind": "test_context"}, "support_buffer": {"size": 512, "context": 512}}
+    priors.PRIOR_REGISTRY.pop("test_context")
+    experience._LIVE_PRIORS.clear()
+
+
+def test_experience_maker_queries_a_context_dependent_prior(orl, context_prior):
+    """V0.5 with a prior that changes during training: the experience maker queries it with the
+    recent (uid, reward) pairs as context, so step 2's prior is step 1's observed pass rate."""
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
+    maker = _maker(SparseRLExperienceMaker, "v05_fusion", spec=context_prior)
+    r1 = REWARDS_OSLA
+    first = _by_id(maker.compute_advantages_and_returns(_batch(orl, r1, UIDS_OSLA)))  # no label priors
+    np.testing.assert_allclose(first, _registry("v05_fusion", r1, UIDS_OSLA,
+                                                EstimatorContext(prior={u: 0.5 for u in PRIOR})), atol=1e-5)
+    seen = {u: float(np.clip(np.mean([r for r, v in zip(r1, UIDS_OSLA) if v == u]), 0.05, 0.95)) for u in PRIOR}
+    assert len(set(seen.values())) > 1
+    r2 = list(1 - np.asarray(r1))
+    second = _by_id(maker.compute_advantages_and_returns(_batch(orl, r2, UIDS_OSLA)))
+    np.testing.assert_allclose(second, _registry("v05_fusion", r2, UIDS_OSLA, EstimatorContext(prior=seen)),
+                               atol=1e-5)
+    assert not np.allclose(second, _registry("v05_fusion", r2, UIDS_OSLA,
+                                             EstimatorContext(prior={u: 0.5 for u in PRIOR})), atol=1e-3)
+
+
+def test_osla_generator_reads_the_same_live_prior(orl, context_prior):
+    """The OSLA samples generator and the experience maker share one live prior per process."""
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker, encode_label, live_prior, method_spec
+    from sparserl.engines.openrlhf.samples import osla_priors
+    spec = {**context_prior, "osla": {"k_init": 4}, "group_size": 4}
+    maker = _maker(SparseRLExperienceMaker, "v05_fusion", spec=spec)
+    labels = [encode_label(u, "1") for u in PRIOR]
+    np.testing.assert_allclose(osla_priors(labels, method_spec(maker.strategy.args), maker.strategy.args), 0.5)
+    maker.compute_advantages_and_returns(_batch(orl, REWARDS_OSLA, UIDS_OSLA))
+    p = osla_priors(labels, method_spec(maker.strategy.args), maker.strategy.args)
+    want = [np.clip(np.mean([r for r, v in zip(REWARDS_OSLA, UIDS_OSLA) if v == u]), 0.05, 0.95) for u in PRIOR]
+    np.testing.assert_allclose(p, want)
+    assert len(live_prior(maker.strategy.args, method_spec(maker.strategy.args)).support) == len(REWARDS_OSLA)
+
+
+def test_prompt_dataset_accepts_a_non_static_prior(orl, tmp_path, context_prior):
+    """The launcher used to refuse any prior that is not oracle or constant."""
+    import dataclasses
+
+    import pandas as pd
+
+    from sparserl.core.paths import Paths
+    from sparserl.engines.openrlhf.dataset import build_prompt_dataset
+    from sparserl.methods.spec import load_method
+    cfg = _cfg(tmp_path, steps=2, rollouts_per_step=8)
+    P = Paths(cfg)
+    ids = [f"train/x/{i}" for i in range(5)]
+    P.train_pool().parent.mkdir(parents=True)
+    pd.DataFrame({"id": ids, "problem": ["1+1"] * 5, "answer": ["2"] * 5}).to_parquet(P.train_pool())
+    m = load_method("v05_osla_constant_prior")
+    m = dataclasses.replace(m, prior=dataclasses.replace(m.prior, kind="test_context"))
+    rows = [json.loads(x) for x in Path(build_prompt_dataset(cfg, m, 0, tmp_path / "d.jsonl")).read_text().splitlines()]
+    assert rows and all("prior" not in json.loads(r["label"]) for r in rows)
+
+
+def test_harvested_rollouts_reach_the_run_dir(orl, tmp_path):
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
+    from sparserl.engines.openrlhf.metrics import harvested_rollouts
+    maker = _maker(SparseRLExperienceMaker, "grpo")
+    maker.strategy.args.sparserl.run_dir = str(tmp_path)
+    for _ in range(2):
+        maker.compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+    df = harvested_rollouts(tmp_path / "openrlhf")
+    assert len(df) == 2 * len(REWARDS_EQ) and sorted(df["step"].unique()) == [1, 2]
+    assert sorted(df["prompt_id"].unique()) == ["a", "b", "c"] and df["length"].min() >= 1
+
+
+# --------------------------------------------------------------------------- checkpoints for evaluation
+
+def test_paper_scale_evaluation_finds_openrlhf_checkpoints(orl, tmp_path):
+    """OpenRLHF saves HF checkpoints as <ckpt.path>/global_step<N>_hf; the RL evaluation looked for
+    the local trainer's checkpoints/stepNNNNN and failed on every paper-scale run."""
+    from sparserl.core.paths import Paths
+    from sparserl.engines.openrlhf.flags import openrlhf_flags
+    from sparserl.engines.report import run_checkpoints
+    from sparserl.methods.spec import load_method, snapshot_steps
+    cfg = _cfg(tmp_path, steps=100, eval_fractions=[0.25, 0.5], checkpoint_every=20)
+    m = load_method("grpo_g16")
+    run = Paths(cfg).run("grpo_g16", 0)
+    f = openrlhf_flags(cfg, m, 0, run.final, policy_path="p")
+    save_every = f["ckpt.save_steps"]
+    steps = snapshot_steps(cfg["rl"], m)
+    assert steps == [25, 50] and all(s % save_every == 0 for s in steps)
+    for s in range(save_every, 101, save_every):  # what OpenRLHF's save_checkpoint writes
+        (Path(f["ckpt.path"]) / f"global_step{s}_hf").mkdir(parents=True)
+    run.final.mkdir(parents=True)
+    got = run_checkpoints(cfg, "grpo_g16", 0)
+    assert [label for label, _ in got] == ["step00025", "step00050", "final"]
+    assert got[0][1] == Path(f["ckpt.path"]) / "global_step25_hf" and got[-1][1] == run.final

@@ -1,5 +1,6 @@
 """The local RL trainer: losses, each method's advantage path, OSLA/DAPO sampling, resume."""
 import copy
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ from sparserl.core.paths import Paths
 from sparserl.engines.local.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
 from sparserl.methods.spec import load_method, method_names, prompts_per_step
 from sparserl.engines.local.trainer import Trainer, overlong_penalty, train
+from sparserl.methods.sampling import Sampled
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import procedural
 
@@ -92,9 +94,9 @@ def test_every_method_loads_and_matches_the_rollout_budget():
     assert len(names) >= 26
     for n in names:
         m = load_method(n)
-        assert prompts_per_step(m, 512) * m["group_size"] == 512
-    assert load_method("v05_osla")["osla"]["k_max"] == 16
-    assert load_method("basis_grid_gspo_g1_basis")["steps_factor"] == 0.5
+        assert prompts_per_step(m, 512) * m.group_size == 512
+    assert load_method("v05_osla").osla.k_max == 16
+    assert load_method("basis_grid_gspo_g1_basis").steps_factor == 0.5
 
 
 # a trainer wired to a tiny world in tmp_path ------------------------------------------------
@@ -131,36 +133,60 @@ def _fixed_batch(n_prompts, G, seed=0):
 
 @pytest.mark.parametrize("name", method_names())
 def test_each_method_advantages_are_the_registrys(world, name):
+    """The trainer's advantages are the registry estimator's, with the side data built by hand
+    from the reference cache (the methods layer must reach the same numbers)."""
     t = Trainer(world, name, seed=0)
-    G = t.m["group_size"]
     idx = np.arange(6)
-    batch = _fixed_batch(6, G)
+    batch = _fixed_batch(6, t.m.group_size)
     info = {}
-    adv = t.advantages(idx, batch, info)
+    adv = t.advantages(Sampled(idx, batch), info)
     pids = t.pool["id"].to_numpy()[idx][batch.prompt_index]
     ctx = EstimatorContext()
-    est = t.m["estimator"]
-    if est.startswith("v05"):
-        ctx.prior = t._step_prior
-        if t.m["prior"]["kind"] == "oracle":
+    if t.m.prior is not None and "prior" in t.m.needs:
+        step_ids = t.pool["id"].to_numpy()[idx]
+        if t.m.prior.kind == "oracle":
             ref = read_table(Paths(world).reference_cache("s")).set_index("prompt_id")
-            a = t.m["prior"].get("pseudo_count", 0.0)
-            expect = (ref["successes"] + a) / (ref["n"] + 2 * a)
-            assert all(ctx.prior[p] == pytest.approx(expect[p]) for p in ctx.prior)
+            a = t.m.prior.pseudo_count
+            ctx.prior = {p: (ref["successes"][p] + a) / (ref["n"][p] + 2 * a) for p in step_ids}
         else:
-            assert all(v == 0.5 for v in ctx.prior.values())
-    if est.startswith("basis"):
+            ctx.prior = {p: t.m.prior.p for p in step_ids}
+        assert info["prior_mean"] == pytest.approx(np.mean(list(ctx.prior.values())))
+    if "reference" in t.m.needs:
         ctx.phat = {p: t.cached_phat[p] for p in pids}
-    ref = get_estimator(t.m["estimator"])(batch.rewards, pids, ctx=ctx)
+    ref = get_estimator(t.m.estimator)(batch.rewards, pids, ctx=ctx)
     np.testing.assert_allclose(adv, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("beta", ["calibrate", 2.0, "inf"])
+def test_basis_beta_from_the_method_file_reaches_the_trainer(world, tmp_path, monkeypatch, beta):
+    """`beta: calibrate` crashed the trainer (float("calibrate")) while the OpenRLHF engine and the
+    method schema accepted it; both engines now read beta through the methods layer."""
+    import sparserl.methods.spec as spec_mod
+    src = Path(spec_mod.METHODS_DIR) / "basis_grid_grpo_g1_basis.yaml"
+    d = tmp_path / "methods"
+    d.mkdir()
+    text = src.read_text().replace("basis: {kind: unb, calibrate_on: current}",
+                                   f"basis: {{kind: unb, calibrate_on: current, beta: {beta}}}")
+    (d / "basis_beta.yaml").write_text(text)
+    monkeypatch.setattr(spec_mod, "METHODS_DIR", d)
+    t = Trainer(world, "basis_beta", seed=0)
+    idx = np.arange(6)
+    batch = _fixed_batch(6, 1)
+    adv = t.advantages(Sampled(idx, batch), {})
+    pids = t.pool["id"].to_numpy()[idx][batch.prompt_index]
+    ctx = EstimatorContext(phat={p: t.cached_phat[p] for p in pids},
+                           beta=None if beta == "calibrate" else float(beta))
+    np.testing.assert_allclose(adv, get_estimator("basis_unb")(batch.rewards, pids, ctx=ctx), atol=1e-6)
 
 
 def test_osla_sampling_respects_its_rules(world):
     t = Trainer(world, "v05_osla", seed=0)
     from sparserl.grading.verifier import open_verifier
-    with open_verifier(world) as ver:
+    with open_verifier(world) as t._ver:
         info = {}
-        idx, batch = t.sample(ver, info)
+        sampled = t.sampler.sample(info)
+    idx, batch = sampled.idx, sampled.batch
+    assert set(sampled.prior) == set(t.pool["id"].to_numpy()[idx])
     k = np.bincount(batch.prompt_index, minlength=len(idx))
     assert len(idx) == prompts_per_step(t.m, 16) == 4
     assert (k >= 4).all() and (k <= 16).all() and ((k - 4) % 2 == 0).all()
@@ -172,9 +198,10 @@ def test_osla_sampling_respects_its_rules(world):
 def test_dynamic_sampling_keeps_mixed_groups(world):
     t = Trainer(world, "dapo_g16", seed=0)
     from sparserl.grading.verifier import open_verifier
-    with open_verifier(world) as ver:
+    with open_verifier(world) as t._ver:
         info = {}
-        idx, batch = t.sample(ver, info)
+        sampled = t.sampler.sample(info)
+    idx, batch = sampled.idx, sampled.batch
     assert info["rollouts_generated"] >= len(batch)
     if info["dynamic_sampling_kept"]:
         r = batch.rewards.reshape(len(idx), 16)

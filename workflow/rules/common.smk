@@ -29,7 +29,7 @@ def method_key(w):
     from sparserl.core.config import ConfigError
     from sparserl.methods.spec import load_method
     try:
-        method = load_method(w.method)
+        method = load_method(w.method).to_dict()
     except ConfigError:  # not a method: the rule's own command reports it
         method = w.method
     return config_hash({"rl": CFG["rl"], "rollout": CFG["rollout"], "method": method})
@@ -46,7 +46,7 @@ def all_targets():
     if P.pretrained_policies():
         t.append(str(P.passrates()))
     if CFG.get("rl"):
-        t.append(str(P.stage("rl", "summary.parquet")))
+        t.append(str(P.rl_summary()))
     study = globals().get("study_targets")  # workflow/rules/studies.smk (needs basis.study_reference/oracle)
     if study:
         t += study()

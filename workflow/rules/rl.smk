@@ -6,10 +6,12 @@ RL = CFG.get("rl")
 if RL:
     RL_POLICY = RL["policy"]
 
+    RUN = P.run("{method}", "{seed}")  # wildcards; sparserl.core.paths.RunPaths
+
     def rl_inputs(w):
-        from sparserl.methods.spec import load_method, needs_reference_cache
+        from sparserl.methods.spec import load_method
         ins = policy_input(RL_POLICY) + [str(P.train_pool())]
-        if needs_reference_cache(load_method(w.method)):
+        if load_method(w.method).needs_reference_cache:
             ins.append(str(P.reference_cache(RL_POLICY)))
         return ins
 
@@ -19,8 +21,9 @@ if RL:
             input:
                 rl_inputs,
             output:
-                metrics=str(P.stage("rl", "{method}", "seed{seed}", "metrics.parquet")),
-                final=directory(str(P.stage("rl", "{method}", "seed{seed}", "final"))),
+                metrics=str(RUN.metrics),
+                rollouts=str(RUN.rollouts),
+                final=directory(str(RUN.final)),
             wildcard_constraints:
                 method="[A-Za-z0-9_]+",
                 seed="[0-9]+",
@@ -42,8 +45,9 @@ if RL:
             input:
                 rl_inputs,
             output:
-                metrics=str(P.stage("rl", "{method}", "seed{seed}", "metrics.parquet")),
-                final=directory(str(P.stage("rl", "{method}", "seed{seed}", "final"))),
+                metrics=str(RUN.metrics),
+                rollouts=str(RUN.rollouts),
+                final=directory(str(RUN.final)),
             wildcard_constraints:
                 method="[A-Za-z0-9_]+",
                 seed="[0-9]+",
@@ -60,10 +64,10 @@ if RL:
 
     rule rl_eval:
         input:
-            final=str(P.stage("rl", "{method}", "seed{seed}", "final")),
+            final=str(RUN.final),
             benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
         output:
-            str(P.stage("rl", "{method}", "seed{seed}", "eval.parquet")),
+            str(RUN.eval),
         wildcard_constraints:
             method="[A-Za-z0-9_]+",
             seed="[0-9]+",
@@ -78,16 +82,15 @@ if RL:
 
     rule rl_summary:
         input:
-            [str(P.stage("rl", m, f"seed{s}", f)) for m in RL["methods"] for s in RL["seeds"]
-             for f in ("metrics.parquet", "eval.parquet")],
+            [str(f) for m in RL["methods"] for s in RL["seeds"] for f in (P.run(m, s).metrics, P.run(m, s).eval)],
         output:
-            runs=str(P.stage("rl", "runs.parquet")),
-            summary=str(P.stage("rl", "summary.parquet")),
+            runs=str(P.rl_runs()),
+            summary=str(P.rl_summary()),
         localrule: True
         shell:
             "{SPARSERL} rl-summary --config {CONFIGS}"
 
     rule rl:
         input:
-            str(P.stage("rl", "summary.parquet")),
+            str(P.rl_summary()),
         localrule: True

@@ -131,6 +131,16 @@ def _check_semantics(cfg: dict, layers) -> None:
                                   "tasks.source is 'procedural'")
 
 
+def rollout_max_new_tokens(cfg: dict) -> int:
+    """Response length cap of pass rates, reference caches and evaluation (`rollout.max_new_tokens`)."""
+    return int(cfg["rollout"]["max_new_tokens"])
+
+
+def rl_max_new_tokens(cfg: dict) -> int:
+    """Response length cap of RL rollouts: `rl.max_new_tokens`, else `rollout.max_new_tokens`."""
+    return int((cfg.get("rl") or {}).get("max_new_tokens") or rollout_max_new_tokens(cfg))
+
+
 def load_config(paths: str | Path | Iterable[str | Path], overrides: dict | None = None) -> dict:
     """Merge config files in order (later wins), apply defaults, validate."""
     if isinstance(paths, (str, Path)):

@@ -9,33 +9,33 @@ import pandas as pd
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.core.paths import Paths
-from sparserl.methods.spec import load_method
-from sparserl.engines.local.trainer import run_dir, snapshot_name, snapshot_steps
+from sparserl.methods.spec import load_method, snapshot_steps
 
 
 def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]:
     """(label, dir) of the run's intermediate checkpoints (those its config asks for) and the
-    final one, in training order."""
-    d = run_dir(cfg, method, seed)
-    names = [snapshot_name(s) for s in snapshot_steps(cfg["rl"], load_method(method))]
-    out = [(n, d / "checkpoints" / n) for n in names] + [("final", d / "final")]
+    final one, in training order; wherever the run's engine saved them (`Paths.run`)."""
+    run = Paths(cfg).run(method, seed)
+    steps = snapshot_steps(cfg["rl"], load_method(method))
+    out = [(run.checkpoint_label(s), run.checkpoint(s)) for s in steps] + [("final", run.final)]
     missing = [str(c) for _, c in out if not c.is_dir()]
     if missing:
+        cmd = "rl-train" if run.engine == "local" else "openrlhf-launch"
         raise FileNotFoundError(f"{method} seed {seed}: checkpoints {missing} are missing; rerun "
-                                f"`sparserl rl-train --method {method} --seed {seed}` with this config")
+                                f"`sparserl {cmd} --method {method} --seed {seed}` with this config")
     return out
 
 
 def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.DataFrame:
-    d = run_dir(cfg, method, seed)
+    run = Paths(cfg).run(method, seed)
     tables = []
     for label, ck in run_checkpoints(cfg, method, seed):
-        t = evaluate_checkpoint(cfg, str(ck), d / "eval" / f"{label}.parquet",
+        t = evaluate_checkpoint(cfg, str(ck), run.eval_dir / f"{label}.parquet",
                                 f"{method}/seed{seed}/{label}", threads=threads,
                                 extra_cols={"method": method, "seed": seed, "checkpoint": label})
         tables.append(t)
     out = pd.concat(tables, ignore_index=True)
-    write_table(out, d / "eval.parquet", cfg=cfg, extra={"method": method, "seed": seed})
+    write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed})
     return out
 
 
@@ -46,9 +46,9 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:
-            d = run_dir(cfg, method, seed)
-            met = read_table(d / "metrics.parquet")
-            ev = read_table(d / "eval.parquet")
+            run = P.run(method, seed)
+            met = read_table(run.metrics)
+            ev = read_table(run.eval)
             fin = ev[ev["checkpoint"] == "final"]
             tail = met.tail(max(1, len(met) // 5))
             rows.append({"method": method, "seed": seed, "steps": int(met["step"].max()),
@@ -59,7 +59,7 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
                          "wall_time_s": float(met["wall_time_s"].sum()),
                          **{f"eval_{b}": float(a) for b, a in zip(fin["benchmark"], fin["accuracy"])}})
     runs = pd.DataFrame(rows)
-    write_table(runs, P.stage("rl", "runs.parquet"), cfg=cfg)
+    write_table(runs, P.rl_runs(), cfg=cfg)
     agg = runs.groupby("method").agg(
         seeds=("seed", "count"), rollouts_total=("rollouts_total", "mean"),
         rollouts_per_prompt=("rollouts_per_prompt_mean", "mean"),
@@ -67,8 +67,8 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
         eval_accuracy=("eval_accuracy_final", "mean"),
         eval_accuracy_sd=("eval_accuracy_final", lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else 0.0),
         wall_time_s=("wall_time_s", "mean")).reset_index()
-    write_table(agg, P.stage("rl", "summary.parquet"), cfg=cfg)
+    write_table(agg, P.rl_summary(), cfg=cfg)
     with pd.option_context("display.width", 160):
         print(agg.round(3).to_string(index=False))
-    print(f"rl summary -> {P.stage('rl', 'summary.parquet')}")
+    print(f"rl summary -> {P.rl_summary()}")
     return agg

@@ -16,6 +16,8 @@ from .group import as_float_array
 from .shrinkage import shrinkage_fusion
 
 C_PAPER = 0.0039
+K_STEP_PAPER = 2  # rollouts added per round
+GLOBAL_STOP_PAPER = 0.25  # the batch stops once fewer than this share of prompts want more
 
 
 def _check_c(c: float) -> float:
@@ -65,7 +67,7 @@ class OslaRound:
 
 
 def osla_round(k, vbar, prior, *, c: float = C_PAPER, k_min: int = 4, k_max: int | None = None,
-               step: int = 2, stop_frac: float = 0.25) -> OslaRound:
+               step: int = K_STEP_PAPER, stop_frac: float = GLOBAL_STOP_PAPER) -> OslaRound:
     """Decide one OSLA round from per-prompt counts k, means vbar and priors V (both in [-1,1]).
 
     An empty batch stops. When global_stop is True the caller should request nothing, whatever

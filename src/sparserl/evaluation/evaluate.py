@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_json, write_table
+from sparserl.core.config import rollout_max_new_tokens
 from sparserl.core.paths import Paths
 from sparserl.grading.verifier import open_verifier
 from sparserl.rollout import SamplingParams, make_backend, rollout
@@ -40,7 +41,7 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
     pool = read_table(P.train_pool())
     pr = cfg.get("passrate", {})
     params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
-                            max_new_tokens=cfg["rollout"].get("max_new_tokens", 16))
+                            max_new_tokens=rollout_max_new_tokens(cfg))
     backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
     with open_verifier(cfg) as ver:
         batch = rollout(backend, _prompts(cfg, pool, backend), list(pool["answer"]),
@@ -122,7 +123,7 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
             k = 1 if greedy else spec.get("k", 16)
             params = SamplingParams(temperature=spec.get("temperature", 1.0),
                                     top_p=spec.get("top_p", 1.0), greedy=greedy,
-                                    max_new_tokens=cfg["rollout"].get("max_new_tokens", 16))
+                                    max_new_tokens=rollout_max_new_tokens(cfg))
             batch = rollout(backend, _prompts(cfg, df, backend), list(df["answer"]), k, params,
                             cfg["seed"] + 7 * bi, ver)
             succ, n = per_prompt_rates(batch, len(df))

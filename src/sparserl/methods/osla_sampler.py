@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.estimators import osla_k_max, osla_round, pad_to_multiple, shrinkage_fusion
+from sparserl.estimators.osla import C_PAPER, GLOBAL_STOP_PAPER, K_STEP_PAPER
 
 SampleFn = Callable[[np.ndarray, np.ndarray], Sequence[np.ndarray]]
 REASONS = ("test", "target", "k_max", "global")
@@ -107,8 +108,8 @@ def _reasons(delta2, k_target, k, k_max) -> np.ndarray:
     return np.where(delta2 == 0, "test", np.where(k >= k_target, "target", "k_max"))
 
 
-def run_osla(sample_fn: SampleFn, prior_p, *, k_init: int = 4, k_step: int = 2, c: float = 0.0039,
-             k_max: int | None = None, global_stop: float = 0.25, pad_multiple: int | None = None,
+def run_osla(sample_fn: SampleFn, prior_p, *, k_init: int = 4, k_step: int = K_STEP_PAPER, c: float = C_PAPER,
+             k_max: int | None = None, global_stop: float = GLOBAL_STOP_PAPER, pad_multiple: int | None = None,
              k_min: int | None = None, max_rounds: int = 10_000) -> OslaResult:
     """Run the OSLA loop on one batch (see the module docstring).
 

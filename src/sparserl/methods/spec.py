@@ -1,21 +1,38 @@
-"""RL method specs (`configs/methods/<name>.yaml`): one file per method, scale-free.
+"""RL method specs (`configs/methods/<name>.yaml`): one file per method, scale-free, loaded once
+into a typed, frozen `MethodSpec` with every default filled in here and nowhere else.
 
 A method names an estimator from `sparserl.estimators`, its rollouts per prompt, its policy loss
 and optional pieces (DAPO's dynamic sampling and overlong shaping, V0.5's prior and OSLA, BASIS's
 refinement). The scale config says how many rollouts a step consumes; prompts per step are
 `rollouts_per_step / group_size`, so every method sees the same rollout budget per step (the
 BASIS table's 512 = 64 x 8 = 512 x 1; V0.5's batch x k_init = GRPO-16's batch x 16).
+
+What an engine does with a spec never depends on the method's name: the estimator's registered
+`needs` say which side data to build (`sparserl.methods.sidedata`), `spec.sampler` says how to
+sample (`sparserl.methods.sampling`), `spec.needs_reference_cache` whether the reference rollouts
+are read.
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import yaml
 
 from sparserl.core.config import ConfigError
+from sparserl.estimators.osla import C_PAPER, GLOBAL_STOP_PAPER, K_STEP_PAPER
 
 METHODS_DIR = Path(__file__).resolve().parents[3] / "configs" / "methods"
+
+# V0.5's OSLA defaults (V0.5 paper Section 4.1.3): cost c per rollout and the batch's global stop
+OSLA_C, OSLA_K_STEP, OSLA_GLOBAL_STOP = C_PAPER, K_STEP_PAPER, GLOBAL_STOP_PAPER
+SUPPORT_SIZE = 512  # V0.5: the 512 most recent (prompt, reward) pairs ...
+SUPPORT_CONTEXT = 256  # ... of which 256 are the prior's context each step
+CLIP = {"ppo_clip": (0.2, 0.2), "gspo": (3e-4, 4e-4), "gpg": (None, None)}  # (low, high) defaults
+SAMPLERS = ("plain", "dynamic_sampling", "osla")
 
 _loss = {
     "type": "object", "additionalProperties": False, "required": ["type"],
@@ -42,16 +59,16 @@ METHOD_SCHEMA = {
             "buffer_fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             "penalty": {"type": "number", "minimum": 0}}},
         "osla": {"type": "object", "additionalProperties": False,
-                 "required": ["k_init", "k_step", "c"], "properties": {
+                 "required": ["k_init"], "properties": {
                      "k_init": {"type": "integer", "minimum": 1},
                      "k_step": {"type": "integer", "minimum": 1},
                      "c": {"type": "number", "exclusiveMinimum": 0},
                      "k_max": {"type": "integer", "minimum": 1},
                      "global_stop": {"type": "number", "minimum": 0, "maximum": 1},
                      "pad_multiple": {"type": "integer", "minimum": 1}}},
-        "prior": {"type": "object", "required": ["kind"], "properties": {
-            "kind": {"enum": ["oracle", "constant", "v0"]}, "p": {"type": "number"},
-            "offset": {"type": "number"}, "pseudo_count": {"type": "number", "minimum": 0}}},
+        "prior": {"type": "object", "additionalProperties": False, "required": ["kind"], "properties": {
+            "kind": {"type": "string"}, "p": {"type": "number", "minimum": 0, "maximum": 1},
+            "offset": {"type": "number", "minimum": 0}, "pseudo_count": {"type": "number", "minimum": 0}}},
         "support_buffer": {"type": "object", "additionalProperties": False, "properties": {
             "size": {"type": "integer", "minimum": 1},
             "context": {"type": "integer", "minimum": 1}}},
@@ -63,58 +80,212 @@ METHOD_SCHEMA = {
     },
 }
 
-DEFAULTS = {"kl_coef": 0.0, "steps_factor": 1.0}
+
+@dataclass(frozen=True)
+class LossSpec:
+    type: str
+    clip_low: float | None = None
+    clip_high: float | None = None
+    agg: str = "seq_mean_token_mean"
+
+    def options(self) -> dict:
+        """Keyword options of the local trainer's loss function (`engines.local.losses.LOSSES`)."""
+        out = {"agg": self.agg}
+        if self.type != "gpg":
+            out.update(clip_low=self.clip_low, clip_high=self.clip_high)
+        return out
 
 
-def method_names(methods_dir: Path = METHODS_DIR) -> list[str]:
-    return sorted(p.stem for p in Path(methods_dir).glob("*.yaml"))
+@dataclass(frozen=True)
+class OslaSpec:
+    """V0.5's sequential allocation (formulas.md, "V0.5: Sequential OSLA Allocation")."""
+    k_init: int
+    k_step: int = OSLA_K_STEP
+    c: float = OSLA_C
+    k_max: int = 0  # 0: floor(1 / sqrt(c)), resolved on load
+    global_stop: float = OSLA_GLOBAL_STOP
+    pad_multiple: int | None = None
 
 
-def load_method(name: str, methods_dir: Path = METHODS_DIR) -> dict:
+@dataclass(frozen=True)
+class PriorSpec:
+    """Which prior (`sparserl.values.priors`) V0.5 fuses with: kind and its options."""
+    kind: str
+    p: float = 0.5  # constant prior
+    offset: float = 0.0  # oracle prior: known offset delta on the V = 2p - 1 scale
+    pseudo_count: float = 0.0  # oracle prior: Beta(a, a) pseudo-count on the reference counts
+
+    @property
+    def static(self) -> bool:
+        """A static prior's p per prompt is fixed before training (it can travel in dataset
+        labels); any other kind is queried during training with the support buffer as context."""
+        return self.kind in ("oracle", "constant")
+
+
+@dataclass(frozen=True)
+class SupportSpec:
+    size: int = SUPPORT_SIZE
+    context: int = SUPPORT_CONTEXT
+
+
+@dataclass(frozen=True)
+class DynamicSamplingSpec:
+    enabled: bool = False
+    gen_batch_factor: float = 3.0
+
+
+@dataclass(frozen=True)
+class OverlongSpec:
+    enabled: bool = False
+    buffer_fraction: float = 0.25
+    penalty: float = 1.0
+
+
+@dataclass(frozen=True)
+class BasisSpec:
+    kind: str | None = None
+    calibrate_on: str = "current"
+    inactive: str = "zero"
+    beta: float | str | None = None  # a number, "inf", or None / "calibrate" (grid search)
+
+    def fixed_beta(self) -> float | None:
+        """The fixed beta, or None when beta is calibrated on the batch."""
+        b = self.beta
+        if b is None or (isinstance(b, str) and b.strip().lower() in ("calibrate", "auto", "")):
+            return None
+        try:
+            return float(b)  # "inf" -> inf
+        except ValueError:
+            raise ConfigError(f"basis.beta: {b!r} is neither a number, 'inf' nor 'calibrate'") from None
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    estimator: str
+    group_size: int
+    loss: LossSpec
+    kl_coef: float = 0.0
+    steps_factor: float = 1.0
+    dynamic_sampling: DynamicSamplingSpec = field(default_factory=DynamicSamplingSpec)
+    overlong: OverlongSpec = field(default_factory=OverlongSpec)
+    osla: OslaSpec | None = None
+    prior: PriorSpec | None = None
+    support: SupportSpec = field(default_factory=SupportSpec)
+    basis: BasisSpec = field(default_factory=BasisSpec)
+
+    @property
+    def needs(self) -> frozenset:
+        """The side data the estimator declared where it is registered."""
+        from sparserl.estimators import get_spec
+        return get_spec(self.estimator).needs
+
+    @property
+    def sampler(self) -> str:
+        """How a step samples: 'osla' rounds, DAPO's 'dynamic_sampling', or 'plain'."""
+        if self.osla is not None:
+            return "osla"
+        return "dynamic_sampling" if self.dynamic_sampling.enabled else "plain"
+
+    @property
+    def needs_prior(self) -> bool:
+        """The estimator fuses a prior, or OSLA allocates rollouts with one."""
+        return "prior" in self.needs or self.osla is not None
+
+    @property
+    def needs_reference_cache(self) -> bool:
+        """BASIS and the oracle prior read the starting policy's cached reference pass rates."""
+        return "reference" in self.needs or (self.prior is not None and self.prior.kind == "oracle")
+
+    def estimator_options(self) -> dict:
+        """Keyword options the method passes to its registry estimator (both engines)."""
+        return {"inactive": self.basis.inactive} if "reference" in self.needs else {}
+
+    def to_dict(self) -> dict:
+        """JSON-able, with every default filled in (OpenRLHF's --sparserl.spec, hashes)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "MethodSpec":
+        """Inverse of `to_dict` (also accepts a raw YAML mapping plus 'name')."""
+        d = dict(d)
+        if "support_buffer" in d:
+            d["support"] = d.pop("support_buffer")
+        return _build(d.pop("name", "method"), d)
+
+
+def _build(name: str, raw: dict) -> MethodSpec:
+    def sub(cls, key):
+        v = raw.get(key)
+        return None if v is None else cls(**v)
+
+    loss = dict(raw["loss"])
+    lo, hi = CLIP[loss["type"]]
+    loss.setdefault("clip_low", lo)
+    loss.setdefault("clip_high", hi)
+    osla = sub(OslaSpec, "osla")
+    if osla is not None and not osla.k_max:
+        from sparserl.estimators import osla_k_max
+        osla = dataclasses.replace(osla, k_max=osla_k_max(osla.c))
+    return MethodSpec(
+        name=name, estimator=raw["estimator"], group_size=int(raw["group_size"]), loss=LossSpec(**loss),
+        kl_coef=float(raw.get("kl_coef", 0.0)), steps_factor=float(raw.get("steps_factor", 1.0)),
+        dynamic_sampling=sub(DynamicSamplingSpec, "dynamic_sampling") or DynamicSamplingSpec(),
+        overlong=sub(OverlongSpec, "overlong") or OverlongSpec(), osla=osla, prior=sub(PriorSpec, "prior"),
+        support=sub(SupportSpec, "support") or SupportSpec(), basis=sub(BasisSpec, "basis") or BasisSpec())
+
+
+def method_names(methods_dir: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in Path(methods_dir or METHODS_DIR).glob("*.yaml"))
+
+
+def load_method(name: str, methods_dir: Path | None = None) -> MethodSpec:
+    """Read, validate and type `configs/methods/<name>.yaml`; errors name the file, key and fix."""
+    methods_dir = methods_dir or METHODS_DIR
     path = Path(methods_dir) / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"{path}: no such method; known: {', '.join(method_names(methods_dir))}")
-    spec = yaml.safe_load(path.read_text()) or {}
-    errs = sorted(jsonschema.Draft202012Validator(METHOD_SCHEMA).iter_errors(spec),
+    raw = yaml.safe_load(path.read_text()) or {}
+    errs = sorted(jsonschema.Draft202012Validator(METHOD_SCHEMA).iter_errors(raw),
                   key=lambda e: len(e.absolute_path))
     if errs:
         e = errs[0]
         key = ".".join(map(str, e.absolute_path)) or "<top level>"
         raise ConfigError(f"{path}: key '{key}': {e.message}; fix it in that file")
+    return check_method(_build(name, raw), path)
+
+
+def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
+    """Cross-key checks of a spec (the estimator exists, its side data can be had)."""
     from sparserl.estimators import list_estimators
-    if spec["estimator"] not in list_estimators():
-        raise ConfigError(f"{path}: key 'estimator': unknown estimator {spec['estimator']!r}; "
+    from sparserl.values.priors import PLANNED_PRIORS, PRIOR_REGISTRY
+
+    if m.estimator not in list_estimators():
+        raise ConfigError(f"{where}: key 'estimator': unknown estimator {m.estimator!r}; "
                           f"known: {', '.join(list_estimators())}")
-    if spec["estimator"].startswith("v05") and "prior" not in spec:
-        raise ConfigError(f"{path}: V0.5 estimators need a 'prior' (kind: oracle | constant | v0)")
-    out = {**DEFAULTS, **spec, "name": name}
-    if "osla" in out:
-        o = out["osla"]
-        o.setdefault("k_max", int(1 / o["c"] ** 0.5))
-        o.setdefault("global_stop", 0.25)
-        if o["k_init"] != out["group_size"]:
-            raise ConfigError(f"{path}: osla.k_init ({o['k_init']}) must equal group_size "
-                              f"({out['group_size']}), which sizes the prompt batch")
-    return out
+    if m.needs_prior and m.prior is None:
+        raise ConfigError(f"{where}: estimator {m.estimator!r} (or OSLA) needs a 'prior' "
+                          f"(kind: {' | '.join(sorted(PRIOR_REGISTRY))}); add one")
+    if m.prior is not None and m.prior.kind not in PRIOR_REGISTRY and m.prior.kind not in PLANNED_PRIORS:
+        raise ConfigError(f"{where}: key 'prior.kind': unknown prior {m.prior.kind!r}; "
+                          f"known: {', '.join(sorted(PRIOR_REGISTRY))}")
+    if m.osla is not None and m.osla.k_init != m.group_size:
+        raise ConfigError(f"{where}: osla.k_init ({m.osla.k_init}) must equal group_size "
+                          f"({m.group_size}), which sizes the prompt batch")
+    m.basis.fixed_beta()  # a bad beta fails here, not mid-run
+    return m
 
 
-def needs_reference_cache(method: dict) -> bool:
-    """BASIS and the oracle prior read the starting policy's cached reference pass rates."""
-    return method["estimator"].startswith("basis") or method.get("prior", {}).get("kind") == "oracle"
-
-
-def estimator_options(method: dict) -> dict:
-    """Keyword options a method passes to its registry estimator (the CPU trainer and the
-    OpenRLHF plugin both call the estimator with these)."""
-    if method["estimator"].startswith("basis"):
-        return {"inactive": (method.get("basis") or {}).get("inactive", "zero")}
-    return {}
-
-
-def total_steps(rl: dict, method: dict) -> int:
+def total_steps(rl: dict, method: MethodSpec) -> int:
     """RL steps of a method (BASIS's grid entries train for a fraction of them)."""
-    return max(1, round(rl["steps"] * float(method.get("steps_factor", 1.0))))
+    return max(1, round(rl["steps"] * float(method.steps_factor)))
 
 
-def prompts_per_step(method: dict, rollouts_per_step: int) -> int:
-    return max(1, rollouts_per_step // method["group_size"])
+def prompts_per_step(method: MethodSpec, rollouts_per_step: int) -> int:
+    return max(1, rollouts_per_step // method.group_size)
+
+
+def snapshot_steps(rl: dict, method: MethodSpec) -> list[int]:
+    """Steps whose intermediate checkpoint is kept for evaluation (`rl.eval_fractions`)."""
+    n = total_steps(rl, method)
+    return sorted({max(1, round(f * n)) for f in rl.get("eval_fractions", [])} - {n})

@@ -57,6 +57,35 @@ class RolloutBatch:
     def response_lengths(self) -> np.ndarray:
         return np.array([len(r) for r in self.response_ids], dtype=np.int64)
 
+    def take(self, rows: Sequence[int], prompt_index: int) -> "RolloutBatch":
+        """The rollouts `rows` (all of one prompt) as a batch of that single prompt, renumbered to
+        `prompt_index` (its position in the batch they will be concatenated into)."""
+        rows = list(rows)
+        pi = int(self.prompt_index[rows[0]]) if rows else 0
+        return RolloutBatch(prompts=[], prompt_ids=[self.prompt_ids[pi]] if self.prompt_ids else [],
+                            prompt_index=np.full(len(rows), prompt_index),
+                            response_ids=[self.response_ids[r] for r in rows],
+                            logprobs=[self.logprobs[r] for r in rows], texts=[self.texts[r] for r in rows],
+                            finish_reason=[self.finish_reason[r] for r in rows],
+                            rewards=None if self.rewards is None else self.rewards[rows])
+
+    @staticmethod
+    def concat(batches: Sequence["RolloutBatch"], prompts: list[str]) -> "RolloutBatch":
+        """Merge batches generated for subsets of the same prompt list (`prompt_index` already
+        global); a prompt's token ids come from whichever batch has them."""
+        out = RolloutBatch(prompts=prompts, prompt_ids=[[] for _ in prompts],
+                           prompt_index=np.concatenate([b.prompt_index for b in batches]).astype(np.int64),
+                           response_ids=[r for b in batches for r in b.response_ids],
+                           logprobs=[x for b in batches for x in b.logprobs],
+                           texts=[t for b in batches for t in b.texts],
+                           finish_reason=[f for b in batches for f in b.finish_reason],
+                           rewards=np.concatenate([b.rewards for b in batches]).astype(np.float32))
+        for b in batches:
+            for i, ids in enumerate(b.prompt_ids):
+                if ids:
+                    out.prompt_ids[i] = ids
+        return out
+
     def to_frame(self, prompt_ids: Sequence[str] | None = None) -> pd.DataFrame:
         df = pd.DataFrame({
             "prompt_index": self.prompt_index,

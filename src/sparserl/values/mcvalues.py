@@ -20,6 +20,7 @@ import pandas as pd
 
 from sparserl.core.artifacts import config_hash, read_table, write_table
 from sparserl.grading.verifier import open_verifier
+from sparserl.core.config import rollout_max_new_tokens
 from sparserl.core.paths import Paths
 from sparserl.rollout import SamplingParams, make_backend, rollout
 from sparserl.tasks import format_prompt
@@ -34,7 +35,7 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
     pool = read_table(P.train_pool())
     pr = cfg.get("passrate", {})
     params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
-                            max_new_tokens=cfg["rollout"].get("max_new_tokens", 16))
+                            max_new_tokens=rollout_max_new_tokens(cfg))
     key = {"policy": ref, "n": n, "params": params.__dict__, "pool": len(pool),
            "seed": cfg["seed"] + seed_offset, "shard_size": shard_size}
     parts = out.with_name(out.name + ".parts")

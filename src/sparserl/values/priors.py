@@ -128,6 +128,7 @@ class ConstantPrior:
 
 
 PRIOR_REGISTRY: dict[str, Callable[..., Prior]] = {}
+PLANNED_PRIORS = ("v0",)  # accepted by method specs now; registered when the V0 model lands
 
 
 def register_prior(kind: str, factory: Callable[..., Prior]) -> None:
@@ -167,8 +168,8 @@ def reference_values(reference: pd.DataFrame, pseudo_count: float = 0.0) -> dict
 
 def prior_for_method(spec: Mapping, reference: pd.DataFrame | None, seed: int, **kw) -> Prior:
     """The prior a method spec names (`prior: {kind, offset, pseudo_count, p}`); 'oracle' takes its
-    values from the cached reference rollouts (`reference_values`). Other kinds (V0) get `kw`
-    (e.g. cfg=...)."""
+    values from the cached reference rollouts (`reference_values`). Other kinds (V0) are built by
+    their registered factory with `spec`, `seed` and `kw` (the local trainer passes cfg=...)."""
     if spec["kind"] == "oracle":
         if reference is None:
             raise ValueError("the oracle prior needs the reference cache (prompt_id, successes, n)")
@@ -176,7 +177,7 @@ def prior_for_method(spec: Mapping, reference: pd.DataFrame | None, seed: int, *
                           offset=spec.get("offset", 0.0), seed=seed)
     if spec["kind"] == "constant":
         return make_prior("constant", p=spec.get("p", 0.5))
-    return make_prior(spec["kind"], **kw)
+    return make_prior(spec["kind"], spec=dict(spec), seed=seed, **kw)
 
 
 register_prior("oracle", OraclePrior)

@@ -19,9 +19,10 @@ Registry path, per step (all rollouts of the step at once, as OpenRLHF does):
      ProRL stop-properly) applied, as in the parent;
   2. ``--reward.clip_range`` clamps the REWARDS (the parent clamps the shaped reward; here the
      shaped value is the advantage, which must not be clipped: GPG's B/B_valid can exceed 10);
-  3. A = estimator(rewards, uids, ctx=EstimatorContext(...)) with side data from the labels;
-     for the GPG loss with a non-GPG estimator the B/B_valid factor is multiplied in
-     (`gpg_valid_scale`; the `gpg` estimator folds it in itself);
+  3. A = `sparserl.methods.sidedata.advantages(spec, rewards, uids, side, state)`: the same call
+     the local trainer makes, with the side data the estimator declared (static ones from the
+     labels, a live prior queried now) and the calibration state carried between steps; it
+     multiplies in GPG's B/B_valid for the GPG loss with a non-GPG estimator;
   4. per token exactly as the parent does for its REINFORCE-family estimators: OpenRLHF's
      `compute_reward` puts A on the last action token and adds -kl_coef * kl per token (KL in
      the reward, when not used as a loss), then `get_cumulative_returns` with gamma = 1;
@@ -37,11 +38,20 @@ OpenRLHF carries the label string untouched from the dataloader through vLLM (wh
 so the experience maker and the OSLA sampler read uid, phat and prior from it. No cache,
 nothing to keep in sync across Ray actors. A label that is not JSON is taken as the bare
 answer; its uid is then the prompt text (stable within a step).
+
+A prior that is not static (V0, or any registered kind whose p depends on the policy's recent
+outcomes) cannot travel in labels: `live_prior(args)` builds it once per process with a support
+buffer (`sparserl.values.support.LivePrior`), the OSLA samples generator and the experience maker
+query it with the step's uids, and the experience maker feeds it each step's (uid, reward) pairs.
+Each step's rollouts are also appended to ``<run>/openrlhf/rollouts.jsonl`` (uid, step, reward,
+length), which the launcher turns into the run's rollouts.parquet.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -50,8 +60,11 @@ from openrlhf.models.utils import compute_reward
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
-from sparserl.estimators import EstimatorContext, get_estimator, gpg_valid_scale, list_estimators
-from sparserl.methods.spec import estimator_options
+from sparserl.estimators import list_estimators
+from sparserl.methods.sidedata import CalibrationState, SideData, advantages
+from sparserl.methods.spec import MethodSpec
+from sparserl.values.priors import prior_for_method
+from sparserl.values.support import LivePrior, SupportBuffer
 
 # --------------------------------------------------------------------------- labels
 
@@ -102,17 +115,24 @@ def experience_uids(experiences: Sequence) -> list[str]:
     return out
 
 
-def method_spec(args) -> dict:
-    """The method spec the launcher put in ``--sparserl.spec`` (JSON), or {} when absent."""
+def method_spec(args) -> MethodSpec | None:
+    """The method spec the launcher put in ``--sparserl.spec`` (JSON), or None when absent. Keys a
+    hand-written spec leaves out come from OpenRLHF's own flags (estimator, n_samples_per_prompt)
+    and the spec defaults (`sparserl.methods.spec`)."""
     ns = getattr(args, "sparserl", None)
     raw = getattr(ns, "spec", None) if ns is not None else None
     if not raw:
-        return {}
-    return json.loads(raw) if isinstance(raw, str) else dict(raw)
+        return None
+    d = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    d.setdefault("name", getattr(ns, "method", None) or "openrlhf")
+    d.setdefault("estimator", args.algo.advantage.estimator)
+    d.setdefault("group_size", int(getattr(args.rollout, "n_samples_per_prompt", 1) or 1))
+    d.setdefault("loss", {"type": "ppo_clip"})
+    return MethodSpec.from_dict(d)
 
 
 def is_registry_estimator(name: str) -> bool:
-    return name in list_estimators()
+    return name in list_estimators(level="sequence")
 
 
 def _side(labels: list[dict], key: str, what: str) -> np.ndarray:
@@ -126,33 +146,57 @@ def _side(labels: list[dict], key: str, what: str) -> np.ndarray:
     return np.asarray(vals, dtype=np.float64)
 
 
-def _beta(value) -> float | None:
-    if value is None or (isinstance(value, str) and value.lower() in ("calibrate", "auto", "")):
-        return None
-    return float(value)  # "inf" -> inf
+_LIVE_PRIORS: dict = {}
 
 
-def build_context(name: str, spec: dict, labels: list[dict], rewards: np.ndarray,
-                  prev: tuple | None = None) -> EstimatorContext:
-    """EstimatorContext for one step from the method spec and the decoded labels (one per rollout)."""
-    ctx = EstimatorContext()
-    if name.startswith("v05"):
-        prior = spec.get("prior") or {}
-        if prior.get("kind") == "constant":
-            ctx.prior = np.full(len(labels), float(prior.get("p", 0.5)))
+def live_prior(args, spec: MethodSpec) -> LivePrior:
+    """The process's live prior of this run (built once, shared by the samples generator and the
+    experience maker): the spec's prior kind with a support buffer of recent (uid, reward) pairs."""
+    key = (spec.name, json.dumps(spec.to_dict(), sort_keys=True))
+    if key not in _LIVE_PRIORS:
+        seed = int(getattr(getattr(args, "sparserl", None), "seed", 0) or 0)
+        prior = prior_for_method(dataclasses.asdict(spec.prior), None, seed)
+        rng = np.random.default_rng(seed)
+        _LIVE_PRIORS[key] = LivePrior(prior, SupportBuffer(spec.support.size, spec.support.context, rng))
+    return _LIVE_PRIORS[key]
+
+
+def step_prior(args, spec: MethodSpec, labels: list[dict], uids: Sequence[str], what: str) -> np.ndarray:
+    """The prior p per rollout (or per prompt): the spec's constant, the labels' static value, or
+    the live prior queried with the uids (one query per distinct uid)."""
+    if spec.prior is not None and spec.prior.kind == "constant":
+        return np.full(len(labels), float(spec.prior.p))
+    if spec.prior is None or spec.prior.static:
+        return _side(labels, "prior", what)
+    uniq, inv = np.unique(np.asarray(uids), return_inverse=True)
+    return live_prior(args, spec)(list(uniq))[inv.reshape(-1)]
+
+
+def side_data(args, spec: MethodSpec, labels: list[dict], uids: Sequence[str]) -> SideData:
+    """`SideData` of one step from the labels (one per rollout) and, for a non-static prior, the
+    live prior."""
+    side = SideData()
+    if "prior" in spec.needs:
+        side.prior = step_prior(args, spec, labels, uids, f"{spec.estimator} (prior kind {spec.prior.kind!r})")
+    if "reference" in spec.needs:
+        if labels and all(d.get("vhat") is not None for d in labels):
+            side.vhat = _side(labels, "vhat", spec.estimator)
         else:
-            ctx.prior = _side(labels, "prior", f"{name} (prior kind {prior.get('kind')!r})")
-    if name.startswith("basis"):
-        b = spec.get("basis") or {}
-        if all(d.get("vhat") is not None for d in labels) and labels:
-            ctx.vhat = _side(labels, "vhat", name)
-        else:
-            ctx.phat = _side(labels, "phat", name)
-        ctx.beta = _beta(b.get("beta"))
-        ctx.calibrate_on = b.get("calibrate_on", "current")
-        if ctx.calibrate_on == "previous" and prev is not None:
-            ctx.prev_phat, ctx.prev_rewards = prev
-    return ctx
+            side.phat = _side(labels, "phat", spec.estimator)
+    return side
+
+
+def harvest(args, uids: Sequence[str], rewards: np.ndarray, lengths: Sequence[int], step: int) -> None:
+    """Append this step's rollouts to ``<run>/openrlhf/rollouts.jsonl`` (when the run dir is known)."""
+    run_dir = getattr(getattr(args, "sparserl", None), "run_dir", None)
+    if not run_dir:
+        return
+    from sparserl.engines.openrlhf.metrics import HARVEST_FILE
+    path = Path(run_dir) / "openrlhf" / HARVEST_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for u, r, n in zip(uids, rewards.tolist(), lengths):
+            f.write(json.dumps({"prompt_id": str(u), "step": int(step), "reward": float(r), "length": int(n)}) + "\n")
 
 
 # --------------------------------------------------------------------------- the maker
@@ -170,6 +214,9 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         if not experiences:
             return experiences
         spec = method_spec(args)
+        if spec is None or spec.estimator != name:  # launched by hand: the estimator's defaults
+            spec = MethodSpec.from_dict({"name": name, "estimator": name, "loss": {"type": "ppo_clip"},
+                                         "group_size": int(getattr(args.rollout, "n_samples_per_prompt", 1) or 1)})
 
         for e in experiences:
             e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
@@ -185,16 +232,17 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         labels = [decode_label(lab) for lab in itertools.chain.from_iterable(
             (e.labels if e.labels else [None] * n) for e, n in zip(experiences, exp_len))]
 
-        ctx = build_context(name, spec, labels, r, getattr(self, "_basis_prev", None))
+        if not hasattr(self, "_calibration"):
+            self._calibration, self._step = CalibrationState(), 0
         info: dict = {}
-        adv = np.asarray(get_estimator(name)(r, uids, ctx=ctx, info=info,
-                                             **estimator_options({**spec, "estimator": name})),
-                         dtype=np.float64)
-        if (spec.get("loss") or {}).get("type") == "gpg" and name != "gpg":
-            adv = adv * gpg_valid_scale(r, uids)
-        if ctx.calibrate_on == "previous" and name.startswith("basis") and ctx.phat is not None:
-            self._basis_prev = (np.asarray(ctx.phat, dtype=np.float64).copy(), r.copy())
+        adv = advantages(spec, r, uids, side_data(args, spec, labels, uids), self._calibration, info=info)
         self.last_estimator_info = info
+        self._step += 1
+        if spec.prior is not None and not spec.prior.static:
+            live_prior(args, spec).observe(uids.tolist(), r.tolist())
+        lengths = [int(x) for e in experiences for x in (e.response_length.reshape(-1).tolist()
+                   if getattr(e, "response_length", None) is not None else [0] * len(e.rewards))]
+        harvest(args, uids.tolist(), r, lengths, self._step)
 
         # per-rollout diagnostics (group size and reward std of the rollout's uid group)
         _, inv, counts = np.unique(uids, return_inverse=True, return_counts=True)
@@ -219,5 +267,5 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         return experiences
 
 
-__all__ = ["LABEL_FIELDS", "SparseRLExperienceMaker", "build_context", "decode_label", "encode_label",
-           "experience_uids", "is_registry_estimator", "method_spec"]
+__all__ = ["LABEL_FIELDS", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
+           "harvest", "is_registry_estimator", "live_prior", "method_spec", "side_data", "step_prior"]

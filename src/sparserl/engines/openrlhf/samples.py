@@ -37,7 +37,9 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
 from sparserl.estimators import pad_to_multiple
 
-from .experience import decode_label, method_spec
+from sparserl.engines.openrlhf.experience import decode_label, method_spec, step_prior
+from sparserl.methods.osla_sampler import run_osla
+from sparserl.methods.spec import MethodSpec
 
 
 def pad_allocation(counts, multiple: int | None) -> np.ndarray:
@@ -53,19 +55,12 @@ def pad_allocation(counts, multiple: int | None) -> np.ndarray:
     return extra
 
 
-def osla_priors(labels, spec: dict) -> np.ndarray:
-    """Prior p per prompt: the spec's constant, else the label's "prior"."""
-    prior = spec.get("prior") or {}
-    if prior.get("kind") == "constant":
-        return np.full(len(labels), float(prior.get("p", 0.5)))
-    out = []
-    for lab in labels:
-        d = decode_label(lab)
-        if d.get("prior") is None:
-            raise ValueError(f"prompt uid {d.get('uid')!r}: the dataset label has no 'prior' (needed by OSLA "
-                             f"with prior kind {prior.get('kind')!r}); rebuild the dataset with the launcher")
-        out.append(float(d["prior"]))
-    return np.asarray(out, dtype=np.float64)
+def osla_priors(labels, spec: MethodSpec, args=None) -> np.ndarray:
+    """Prior p per prompt: the spec's constant, the label's static "prior", or the live prior
+    queried with the prompts' uids (`experience.step_prior`)."""
+    decoded = [decode_label(lab) for lab in labels]
+    uids = [str(d.get("uid")) for d in decoded]
+    return step_prior(args, spec, decoded, uids, f"OSLA with prior kind {spec.prior.kind!r}")
 
 
 def binary_reward(e) -> float:
@@ -82,7 +77,7 @@ class OslaSamplesGenerator(SamplesGenerator):
     @torch.no_grad()
     def generate_samples(self, **generate_kwargs):
         spec = method_spec(self.args)
-        if not spec.get("osla"):
+        if spec is None or spec.osla is None:
             return super().generate_samples(**generate_kwargs)
         if getattr(self, "_dataloader_iter", None) is None:
             self._dataloader_iter = iter(self.prompts_dataloader)
@@ -104,14 +99,12 @@ class OslaSamplesGenerator(SamplesGenerator):
 
     def osla_generate(self, prompts, labels, images=None, *, spec=None, **generate_kwargs) -> List:
         """Run OSLA on one prompt batch; all rollouts (padding included) as Experiences, grouped by prompt."""
-        from sparserl.methods.osla_sampler import run_osla
-
         spec = method_spec(self.args) if spec is None else spec
-        o = spec["osla"]
+        o = spec.osla
         images = list(images) if images is not None else [None] * len(prompts)
         per_prompt: list[list] = [[] for _ in prompts]
         dispatches: list[dict] = []
-        pad = o.get("pad_multiple")
+        pad = o.pad_multiple
 
         def sample_fn(idx, counts):
             idx = np.asarray(idx, dtype=np.int64)
@@ -127,9 +120,9 @@ class OslaSamplesGenerator(SamplesGenerator):
                                "prompts": len(idx)})
             return out
 
-        self.last_osla = run_osla(sample_fn, osla_priors(labels, spec), k_init=int(o["k_init"]),
-                                  k_step=int(o["k_step"]), c=float(o["c"]), k_max=o.get("k_max"),
-                                  global_stop=float(o.get("global_stop", 0.25)), pad_multiple=pad)
+        self.last_osla = run_osla(sample_fn, osla_priors(labels, spec, self.args), k_init=o.k_init,
+                                  k_step=o.k_step, c=o.c, k_max=o.k_max, global_stop=o.global_stop,
+                                  pad_multiple=pad)
         self.last_dispatches = dispatches
         return list(itertools.chain.from_iterable(per_prompt))
 

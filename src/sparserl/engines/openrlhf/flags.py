@@ -1,0 +1,203 @@
+"""A method spec + config -> OpenRLHF's argument list (`openrlhf_argv`).
+
+Cluster defaults live in `CLUSTER_DEFAULTS`, overridable from the config's free-form
+``rl.openrlhf`` mapping (dotted OpenRLHF flag names, e.g. ``{"vllm.num_engines": 16}``; plus the
+launcher keys ``nodes``, ``gpus_per_node``, ``cpus_per_node``, ``ray_port``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from sparserl.core.config import ConfigError, rl_max_new_tokens
+from sparserl.core.paths import Paths
+from sparserl.methods.spec import MethodSpec, prompts_per_step, snapshot_steps, total_steps
+
+# Cluster defaults (one 8-GPU node, everything colocated, vLLM sleeping during training);
+# override any of them from the config: rl: {openrlhf: {"vllm.num_engines": 16, nodes: 2}}.
+CLUSTER_DEFAULTS: dict[str, Any] = {
+    "actor.num_nodes": 1,
+    "actor.num_gpus_per_node": 8,
+    "ref.num_nodes": 1,
+    "ref.num_gpus_per_node": 8,
+    "vllm.num_engines": 8,
+    "vllm.tensor_parallel_size": 1,
+    "vllm.gpu_memory_utilization": 0.6,
+    "vllm.enable_prefix_caching": True,
+    "vllm.enable_sleep": True,
+    "train.colocate_all": True,
+    "ds.enable_sleep": True,
+    "ds.zero_stage": 3,
+    "ds.param_dtype": "bf16",
+    "ds.packing_samples": True,
+    "ds.attn_implementation": "flash_attention_2",
+    "actor.gradient_checkpointing_enable": True,
+    "train.micro_batch_size": 4,
+    "rollout.micro_batch_size": 8,
+    "actor.adam.lr": 1e-6,
+    "actor.lr_scheduler": "constant_with_warmup",  # OSLA's step sizes vary: no max_steps-based decay
+    "actor.lr_warmup_ratio": 0.0,
+    "actor.max_norm": 1.0,
+    "rollout.top_p": 1.0,
+    "algo.advantage.gamma": 1.0,
+    "eval.steps": -1,  # evaluation runs as its own Snakemake rule on the saved checkpoints
+    "logger.logging_steps": 1,
+    "ckpt.save_hf": True,
+}
+LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port")
+AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
+LOSS_TYPE = {"ppo_clip": "ppo", "gspo": "gspo", "gpg": "gpg"}
+
+
+def run_files(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path):
+    """The run's files (`Paths.run`), rooted at the parent of ``--out`` (the final HF model
+    directory, the Snakemake rule's ``final``), absolute: Ray workers do not share the driver's cwd."""
+    from sparserl.core.paths import RunPaths
+    return RunPaths(Path(out_dir).absolute().parent, method.name, seed, engine="openrlhf")
+
+
+def save_steps(rl: dict, method: MethodSpec) -> int:
+    """OpenRLHF's ckpt.save_steps: a divisor of every step whose checkpoint is evaluated
+    (`rl.eval_fractions`), at most `rl.checkpoint_every`, so `Paths.run(...).checkpoint(step)` exists."""
+    return math.gcd(int(rl.get("checkpoint_every", 10)), *snapshot_steps(rl, method))
+
+
+def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
+                   policy_path: str | None = None) -> dict[str, Any]:
+    """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`)."""
+    rl = cfg["rl"]
+    over = dict(rl.get("openrlhf") or {})
+    run = run_files(cfg, method, seed, out_dir)
+    if policy_path is None:
+        pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
+        policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)
+
+    f: dict[str, Any] = dict(CLUSTER_DEFAULTS)
+    # cluster shape from the launcher keys
+    nodes = int(over.get("nodes", 1))
+    gpn = int(over.get("gpus_per_node", 8))
+    f.update({"actor.num_nodes": nodes, "ref.num_nodes": nodes, "actor.num_gpus_per_node": gpn,
+              "ref.num_gpus_per_node": gpn})
+    tp = int(over.get("vllm.tensor_parallel_size", f["vllm.tensor_parallel_size"]))
+    f["vllm.num_engines"] = max(1, nodes * gpn // tp)
+
+    # data and reward
+    f.update({
+        "actor.model_name_or_path": policy_path,
+        "data.prompt_dataset": str(run.prompts),
+        "data.input_key": "input",
+        "data.label_key": "label",
+        "reward.remote_url": str(Path(__file__).with_name("losses.py")),  # our reward_func
+        "train.seed": int(seed),
+        "train.num_episodes": 1,
+        "ckpt.output_dir": str(run.final),
+        "ckpt.path": str(run.checkpoints),
+        "logger.tensorboard_dir": str(run.tensorboard),
+        "logger.wandb.run_name": f"{method.name}_seed{int(seed)}",
+    })
+    if cfg.get("tasks", {}).get("chat_template"):
+        f["data.apply_chat_template"] = True
+    max_new = rl_max_new_tokens(cfg)
+    max_len = cfg.get("rollout", {}).get("vllm", {}).get("max_model_len") or (max_new + 2048)
+    f["rollout.max_new_tokens"] = max_new
+    f["data.max_len"] = int(max(max_len, max_new + 1))
+    if "temperature" in rl:
+        f["rollout.temperature"] = float(rl["temperature"])
+    if "lr" in rl:
+        f["actor.adam.lr"] = float(rl["lr"])
+    if "weight_decay" in rl:
+        f["actor.adam.weight_decay"] = float(rl["weight_decay"])
+    if "ppo_epochs" in rl:
+        f["train.max_epochs"] = int(rl["ppo_epochs"])
+    f["ckpt.save_steps"] = save_steps(rl, method)
+
+    # batch sizes: every method consumes rl.rollouts_per_step rollouts per step
+    G = method.group_size
+    B = prompts_per_step(method, int(rl["rollouts_per_step"]))
+    steps = total_steps(cfg["rl"], method)
+    # rl.mini_batches optimiser steps per rollout step, as the local trainer takes
+    mini = max(1, int(rl.get("mini_batches", 1)))
+    f.update({"rollout.n_samples_per_prompt": G, "rollout.batch_size": B,
+              "data.max_samples": steps * B, "train.batch_size": max(1, B * G // mini)})
+    if method.osla:  # rollouts per step vary (multiples of the pad): one optimizer step per pad-sized block
+        f["train.batch_size"] = int(method.osla.pad_multiple or G)
+
+    # estimator and loss
+    f["algo.advantage.estimator"] = method.estimator
+    loss = method.loss
+    f["actor.policy_loss_type"] = LOSS_TYPE[loss.type]
+    if loss.type != "gpg":
+        f["actor.eps_clip_low_high"] = [float(loss.clip_low), float(loss.clip_high)]
+    if loss.agg not in AGG:
+        raise ConfigError(f"method {method.name}: loss.agg {loss.agg!r} has no OpenRLHF equivalent "
+                          f"(it has {sorted(AGG)})")
+    f["actor.loss_agg_mode"] = AGG[loss.agg]
+    kl = method.kl_coef
+    f["algo.kl.init_coef"] = kl
+    if kl > 0:  # GRPO-style KL loss against the reference policy
+        f.update({"algo.kl.use_loss": True, "algo.kl.estimator": "k3"})
+
+    # DAPO pieces
+    if method.dynamic_sampling.enabled:
+        # drop groups whose mean reward is 0 or 1; OpenRLHF replaces each dropped prompt with a new
+        # one until the batch is full (gen_batch_factor has no OpenRLHF counterpart)
+        f.update({"algo.dynamic_filtering_enable": True, "algo.dynamic_filtering_range": [0.0, 1.0]})
+    ol = method.overlong
+    if ol.enabled:
+        f["reward.overlong_buffer_len"] = float(ol.buffer_fraction) * max_new
+        f["reward.overlong_penalty_factor"] = float(ol.penalty)
+
+    # ours
+    f["sparserl.method"] = method.name
+    f["sparserl.spec"] = json.dumps(method.to_dict(), sort_keys=True)
+    f["sparserl.run_dir"] = str(run.dir)  # the experience maker appends harvested rollouts there
+    f["sparserl.seed"] = int(seed)
+
+    # free-form overrides (dotted OpenRLHF flags)
+    for k, v in over.items():
+        if k in LAUNCHER_KEYS:
+            continue
+        if "." not in k:
+            raise ConfigError(f"rl.openrlhf.{k}: not an OpenRLHF flag (dotted, e.g. 'vllm.num_engines') "
+                                f"nor a launcher key ({', '.join(LAUNCHER_KEYS)})")
+        f[k] = v
+    return f
+
+
+def flags_to_argv(flags: dict[str, Any]) -> list[str]:
+    """True -> '--flag'; False/None -> omitted; list -> '--flag a b'; else '--flag value'."""
+    argv: list[str] = []
+    for k, v in flags.items():
+        if v is None or v is False:
+            continue
+        if v is True:
+            argv.append(f"--{k}")
+        elif isinstance(v, (list, tuple)):
+            argv += [f"--{k}", *map(_fmt, v)]
+        else:
+            argv += [f"--{k}", _fmt(v)]
+    return argv
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else str(v)
+    return str(v)
+
+
+def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, **kw) -> list[str]:
+    """The OpenRLHF argument list for one run.
+
+    Method -> flags: group_size -> --rollout.n_samples_per_prompt; rollouts_per_step / group_size
+    -> --rollout.batch_size; steps x steps_factor x that -> --data.max_samples (one episode);
+    estimator -> --algo.advantage.estimator (our registry name); loss.type -> --actor.policy_loss_type
+    (ppo | gspo | gpg); clip_low/high -> --actor.eps_clip_low_high; agg -> --actor.loss_agg_mode;
+    kl_coef -> --algo.kl.init_coef (+ --algo.kl.use_loss k3 when > 0); dynamic_sampling ->
+    --algo.dynamic_filtering_enable/range 0 1; overlong -> --reward.overlong_buffer_len
+    (fraction x max_new_tokens) / --reward.overlong_penalty_factor; the spec itself ->
+    --sparserl.spec. The train batch is the step's rollouts (one optimizer step per RL step), or
+    osla.pad_multiple for OSLA.
+    """
+    return flags_to_argv(openrlhf_flags(cfg, method, seed, out_dir, **kw))

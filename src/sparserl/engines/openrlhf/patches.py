@@ -1,0 +1,124 @@
+"""Our classes inside OpenRLHF's Ray workers, without a fork.
+
+OpenRLHF's trainer runs in Ray actors, where a driver-side patch does not reach;
+``ray.init(runtime_env={"worker_process_setup_hook": HOOK})`` runs `worker_process_setup` at the
+start of every worker. It patches the module attributes where OpenRLHF looks the classes up:
+`openrlhf.trainer.ppo_trainer.RemoteExperienceMaker` / `.SamplesGenerator`,
+`openrlhf.trainer.ppo_trainer_async.SamplesGenerator` and `openrlhf.trainer.ray.ppo_actor.PolicyLoss`:
+at once where the module is already imported, else right after its first import (a post-import
+hook on sys.meta_path, so vLLM and other workers that never import the trainer pay nothing).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import os
+import sys
+
+from sparserl.engines.openrlhf import HOOK  # noqa: E402  (one spelling of the hook path)
+
+# module -> attribute -> "module:Class" of ours
+PATCHES: dict[str, dict[str, str]] = {
+    "openrlhf.trainer.ppo_trainer": {
+        "RemoteExperienceMaker": "sparserl.engines.openrlhf.experience:SparseRLExperienceMaker",
+        "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
+    },
+    "openrlhf.trainer.ppo_trainer_async": {
+        "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
+    },
+    "openrlhf.trainer.ray.ppo_actor": {
+        "PolicyLoss": "sparserl.engines.openrlhf.losses:SparseRLPolicyLoss",
+    },
+}
+
+# --------------------------------------------------------------------------- patches / hook
+
+
+def _resolve(target: str):
+    mod, _, attr = target.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def _apply(modname: str, module) -> list[tuple[str, str]]:
+    done = []
+    for attr, target in PATCHES.get(modname, {}).items():
+        setattr(module, attr, _resolve(target))
+        done.append((modname, attr))
+    return done
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Wraps a module's real loader; applies our patches right after the module executes."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        _apply(module.__name__, module)
+
+    def __getattr__(self, name):  # get_source, get_filename, is_package, ...
+        return getattr(self._loader, name)
+
+
+class _PostImportPatcher(importlib.abc.MetaPathFinder):
+    """sys.meta_path entry: finds PATCHES' modules with the other finders, wraps their loader."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in PATCHES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or isinstance(finder, _PostImportPatcher) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and not isinstance(spec.loader, _PatchingLoader):
+                    spec.loader = _PatchingLoader(spec.loader)
+                return spec
+        return None
+
+
+def install_patches() -> list[tuple[str, str]]:
+    """Put our classes where OpenRLHF looks them up (see the module docstring); idempotent.
+
+    Returns the (module, attribute) pairs patched now; modules not imported yet are patched on
+    their first import.
+    """
+    if not any(isinstance(f, _PostImportPatcher) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportPatcher())
+    done = []
+    for modname in PATCHES:
+        mod = sys.modules.get(modname)
+        if mod is not None:
+            done += _apply(modname, mod)
+    return done
+
+
+def worker_process_setup() -> None:
+    """Ray's worker_process_setup_hook (runs at the start of every worker of the job)."""
+    install_patches()
+
+
+def runtime_env(extra_env: dict | None = None) -> dict:
+    """The Ray runtime_env of our jobs: OpenRLHF's own env defaults plus the setup hook."""
+    env = {
+        "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "true"),
+        "NCCL_DEBUG": os.environ.get("NCCL_DEBUG", "WARN"),
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": os.environ.get("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1"),
+    }
+    env.update(extra_env or {})
+    return {"worker_process_setup_hook": HOOK, "env_vars": env}
+
+
+def init_ray(address: str | None = None, extra_env: dict | None = None, **kwargs):
+    """ray.init with our runtime_env. OpenRLHF's train() only calls ray.init when Ray is not
+    initialised yet, so ours (with the hook) is the one that counts."""
+    import ray
+
+    if ray.is_initialized():
+        raise RuntimeError("Ray is already initialised in this process: its workers would not run the "
+                           f"setup hook {HOOK}; call init_ray before anything else starts Ray")
+    return ray.init(address=address, runtime_env=runtime_env(extra_env), **kwargs)
