@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))  # a checkout runs without install
 
-from sparserl.core.config import from_snakemake, ConfigError
+from sparserl.core.config import ConfigError, from_snakemake, write_resolved
 from sparserl.core.paths import Paths
 
 # --configfile replaces the default instead of being merged into it
@@ -21,7 +21,8 @@ except ConfigError as e:
 
 P = Paths(CFG)
 SCALE = CFG["scale"]
-CONFIGS = " ".join(str(f) for f in (workflow.overwrite_configfiles or workflow.configfiles))
+# Jobs read the config Snakemake resolved (files + `--config` overrides), never the files again
+CONFIGS = str(write_resolved(CFG, P.results / ".config"))
 SPARSERL = f"{sys.executable} -m sparserl"
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ["PYTHONPATH"] = os.path.join(workflow.basedir, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")

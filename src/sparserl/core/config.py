@@ -154,6 +154,18 @@ def load_config(paths: str | Path | Iterable[str | Path], overrides: dict | None
     return validate(cfg, layers)
 
 
+def write_resolved(cfg: dict, folder: str | Path) -> Path:
+    """Write the validated, merged config as `<folder>/<hash>.json` (once per distinct config) and
+    return its path: the one file every job of a Snakemake run reads, so `--config key=value`
+    overrides change what the jobs compute, not only the DAG."""
+    from sparserl.core.artifacts import atomic_write_text, config_hash
+    path = Path(folder) / f"{config_hash(cfg)}.json"
+    text = json.dumps(cfg, sort_keys=True, indent=1)
+    if not path.exists() or path.read_text() != text:
+        atomic_write_text(path, text)
+    return path
+
+
 def from_snakemake(config: dict, configfiles: Iterable[str | Path]) -> dict:
     """Validate the config Snakemake assembled, naming the configfile a bad key came from."""
     layers = [(str(p), _read(Path(p))) for p in configfiles]
