@@ -85,7 +85,7 @@ def get_spec(name: str) -> EstimatorSpec:
     try:
         return _SPECS[name]
     except KeyError:
-        raise ValueError(f"unknown estimator {name!r}; known: {list_estimators()}") from None
+        raise ValueError(f"unknown estimator {name!r}; known: {list_estimators(None)}") from None
 
 
 def get_estimator(name: str) -> Estimator:
