@@ -1,8 +1,10 @@
 """Time every registered estimator relative to GRPO on one batch, and basis_refine's scaling in B.
 
-    python perf/estimators.py [--prompts 4096] [--group 8] [--json out.json]
+    python perf/estimators.py [--prompts 4096] [--group 8] [--tokens 128] [--json out.json]
 
-Goal: every estimator within 2x of GRPO's cost. Timings are the best of `--repeat` runs (each
+Goal: every sequence-level estimator within 2x of GRPO's cost. Token-level estimators run on a
+(rollouts, --tokens) batch of the first --token-prompts prompts and are timed relative to GRPO
+broadcast to tokens (`broadcast_sequence_advantages`) on that batch. Timings are the best of `--repeat` runs (each
 run loops until it has taken at least ~50 ms), so they are stable but machine-dependent.
 """
 from __future__ import annotations
@@ -57,6 +59,8 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompts", type=int, default=4096)
     ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=128, help="response length T of the token batch")
+    ap.add_argument("--token-prompts", type=int, default=512, help="prompts in the token batch")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -78,6 +82,23 @@ def main(argv=None) -> dict:
     for label, t in sorted(times.items(), key=lambda kv: kv[1]):
         print(f"{label:<24}{t * 1e3:>10.3f}{t / base:>10.2f}")
 
+    # token level: values in [0,1], right padding with lengths uniform in [1, T]
+    n_tok = min(args.token_prompts, args.prompts) * args.group
+    rt, idt = r[:n_tok], ids[:n_tok]
+    rng_t = np.random.default_rng(2)
+    mask = np.arange(args.tokens) < rng_t.integers(1, args.tokens + 1, n_tok)[:, None]
+    values = rng_t.random((n_tok, args.tokens))
+    grpo = E.get_estimator("grpo")
+    token_times = {"grpo+broadcast": best_time(lambda: E.broadcast_sequence_advantages(grpo(rt, idt), mask),
+                                               args.repeat)}
+    for name in E.list_estimators("token"):
+        fn = E.get_estimator(name)
+        token_times[name] = best_time(lambda: fn(rt, idt, values=values, mask=mask), args.repeat)
+    tbase = token_times["grpo+broadcast"]
+    print(f"\ntoken level: {n_tok} rollouts x T={args.tokens}\n{'estimator':<24}{'ms':>10}{'x GRPO+bc':>10}")
+    for label, t in sorted(token_times.items(), key=lambda kv: kv[1]):
+        print(f"{label:<24}{t * 1e3:>10.3f}{t / tbase:>10.2f}")
+
     scaling = {}
     rng = np.random.default_rng(1)
     print(f"\nbasis_refine scaling (kind=unb)\n{'B':>8}{'ms':>10}{'ns/elem':>10}")
@@ -93,6 +114,7 @@ def main(argv=None) -> dict:
         "machine": platform.platform(), "python": platform.python_version(), "numpy": np.__version__,
         "prompts": args.prompts, "group": args.group, "rollouts": len(r),
         "seconds": times, "ratio_to_grpo": {k: v / base for k, v in times.items()},
+        "token_batch": [n_tok, args.tokens], "token_seconds": token_times,
         "basis_refine_seconds": {str(k): v for k, v in scaling.items()},
     }
     if args.json:

@@ -14,6 +14,7 @@ import numpy as np
 
 from .group import (EstimatorContext, _prep, as_float_array, check_in_range, check_same_length,
                     per_group, per_rollout)
+from .registry import register_estimator
 
 KINDS = ("unb", "vop", "rvg")
 INACTIVE = ("zero", "vhat", "formula")
@@ -292,6 +293,8 @@ def _kind(kind):
     adv.__name__, base.__name__ = f"basis_{kind}_advantage", f"basis_{kind}_baseline"
     adv.__doc__ = f"BASIS advantage with the {kind.upper()} refinement (see `basis_advantage`)."
     base.__doc__ = f"BASIS baseline with the {kind.upper()} refinement (see `basis_baseline`)."
+    # reads ctx.phat/vhat (reference), ctx.beta when fixed, ctx.prev_* when calibrate_on="previous"
+    register_estimator(f"basis_{kind}", baseline=base, needs=("reference", "beta", "calibration"))(adv)
     return adv, base
 
 

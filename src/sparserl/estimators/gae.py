@@ -2,13 +2,14 @@
 
 delta_t = r_t + gamma V(h_{t+1}) - V(h_t);  A_t = sum_l (gamma lambda)^l delta_{t+l};
 returns = A + V. Past the last real token V = 0. With gamma = lambda = 1 and a single terminal
-reward R, A_t = R - V(h_t).
+reward R, A_t = R - V(h_t). `gae_advantage` is the registered token-level estimator "gae".
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .group import as_float_array
+from .group import as_float_array, token_inputs
+from .registry import register_estimator
 
 
 def gae(token_rewards, values, mask=None, gamma: float = 1.0, lam: float = 1.0):
@@ -52,3 +53,19 @@ def terminal_rewards(returns, mask) -> np.ndarray:
     has = lengths > 0
     out[np.flatnonzero(has), lengths[has] - 1] = R[has]
     return out
+
+
+@register_estimator("gae", needs=("values",), level="token")
+def gae_advantage(rewards, prompt_ids, *, values, mask, ctx=None, info=None, gamma: float = 1.0,
+                  lam: float = 1.0, **_):
+    """GAE advantages (N, T) with the sequence reward R_i on the last real token (Le Critique Section 2.3).
+
+    gamma = lam = 1 (the paper's main setting) gives A_{i,t} = R_i - V(h_{i,t}) on real tokens;
+    padding gets 0. prompt_ids only go through validation (GAE does not group).
+    info (if a dict) receives "returns" (N, T) = A + V, the critic's regression targets.
+    """
+    r, _g, v, m = token_inputs(rewards, prompt_ids, values, mask)
+    adv, ret = gae(terminal_rewards(r, m), v, m, gamma, lam)
+    if info is not None:
+        info["returns"] = ret
+    return adv

@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .registry import register_estimator
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -128,6 +130,7 @@ class EstimatorContext:
     prev_rewards: np.ndarray | None = None  # BASIS "previous": preceding batch's rewards
     eps: float = 1e-6  # numerical guard: GRPO/REINFORCE++ std, V0.5 sigma floor
     active_eps: float = 1e-6  # BASIS active-set threshold on vhat (1 - vhat)
+    tether_rho: float | np.ndarray = 0.0  # Tether: previous step's rho (per bucket: a vector), rho_0 = 0
 
 
 def per_group(values: Mapping | np.ndarray | None, groups: Groups, name: str) -> np.ndarray:
@@ -162,6 +165,59 @@ def per_group(values: Mapping | np.ndarray | None, groups: Groups, name: str) ->
 def per_rollout(values: Mapping | np.ndarray | None, groups: Groups, name: str) -> np.ndarray:
     """Per-prompt side data expanded to one float per rollout, shape (M,)."""
     return per_group(values, groups, name)[groups.inverse]
+
+
+# --------------------------------------------------------------------------- token level
+
+
+def _check_mask(mask: Any, n: int, right_padded: bool = True) -> np.ndarray:
+    """`mask` as an (n, T) bool array (0/1 accepted); ValueError naming `mask` otherwise."""
+    m = np.asarray(mask)
+    if m.ndim != 2:
+        raise ValueError(f"mask must be 2-D (N, T), got shape {m.shape}")
+    if m.shape[0] != n:
+        raise ValueError(f"mask must have one row per rollout: rewards has length {n}, mask has shape {m.shape}")
+    if m.dtype != bool:
+        if not np.isin(m, (0, 1)).all():
+            raise ValueError(f"mask must be boolean (or 0/1), got dtype {m.dtype} with other values")
+        m = m.astype(bool)
+    if right_padded:
+        late = m[:, 1:] & ~m[:, :-1]  # a real token right after padding
+        if late.any():
+            i, t = (int(j[0]) for j in np.nonzero(late))
+            raise ValueError(f"mask must be right-padded: row {i} has a real token at {t + 1} after padding")
+    return m
+
+
+def token_inputs(rewards: Any, prompt_ids: Any, values: Any, mask: Any):
+    """Validated inputs of a token-level estimator: (r (N,), groups, V (N, T), mask (N, T) bool).
+
+    `mask` marks the real tokens (right padding). `values` must be finite on real tokens; padding
+    entries are ignored (NaN allowed there) and returned as 0.
+    """
+    r, g = _prep(rewards, prompt_ids)
+    m = _check_mask(mask, len(r))
+    try:
+        v = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"values must be numeric: {e}") from None
+    if v.shape != m.shape:
+        raise ValueError(f"values must have the shape of mask {m.shape}, got {v.shape}")
+    bad = m & ~np.isfinite(v)
+    if bad.any():
+        i, what = _where_bad(np.where(bad, v, 0.0))
+        raise ValueError(f"values contains {what} at index {i} (a real token)")
+    return r, g, np.where(m, v, 0.0), m
+
+
+def broadcast_sequence_advantages(adv: Any, mask: Any) -> np.ndarray:
+    """Sequence advantages (N,) as token advantages (N, T): A_i on every real token, 0 on padding.
+
+    Lets an engine treat every estimator as token-level (any mask; no right padding needed).
+    """
+    a = as_float_array(adv, "adv")
+    m = _check_mask(mask, len(a), right_padded=False)
+    return np.where(m, a[:, None], 0.0)
 
 
 # --------------------------------------------------------------------------- baselines
@@ -215,6 +271,7 @@ def reinforce_pp_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_) -> n
 # --------------------------------------------------------------------------- advantages
 
 
+@register_estimator("grpo", baseline=grpo_baseline)
 def grpo_advantage(rewards, prompt_ids, *, ctx=None, info=None, eps=None, ddof=1, scale_by_std=True, **_):
     """GRPO: A = (r - mean_group) / (std_group + eps); Dr.GRPO when scale_by_std=False.
 
@@ -228,24 +285,28 @@ def grpo_advantage(rewards, prompt_ids, *, ctx=None, info=None, eps=None, ddof=1
     return a
 
 
+@register_estimator("dr_grpo", baseline=grpo_baseline)
 def dr_grpo_advantage(rewards, prompt_ids, *, ctx=None, info=None, **kw):
     """Dr.GRPO (Liu et al. 2025): GRPO without the std division, A = r - mean_group."""
     kw.pop("scale_by_std", None)
     return grpo_advantage(rewards, prompt_ids, ctx=ctx, info=info, scale_by_std=False, **kw)
 
 
+@register_estimator("rloo", baseline=rloo_baseline)
 def rloo_advantage(rewards, prompt_ids, *, ctx=None, info=None, **_):
     """RLOO: A = r - b_LOO (see `rloo_baseline`)."""
     r, g = _prep(rewards, prompt_ids)
     return r - _rloo_b(r, g)
 
 
+@register_estimator("vanilla", baseline=vanilla_baseline)
 def vanilla_advantage(rewards, prompt_ids, *, ctx=None, info=None, **_):
     """Vanilla REINFORCE (b = 0): A = r."""
     r, _g = _prep(rewards, prompt_ids)
     return r.copy()
 
 
+@register_estimator("reinforce_pp", baseline=reinforce_pp_baseline)
 def reinforce_pp_advantage(rewards, prompt_ids, *, ctx=None, info=None, eps=None, **_):
     """REINFORCE++ (Hu et al. 2025), G=1: A = r - mean(r), then (A - mean A) / (std A + eps) over the batch.
 
@@ -277,6 +338,7 @@ def gpg_valid_scale(rewards, prompt_ids) -> float:
     return _valid_scale(*_prep(rewards, prompt_ids))
 
 
+@register_estimator("gpg", baseline=grpo_baseline)
 def gpg_advantage(rewards, prompt_ids, *, ctx=None, info=None, **_):
     """GPG: A = (r - mean_group) * B / B_valid, no std (Chu et al. 2025).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .group import EstimatorContext, _eps, _prep, as_float_array, check_in_range, per_group
+from .registry import register_estimator
 
 MODES = ("fusion", "prior_only", "empirical_only")
 
@@ -65,6 +66,15 @@ def v05_baseline(rewards, prompt_ids, *, ctx=None, info=None, mode="fusion", **_
     return ((mu + 1.0) / 2.0)[g.inverse]
 
 
+def v05_prior_only_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_):
+    return v05_baseline(rewards, prompt_ids, ctx=ctx, info=info, mode="prior_only")
+
+
+def v05_empirical_only_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_):
+    return v05_baseline(rewards, prompt_ids, ctx=ctx, info=info, mode="empirical_only")
+
+
+@register_estimator("v05_fusion", baseline=v05_baseline, needs=("prior",))
 def v05_advantage(rewards, prompt_ids, *, ctx=None, info=None, mode="fusion", eps=None, **_):
     """V0.5 advantage: A_i = (s_i - mu) / sqrt(max(1 - mu^2, eps)), s = 2r - 1 (paper's {-1,+1} scale).
 
@@ -77,21 +87,18 @@ def v05_advantage(rewards, prompt_ids, *, ctx=None, info=None, mode="fusion", ep
     return (s - mu[g.inverse]) / sigma[g.inverse]
 
 
+@register_estimator("v05_prior_only", baseline=v05_prior_only_baseline, needs=("prior",))
 def v05_prior_only_advantage(rewards, prompt_ids, *, ctx=None, info=None, **kw):
     """V0.5 ablation: prior only (w = 0, mu = V)."""
     kw.pop("mode", None)
     return v05_advantage(rewards, prompt_ids, ctx=ctx, info=info, mode="prior_only", **kw)
 
 
+# needs the prior although mu = vbar: _fuse reads and validates ctx.prior in every mode (and
+# reports the fusion weights in info), so a caller must still supply it.
+@register_estimator("v05_empirical_only", baseline=v05_empirical_only_baseline, needs=("prior",))
 def v05_empirical_only_advantage(rewards, prompt_ids, *, ctx=None, info=None, **kw):
     """V0.5 ablation: empirical only (w = 1, mu = vbar)."""
     kw.pop("mode", None)
     return v05_advantage(rewards, prompt_ids, ctx=ctx, info=info, mode="empirical_only", **kw)
 
-
-def v05_prior_only_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_):
-    return v05_baseline(rewards, prompt_ids, ctx=ctx, info=info, mode="prior_only")
-
-
-def v05_empirical_only_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_):
-    return v05_baseline(rewards, prompt_ids, ctx=ctx, info=info, mode="empirical_only")

@@ -7,12 +7,20 @@ and an optional boolean `mask` selects the real tokens.
   rhohat  = argmin_rho sum (R - b(rho))^2 = sum(a d) / sum(d^2), clipped to [0,1],
             a = R - b^LOO, d = V - b^LOO                             [reconstructed from the LS definition]
   rho_k   = d_ema rho_{k-1} + (1 - d_ema) rhohat_k, rho_0 = 0, d_ema = 0.95
+Registered token-level estimators (A_{i,t} = R_i - b_{i,t} on real tokens, 0 on padding):
+"tether", "tether_bucketed" (Section 7.3) and "evpo" (Appendix C).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .group import as_float_array
+from .group import _grpo_b, _rloo_b, as_float_array, check_in_range, token_inputs
+from .registry import register_estimator
+
+D_EMA = 0.95  # Le Critique Section 6.1
+# [our choice: the paper gives no edges] doubling bucket widths up to its 8192-token responses
+# (Section 7.2): buckets [0,256), [256,512), ..., [4096, inf) of 0-based response positions.
+DEFAULT_BUCKET_EDGES = (256, 512, 1024, 2048, 4096)
 
 
 def _tokens(returns, loo_baseline, values, mask):
@@ -100,3 +108,96 @@ def evpo_baseline(values, group_baseline, ev: float):
     V = as_float_array(values, "values", ndim=None)
     g = as_float_array(group_baseline, "group_baseline", ndim=None)
     return np.broadcast_to(V if evpo_use_critic(ev) else g, np.broadcast_shapes(V.shape, g.shape)).copy()
+
+
+# --------------------------------------------------------------------------- registered estimators
+
+
+def _rho_prev(ctx, n_buckets: int | None) -> np.ndarray:
+    """rho_{k-1} from ctx.tether_rho (None or absent ctx: rho_0 = 0); a vector of n_buckets when bucketed."""
+    raw = 0.0 if ctx is None or ctx.tether_rho is None else ctx.tether_rho
+    rho = as_float_array(raw, "ctx.tether_rho", ndim=None)
+    if n_buckets is None and rho.ndim != 0:
+        raise ValueError(f"ctx.tether_rho must be a scalar for tether, got shape {rho.shape} "
+                         f"(one rho per bucket is tether_bucketed)")
+    if n_buckets is not None:
+        if rho.ndim == 0:
+            rho = np.full(n_buckets, float(rho))
+        elif rho.shape != (n_buckets,):
+            raise ValueError(f"ctx.tether_rho must be a scalar or have one entry per bucket ({n_buckets}), "
+                             f"got shape {rho.shape}")
+    check_in_range(rho, "ctx.tether_rho", 0.0, 1.0)
+    return rho
+
+
+def _edges(edges) -> np.ndarray:
+    e = as_float_array(edges, "edges")
+    if (e <= 0).any() or (np.diff(e) <= 0).any():
+        raise ValueError(f"edges must be strictly increasing positive token positions, got {e.tolist()}")
+    return e
+
+
+def _tether(rewards, prompt_ids, values, mask, ctx, info, d_ema, edges):
+    """Shared Tether path; `edges` None gives one rho for all tokens."""
+    r, g, v, m = token_inputs(rewards, prompt_ids, values, mask)
+    R, b_loo = r[:, None], _rloo_b(r, g)[:, None]
+    if edges is None:
+        buckets = None
+        rhohat = tether_rho(R, b_loo, v, m)
+        rho = float(tether_rho_update(_rho_prev(ctx, None), rhohat, d_ema))
+    else:
+        e = _edges(edges)
+        n = len(e) + 1
+        buckets = token_buckets(np.arange(m.shape[1]), e)[None, :]
+        rho_prev = _rho_prev(ctx, n)
+        rhohat = tether_rho_bucketed(R, b_loo, v, buckets, n, m)
+        # a bucket no response reached this step has no observation: it keeps its rho [our choice]
+        seen = np.bincount(np.broadcast_to(buckets, m.shape)[m], minlength=n) > 0
+        rho = np.where(seen, tether_rho_update(rho_prev, rhohat, d_ema), rho_prev)
+    adv = np.where(m, R - tether_baseline(b_loo, v, rho, buckets), 0.0)
+    if info is not None:
+        info.update(tether_rho=rho, tether_rhohat=rhohat)
+    return adv
+
+
+@register_estimator("tether", needs=("values", "calibration"), level="token")
+def tether_advantage(rewards, prompt_ids, *, values, mask, ctx=None, info=None, d_ema: float = D_EMA, **_):
+    """Tether (Le Critique Eq. 15): A_{i,t} = R_i - ((1 - rho) b_i^LOO + rho V_{i,t}) on real tokens.
+
+    b^LOO is RLOO's leave-one-out group mean of the sequence rewards (0 for a group of size 1).
+    rho = d_ema ctx.tether_rho + (1 - d_ema) rhohat, rhohat the least-squares fit on this batch's
+    real tokens (`tether_rho`, [reconstructed closed form]); ctx.tether_rho defaults to rho_0 = 0.
+    The new rho goes to info["tether_rho"] (also info["tether_rhohat"]): carry it to the next
+    step's ctx.tether_rho.
+    """
+    return _tether(rewards, prompt_ids, values, mask, ctx, info, d_ema, None)
+
+
+@register_estimator("tether_bucketed", needs=("values", "calibration"), level="token")
+def tether_bucketed_advantage(rewards, prompt_ids, *, values, mask, ctx=None, info=None,
+                              d_ema: float = D_EMA, edges=DEFAULT_BUCKET_EDGES, **_):
+    """Token-bucketed Tether (Le Critique Section 7.3): rho_{m(t)} per bucket of response positions.
+
+    Bucket j holds positions edges[j-1] <= t < edges[j] (len(edges) + 1 buckets, `token_buckets`).
+    Each bucket's rho follows the EMA of `tether` with its own rhohat (`tether_rho_bucketed`);
+    ctx.tether_rho is a scalar (all buckets) or one value per bucket, and the new vector goes to
+    info["tether_rho"]. A bucket without a real token in this batch keeps its rho [our choice].
+    """
+    return _tether(rewards, prompt_ids, values, mask, ctx, info, d_ema, edges)
+
+
+@register_estimator("evpo", needs=("values",), level="token")
+def evpo_advantage(rewards, prompt_ids, *, values, mask, ctx=None, info=None, **_):
+    """EVPO (Pan et al. 2026, as Le Critique Appendix C describes it): A_{i,t} = R_i - b_{i,t}.
+
+    b = V_{i,t} when the batch EV = 1 - Var(R - V) / Var(R) over real tokens is > 0, else the
+    group mean of the sequence rewards (GRPO's b). info receives "evpo_use_critic" and
+    "explained_variance" (NaN when all returns are equal; then the group mean is used).
+    """
+    r, g, v, m = token_inputs(rewards, prompt_ids, values, mask)
+    R = r[:, None]
+    ev = explained_variance(R, v, m)
+    adv = np.where(m, R - evpo_baseline(v, _grpo_b(r, g)[:, None], ev), 0.0)
+    if info is not None:
+        info.update(evpo_use_critic=evpo_use_critic(ev), explained_variance=ev)
+    return adv

@@ -1,0 +1,146 @@
+"""Estimator registry: one `EstimatorSpec` per name, registered by a decorator at the definition.
+
+In the style of verl's `register_adv_est` (core_algos.py). A spec records the advantage function,
+its optional baseline, the side data it reads (`needs`, from `SIDE_DATA`) and its `level`:
+
+- "sequence": fn(rewards, prompt_ids, *, ctx=None, info=None, **kw) -> (M,)
+- "token":    fn(rewards, prompt_ids, *, values, mask, ctx=None, info=None, **kw) -> (N, T)
+
+This module imports nothing from the estimator modules (they import it), so there is no cycle.
+`ESTIMATOR_REGISTRY` and `BASELINE_REGISTRY` are live name -> function views of the specs, so a
+name deleted from either stays consistent with `get_spec` and `list_estimators`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Callable
+
+Estimator = Callable[..., "np.ndarray"]  # noqa: F821 (signatures documented above)
+
+# Side data an estimator may read (besides rewards and prompt ids):
+SIDE_DATA = (
+    "prior",  # V0.5: V0 success probability p per prompt (ctx.prior)
+    "reference",  # BASIS: reference pass rates of cached rollouts (ctx.phat / ctx.vhat)
+    "beta",  # BASIS: a fixed beta (ctx.beta; optional, calibrated when absent)
+    "calibration",  # state carried from the previous step (BASIS ctx.prev_*, Tether ctx.tether_rho)
+    "support",  # (prompt, reward) context pairs for a live value model (V0)
+    "values",  # per-token critic values V(h_t) (the `values=` argument of token-level estimators)
+)
+LEVELS = ("sequence", "token")
+
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What the registry knows about one estimator."""
+
+    name: str
+    fn: Estimator
+    baseline: Estimator | None
+    needs: frozenset
+    level: str
+
+
+_SPECS: dict[str, EstimatorSpec] = {}
+
+
+def _check_needs(name: str, needs) -> frozenset:
+    if isinstance(needs, str):  # a bare string would be read letter by letter
+        raise ValueError(f"estimator {name!r}: needs must be a tuple of names, got the string {needs!r}")
+    out = frozenset(needs)
+    unknown = sorted(out - set(SIDE_DATA))
+    if unknown:
+        raise ValueError(f"estimator {name!r}: unknown side data {unknown}; known: {list(SIDE_DATA)}")
+    return out
+
+
+def register_estimator(name: str, *, baseline: Estimator | None = None, needs=(), level: str = "sequence"):
+    """Decorator registering an advantage estimator under `name` (see the module docstring).
+
+    `needs`: side data it reads, a subset of `SIDE_DATA` (ValueError otherwise); token-level
+    estimators must declare "values". Registering again with an identical spec is a no-op (a
+    re-import); a different function or spec under a taken name raises ValueError.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"estimator {name!r}: level must be one of {LEVELS}, got {level!r}")
+    need_set = _check_needs(name, needs)
+    if level == "token" and "values" not in need_set:
+        raise ValueError(f"estimator {name!r}: a token-level estimator must declare needs=('values', ...)")
+
+    def decorator(fn: Estimator) -> Estimator:
+        spec = EstimatorSpec(name=name, fn=fn, baseline=baseline, needs=need_set, level=level)
+        old = _SPECS.get(name)
+        if old is not None and old != spec:
+            what = f"to {old.fn}" if old.fn is not fn else f"with a different spec ({old})"
+            raise ValueError(f"estimator {name!r} is already registered {what}")
+        _SPECS[name] = spec
+        return fn
+
+    return decorator
+
+
+def get_spec(name: str) -> EstimatorSpec:
+    """The `EstimatorSpec` registered under `name`; ValueError listing the known names otherwise."""
+    try:
+        return _SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown estimator {name!r}; known: {list_estimators(None)}") from None
+
+
+def get_estimator(name: str) -> Estimator:
+    """The advantage function registered under `name`."""
+    return get_spec(name).fn
+
+
+def get_baseline(name: str) -> Estimator:
+    """The baseline function (b per rollout, {0,1} reward scale) registered under `name`."""
+    try:
+        return BASELINE_REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"no baseline registered for {name!r}; known: {sorted(BASELINE_REGISTRY)}") from None
+
+
+def list_estimators(level: str | None = "sequence") -> list[str]:
+    """Registered names of one level, sorted; level=None lists every level.
+
+    The default is "sequence" because callers that predate token-level estimators (method specs,
+    the OpenRLHF launcher's choices, the property tests) call every listed name with the
+    sequence-level signature.
+    """
+    if level is not None and level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS} or None, got {level!r}")
+    return sorted(n for n, s in _SPECS.items() if level is None or s.level == level)
+
+
+class _FunctionView(Mapping):
+    """name -> fn (or baseline) over the specs; `del view[name]` unregisters (the fn) or drops the baseline."""
+
+    def __init__(self, attr: str):
+        self._attr = attr
+
+    def __getitem__(self, name: str) -> Estimator:
+        fn = getattr(_SPECS[name], self._attr)
+        if fn is None:
+            raise KeyError(name)
+        return fn
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([n for n, s in _SPECS.items() if getattr(s, self._attr) is not None])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __delitem__(self, name: str) -> None:
+        self[name]  # KeyError when absent, as a dict
+        if self._attr == "fn":
+            del _SPECS[name]
+        else:
+            _SPECS[name] = dataclasses.replace(_SPECS[name], **{self._attr: None})
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+ESTIMATOR_REGISTRY: Mapping[str, Estimator] = _FunctionView("fn")
+BASELINE_REGISTRY: Mapping[str, Estimator] = _FunctionView("baseline")
