@@ -161,13 +161,15 @@ def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None) -> Path:
                                 f"{f.built_by} writes them (`snakemake {missing[0]}` with this config)")
     data = f.read(cfg, tables)
     fig, axes = f.layout(data)
-    f.draw(data, axes)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    footer(fig, tables, cfg)
+    try:  # a drawing that fails on a malformed table must not leave its figure open
+        f.draw(data, axes)
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        footer(fig, tables, cfg)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=130)
+    finally:
+        pyplot().close(fig)
     out = Path(out) if out is not None else f.output(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=130)
-    pyplot().close(fig)
     atomic_write_bytes(out, buf.getvalue())
     return out
