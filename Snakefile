@@ -35,6 +35,7 @@ include: "workflow/rules/basis.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/rl.smk"
 include: "workflow/rules/studies.smk"
+include: "workflow/rules/figures.smk"
 
 
 rule all:

@@ -12,7 +12,7 @@ import yaml
 
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.estimators import shrinkage_fusion
-from sparserl.studies import DEFAULTS, FIGURES, StudyData, load_study_data, settings
+from sparserl.studies import DEFAULTS, StudyData, load_study_data, settings
 from sparserl.studies import basis_value as bv
 from sparserl.studies import v05_stats as vs
 
@@ -259,11 +259,13 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
         assert main(["study-v05-table", *c, "--table", t]) == 0
     assert main(["study-v05-summary", *c]) == 0
     SP = StudyPaths(cfg)
-    for paper, names in FIGURES.items():
-        for name in names:
-            assert main(["study-figure", *c, "--figure", f"{paper}/{name}"]) == 0
-            f = SP.figure(paper, name)
-            assert f.exists() and f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG"
+    from sparserl.figures import list_figures
+    figs = list_figures(cfg)
+    assert len(figs) == 13  # smoke has no `rl` section: the study figures only
+    for fig in figs:
+        assert main(["figure", *c, "--id", fig.id]) == 0
+        f = fig.output(cfg)
+        assert f.exists() and f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG"
     assert all(p.exists() for p in SP.targets())
     summ = json.loads(SP.summary("basis").read_text())
     assert summ["data"]["oracle_n"] == 16 and "basis_vs_reinforce_pp_pct" in summ["headline"]
@@ -272,7 +274,7 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     # k_max is capped by the 16 cached oracle rollouts; tables carry the provenance figures print
     assert read_manifest(SP.table("basis", "mse_by_method"))["scale"] == "smoke"
     assert pd.read_csv(SP.csv("v05", "c_sweep"))["k_max"].max() <= 16
-    from sparserl.figures.studies import provenance
+    from sparserl.figures.registry import provenance
     assert provenance(SP.table("v05", "c_sweep"))["config_hash"] == read_manifest(SP.table("v05", "c_sweep"))["config_hash"]
 
 
@@ -284,14 +286,15 @@ def test_snakemake_dry_run_lists_study_targets(repo, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     log = out.stdout + out.stderr
     for rule in ("study_basis_batches", "study_basis_table", "study_basis_sensitivity", "study_basis_summary",
-                 "study_v05_bias", "study_v05_osla", "study_v05_table", "study_v05_summary", "study_figure"):
+                 "study_v05_bias", "study_v05_osla", "study_v05_table", "study_v05_summary"):
         assert f"rule {rule}:" in log, rule
     for f in ("paper_figures/smoke/basis/mse_by_method.png", "paper_figures/smoke/basis/sensitivity_grid.png",
               "paper_figures/smoke/v05/c_sweep.png", "paper_figures/smoke/v05/summary.json"):
         assert f in log
-    # one job per figure, each reading a cached table only (never the rollout caches)
-    blocks = [b for b in log.split("rule study_figure:")[1:]]
-    assert len(blocks) == sum(len(v) for v in FIGURES.values())
+    # one generated rule per figure, each reading a cached table only (never the rollout caches)
+    blocks = [b for b in log.split("\nrule figure_")[1:]]
+    assert len(blocks) == 13
+    assert {b.split(":")[0].split("_")[0] for b in blocks} == {"basis", "v05"}
     for b in blocks:
         inp = b.split("input:")[1].split("\n")[0].strip()
         assert inp.startswith("paper_figures/smoke/") and inp.endswith(".parquet") and "," not in inp

@@ -77,7 +77,7 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     assert redo.returncode == 0, redo.stdout[-3000:] + redo.stderr[-3000:]
     import re
     rules = re.findall(r"^(?:local)?rule (\w+):", redo.stdout, re.M)
-    assert rules == ["study_figure"], rules
+    assert rules == ["figure_basis_mse_by_method"], rules
     # a second run has nothing to do
     again = snakemake(repo, tmp_path, "all", "--cores", "2", "-n", "--configfile", cfg)
     assert again.returncode == 0

@@ -50,4 +50,7 @@ def all_targets():
     study = globals().get("study_targets")  # workflow/rules/studies.smk (needs basis.study_reference/oracle)
     if study:
         t += study()
+    figures = globals().get("figure_targets")  # workflow/rules/figures.smk: every registered figure
+    if figures:
+        t += figures()
     return t

@@ -1,19 +1,18 @@
 # Stage: value-estimation studies on the cached rollouts (BASIS §5.1/App. A; V0.5 statistics).
 # Data rules read the reference cache and the oracle (basis.smk) and never generate rollouts;
-# every figure is its own target and reads only cached tables, so redrawing one reruns nothing.
+# the study figures are registered in sparserl.figures.studies and get their rules in figures.smk.
 #   snakemake --cores 2 studies                                    # every study figure + summary
 #   snakemake --cores 2 paper_figures/tiny/basis/mse_by_method.png # one figure
 # Settings: config `basis.study` (defaults in sparserl.studies.DEFAULTS).
 
-from sparserl.studies import (BASIS_SENSITIVITY, BASIS_TABLES, FIGURES, V05_RUN_TABLES, StudyPaths,
-                              study_refs)
+from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES, StudyPaths, study_refs
 
 SP = StudyPaths(CFG)
 STUDY_REFS = study_refs(CFG)
 
 
 def study_targets():
-    """Every study figure, table CSV and summary; empty unless basis.study_reference/oracle are set."""
+    """Every study table CSV and summary; empty unless basis.study_reference/oracle are set."""
     return [str(p) for p in SP.targets()] if STUDY_REFS else []
 
 
@@ -134,26 +133,10 @@ if STUDY_REFS:
             "{SPARSERL} study-v05-summary --config {CONFIGS} --bias {input.bias} --runs {input.runs} "
             "--out {output} > {log} 2>&1"
 
-    # one target per figure; the input is the cached table only
-    rule study_figure:
-        input:
-            lambda w: str(SP.figure_input(w.paper, w.name)),
-        output:
-            str(SP.figure("{paper}", "{name}")),
-        wildcard_constraints:
-            paper="|".join(FIGURES),
-            name="|".join(sorted({n for names in FIGURES.values() for n in names})),
-        log:
-            str(P.stage("logs", "study_figure_{paper}_{name}.log")),
-        resources:
-            **R("cpu_small"),
-        shell:
-            "{SPARSERL} study-figure --config {CONFIGS} --figure {wildcards.paper}/{wildcards.name} "
-            "--table {input} --out {output} > {log} 2>&1"
-
     rule studies:
         input:
-            study_targets(),
+            # figures.smk, included after this file, defines figure_targets
+            lambda w: study_targets() + figure_targets("basis", "v05"),
         localrule: True
         run:
             print(f"\nstudies ({SCALE}): figures under {P.figure_dir('basis')}/ and {P.figure_dir('v05')}/")

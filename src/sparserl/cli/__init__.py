@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
     from sparserl.cli.studies import register as register_studies
     register_studies(sub, add)
+    from sparserl.cli.figures import register as register_figures
+    register_figures(sub, add)
     from sparserl.cli.openrlhf import register as register_openrlhf
     register_openrlhf(sub, add)
     p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")

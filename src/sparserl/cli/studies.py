@@ -1,12 +1,11 @@
 """`python -m sparserl study-*`: the commands workflow/rules/studies.smk calls.
 
 Data commands read the cached rollouts (reference cache + oracle) and write tables with a manifest;
-`study-figure` reads one cached table and writes one PNG. Every path defaults to `StudyPaths`, so
-a rule may pass explicit paths (it does) or none.
+`sparserl figure` (sparserl.cli.figures) draws the figures from those tables. Every path defaults
+to `StudyPaths`, so a rule may pass explicit paths (it does) or none.
 
     sparserl study-basis-batches --config configs/tiny.yaml        # raw batches (~1 s tiny)
     sparserl study-basis-table --config configs/tiny.yaml --table mse_by_method
-    sparserl study-figure --config configs/tiny.yaml --figure basis/mse_by_method
 """
 from __future__ import annotations
 
@@ -143,20 +142,9 @@ def cmd_v05_summary(args):
         print(f"OSLA mean budget at c={out['c']:g}, prior {prior}: {r['mean']:.2f} +- {r['se']:.2f}")
 
 
-def cmd_figure(args):
-    from sparserl.studies import StudyPaths
-    from sparserl.figures.studies import make_figure
-    cfg = _cfg(args)
-    SP = StudyPaths(cfg)
-    paper, _, name = args.figure.partition("/")
-    table = args.table or SP.figure_input(paper, name)
-    out = make_figure(paper, name, table, args.out or SP.figure(paper, name), cfg)
-    print(f"figure -> {out}")
-
-
 def register(sub, add) -> None:
     """Add the study commands to the `sparserl` parser (`add` is cli.build_parser's helper)."""
-    from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, FIGURES, V05_RUN_TABLES
+    from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES
 
     def caches(p):
         p.add_argument("--reference", help="reference-rollout cache (default: from basis.study_reference)")
@@ -184,8 +172,4 @@ def register(sub, add) -> None:
     p = add("study-v05-summary", cmd_v05_summary, "V0.5: headline JSON (OSLA budget, bias bound)")
     p.add_argument("--bias")
     p.add_argument("--runs")
-    p.add_argument("--out")
-    p = add("study-figure", cmd_figure, "draw one study figure from its cached table")
-    p.add_argument("--figure", required=True, choices=[f"{pp}/{n}" for pp, ns in FIGURES.items() for n in ns])
-    p.add_argument("--table", help="input table (default: StudyPaths)")
     p.add_argument("--out")

@@ -1,45 +1,49 @@
-"""One PNG per study table (matplotlib, Agg backend). Figures read cached tables only.
+"""The study figures (BASIS value study, V0.5 statistics): one PNG per cached study table.
 
-Every figure carries a footer with the scale, the config hash and the git commit taken from the
-manifest of the table it draws, so a tiny-scale figure can never pass for a paper-scale one.
+Each drawing function registers itself (`sparserl.figures.registry`); the tables come from
+`sparserl.studies.StudyPaths` and are written by the rules of workflow/rules/studies.smk.
 """
 from __future__ import annotations
 
-import io
-from pathlib import Path
+import numpy as np
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from sparserl.core.artifacts import atomic_write_bytes, config_hash, git_commit, read_manifest, read_table  # noqa: E402
-
-from sparserl.studies import FIGURES  # noqa: E402
+from sparserl.figures.registry import pyplot, register_figure, row, single
+from sparserl.studies import StudyPaths, study_refs
 
 LABELS = {"basis_unb": "BASIS UNB", "basis_vop": "BASIS VOP", "basis_rvg": "BASIS RVG",
           "basis_unb_prev": "BASIS UNB (prev. batch β)", "basis_unb_inf": "BASIS UNB (β=∞)",
           "basis_unb_vhat": "BASIS UNB (inactive keep V̂)", "reinforce_pp": "REINFORCE++ (G=1)",
           "grpo": "GRPO (G=8)", "rloo": "RLOO (G=8)"}
 
-
-def provenance(table_path, cfg: dict | None = None) -> dict:
-    """scale, config hash and commit of a table, from its manifest (else from cfg and the checkout)."""
-    m = read_manifest(table_path) or {}
-    return {"scale": m.get("scale") or (cfg or {}).get("scale", "?"),
-            "config_hash": m.get("config_hash") or (config_hash(cfg) if cfg else "?"),
-            "git_commit": m.get("git_commit") or git_commit()}
+SINGLE = single((7, 4.6))
+DOUBLE = row(2, (11, 4.4))
+SENSITIVITY = single((6, 4.2))
 
 
-def _footer(fig, table_path, cfg=None) -> None:
-    pv = provenance(table_path, cfg)
-    scale = str(pv["scale"])
-    head = f"scale={scale}" + ("" if scale == "paper" else f"  [{scale.upper()} SCALE: not paper numbers]")
-    text = (f"{head}\nconfig {pv['config_hash']} · commit {str(pv['git_commit'])[:12]} · "
-            f"table {Path(table_path).name}")
-    fig.text(0.01, 0.005, text, fontsize=6.5, color="0.35", ha="left", va="bottom")
+def _no_study(cfg: dict) -> str:
+    return "" if study_refs(cfg) else "study figures need basis.study_reference and basis.study_oracle"
+
+
+def study_figure(fig_id: str, table: str, built_by: str, caption: str, layout=SINGLE):
+    """`register_figure` for a figure drawn from one study table `table` of its paper's figure dir."""
+    paper = fig_id.partition("/")[0]
+    return register_figure(fig_id, tables=lambda cfg: [StudyPaths(cfg).table(paper, table)], caption=caption,
+                           layout=layout, built_by=built_by, unavailable=_no_study)
+
+
+def _basis_table(name: str) -> str:
+    return f"rule study_basis_table (`sparserl study-basis-table --table {name}`)"
+
+
+def _sensitivity_table(param: str) -> str:
+    return f"rule study_basis_sensitivity (`sparserl study-basis-sensitivity --param {param}`)"
+
+
+def _v05_table(name: str) -> str:
+    return f"rule study_v05_table (`sparserl study-v05-table --table {name}`)"
+
+
+V05_BIAS = "rule study_v05_bias (`sparserl study-v05-bias`)"
 
 
 def _label(m: str) -> str:
@@ -49,6 +53,8 @@ def _label(m: str) -> str:
 # --------------------------------------------------------------------------- BASIS
 
 
+@study_figure("basis/mse_by_method", "mse_by_method", _basis_table("mse_by_method"),
+              "Baseline MSE against the oracle value per method, with the % change vs REINFORCE++ (G=1).")
 def _mse_by_method(df, ax):
     x = np.arange(len(df))
     colors = ["C0" if m.startswith("basis") else ("C3" if m == "reinforce_pp" else "C2") for m in df["method"]]
@@ -62,6 +68,8 @@ def _mse_by_method(df, ax):
     ax.set_title("Baseline MSE by method (labels: % vs REINFORCE++)")
 
 
+@study_figure("basis/mse_by_heterogeneity", "mse_by_heterogeneity", _basis_table("mse_by_heterogeneity"),
+              "Baseline MSE per method binned by batch heterogeneity (std of the oracle values in a batch).")
 def _mse_by_heterogeneity(df, ax):
     for m, d in df.groupby("method", sort=False):
         ax.errorbar(d["center"], d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m))
@@ -71,6 +79,8 @@ def _mse_by_heterogeneity(df, ax):
     ax.legend(fontsize=7)
 
 
+@study_figure("basis/mse_by_difficulty", "mse_by_difficulty", _basis_table("mse_by_difficulty"),
+              "Baseline MSE per method binned by prompt difficulty (oracle pass rate).")
 def _mse_by_difficulty(df, ax):
     labs = list(dict.fromkeys(df.sort_values("p_bin")["p_bin_label"]))
     for m, d in df.groupby("method", sort=False):
@@ -83,6 +93,8 @@ def _mse_by_difficulty(df, ax):
     ax.legend(fontsize=7)
 
 
+@study_figure("basis/zero_one_rate", "zero_one_rate", _basis_table("zero_one_rate"),
+              "Rate of baselines exactly 0 or 1 (zero advantage) per method and difficulty bin.")
 def _zero_one_rate(df, ax):
     d = df[df["p_bin"] >= 0]
     labs = list(dict.fromkeys(d.sort_values("p_bin")["p_bin_label"])) + ["all"]
@@ -98,6 +110,15 @@ def _zero_one_rate(df, ax):
     ax.legend(fontsize=6, ncol=2)
 
 
+# decorators register bottom-up: eps first, as the sensitivity tables are listed
+@study_figure("basis/sensitivity_grid", "sensitivity_grid", _sensitivity_table("grid"),
+              "BASIS (UNB) MSE vs the size of the beta grid, with REINFORCE++ on the same batches.", SENSITIVITY)
+@study_figure("basis/sensitivity_B", "sensitivity_B", _sensitivity_table("B"),
+              "BASIS (UNB) MSE vs the batch size B, with REINFORCE++ on the same batches.", SENSITIVITY)
+@study_figure("basis/sensitivity_n", "sensitivity_n", _sensitivity_table("n"),
+              "BASIS (UNB) MSE vs the number of reference rollouts n, with REINFORCE++ on the same batches.", SENSITIVITY)
+@study_figure("basis/sensitivity_eps", "sensitivity_eps", _sensitivity_table("eps"),
+              "BASIS (UNB) MSE vs the active-set threshold eps, with REINFORCE++ on the same batches.", SENSITIVITY)
 def _sensitivity(df, ax):
     d = df[df["skipped"].fillna("") == ""] if "skipped" in df else df
     param = df["param"].iloc[0]
@@ -120,6 +141,8 @@ def _sensitivity(df, ax):
 # --------------------------------------------------------------------------- V0.5
 
 
+@study_figure("v05/bias_by_k", "bias_mse_by_k", V05_BIAS,
+              "Exact bias of the fused V0.5 baseline per prior against the 1/sqrt(k) bound (Theorem 3.4).")
 def _bias_by_k(df, ax):
     d = df[(df["p_bin"] == -1) & (df["estimator"] == "fusion")]
     ks = np.array(sorted(d["k"].unique()), dtype=float)
@@ -134,6 +157,8 @@ def _bias_by_k(df, ax):
     ax.legend(fontsize=6)
 
 
+@study_figure("v05/mse_by_k", "bias_mse_by_k", V05_BIAS,
+              "Exact MSE of the fused V0.5 baseline per prior against the empirical-only estimate.")
 def _mse_by_k(df, ax):
     d = df[df["p_bin"] == -1]
     ks = sorted(d["k"].unique())
@@ -150,6 +175,8 @@ def _mse_by_k(df, ax):
     ax.legend(fontsize=6)
 
 
+@study_figure("v05/budget_by_offset", "budget_by_offset", _v05_table("budget_by_offset"),
+              "Hypothesis-test rejection rate and OSLA rollout budget vs the prior's offset.", DOUBLE)
 def _budget_by_offset(df, axes):
     a1, a2 = axes
     orc = df[df["prior_kind"] == "oracle"].sort_values("offset")
@@ -170,6 +197,8 @@ def _budget_by_offset(df, axes):
     a2.set_title(f"OSLA budget vs prior offset (c={df['c'].iloc[0]:g})")
 
 
+@study_figure("v05/c_sweep", "c_sweep", _v05_table("c_sweep"),
+              "OSLA budget and regret vs the cost per rollout c, per prior.", DOUBLE)
 def _c_sweep(df, axes):
     a1, a2 = axes
     for pr, d in df.groupby("prior", sort=False):
@@ -186,6 +215,17 @@ def _c_sweep(df, axes):
     a2.set_title("Regret vs the true-Δ² oracle")
 
 
+def _stopping_grid(df):
+    """Up to four panels a row, one per prior."""
+    n = df["prior"].nunique()
+    cols = min(4, n)
+    rows = -(-n // cols)
+    fig, axes = pyplot().subplots(rows, cols, figsize=(3 * cols, 2.6 * rows + 0.6), sharey=True, squeeze=False)
+    return fig, axes.ravel()
+
+
+@study_figure("v05/stopping_hist", "stopping_hist", _v05_table("stopping_hist"),
+              "Distribution of OSLA stopping times per prior and cost c.", _stopping_grid)
 def _stopping_hist(df, axes):
     priors = list(dict.fromkeys(df["prior"]))
     cs = sorted(df["c"].unique(), reverse=True)
@@ -201,45 +241,4 @@ def _stopping_hist(df, axes):
     axes[0].legend(fontsize=6)
     for ax in axes[len(priors):]:
         ax.set_visible(False)
-
-
-SINGLE = {("basis", "mse_by_method"): _mse_by_method, ("basis", "mse_by_heterogeneity"): _mse_by_heterogeneity,
-          ("basis", "mse_by_difficulty"): _mse_by_difficulty, ("basis", "zero_one_rate"): _zero_one_rate,
-          ("v05", "bias_by_k"): _bias_by_k, ("v05", "mse_by_k"): _mse_by_k}
-DOUBLE = {("v05", "budget_by_offset"): _budget_by_offset, ("v05", "c_sweep"): _c_sweep}
-
-
-def make_figure(paper: str, name: str, table_path, out_path, cfg: dict | None = None) -> Path:
-    """Draw figure `paper/name` from its cached table and write the PNG atomically."""
-    if name not in FIGURES.get(paper, {}):
-        raise ValueError(f"unknown figure {paper}/{name}; known: "
-                         f"{[f'{p}/{n}' for p, ns in FIGURES.items() for n in ns]}")
-    df = read_table(table_path)
-    key = (paper, name)
-    if key in SINGLE:
-        fig, ax = plt.subplots(figsize=(7, 4.6))
-        SINGLE[key](df, ax)
-    elif key in DOUBLE:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-        DOUBLE[key](df, axes)
-    elif key == ("v05", "stopping_hist"):
-        n = df["prior"].nunique()
-        cols = min(4, n)
-        rows = -(-n // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3 * cols, 2.6 * rows + 0.6), sharey=True, squeeze=False)
-        _stopping_hist(df, axes.ravel())
-        fig.suptitle("OSLA stopping-time distribution by prior and cost c", fontsize=10)
-    elif name.startswith("sensitivity_"):
-        fig, ax = plt.subplots(figsize=(6, 4.2))
-        _sensitivity(df, ax)
-    else:  # pragma: no cover - FIGURES and the dispatch above are kept in sync
-        raise ValueError(f"no drawing for {paper}/{name}")
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    _footer(fig, table_path, cfg)
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=130)
-    plt.close(fig)
-    atomic_write_bytes(out_path, buf.getvalue())
-    return out_path
+    axes[0].figure.suptitle("OSLA stopping-time distribution by prior and cost c", fontsize=10)

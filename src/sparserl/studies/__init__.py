@@ -6,8 +6,8 @@
 - `v05_stats`: the V0.5 statistics its paper does not report: measured bias/MSE of the fused
   baseline against the 1/sqrt(k) bound, the test's rejection rate and OSLA's budget under priors
   with a known offset, the cost sweep with stopping times and regret.
-- `figures`: one PNG per table (matplotlib, Agg), read from cached tables only.
-- `cli`: the `sparserl study-*` commands the Snakemake rules (workflow/rules/studies.smk) call.
+- `sparserl.cli.studies`: the `sparserl study-*` commands the Snakemake rules (workflow/rules/studies.smk)
+  call. The figures drawn from these tables are registered in `sparserl.figures.studies`.
 
 Data model shared by both studies: the "current" policy is the empirical distribution of its
 cached oracle rollouts (n = 256 of checkpoint basis.study_oracle). A prompt's true value is then
@@ -74,12 +74,6 @@ DEFAULTS: dict = {
 BASIS_TABLES = ("mse_by_method", "mse_by_heterogeneity", "mse_by_difficulty", "zero_one_rate")
 BASIS_SENSITIVITY = ("eps", "n", "B", "grid")
 V05_RUN_TABLES = ("budget_by_offset", "c_sweep", "stopping_hist")
-# figure name -> the table it draws (both under the same paper's figure dir)
-FIGURES: dict[str, dict[str, str]] = {
-    "basis": {**{t: t for t in BASIS_TABLES}, **{f"sensitivity_{s}": f"sensitivity_{s}" for s in BASIS_SENSITIVITY}},
-    "v05": {"bias_by_k": "bias_mse_by_k", "mse_by_k": "bias_mse_by_k", "budget_by_offset": "budget_by_offset",
-            "c_sweep": "c_sweep", "stopping_hist": "stopping_hist"},
-}
 
 
 def settings(cfg: dict) -> dict:
@@ -101,8 +95,8 @@ def study_refs(cfg: dict) -> tuple[str, str] | None:
 
 
 class StudyPaths:
-    """Every path of the studies: raw simulation tables under results/{scale}/studies/, tables,
-    summaries and figures under paper_figures/{scale}/{basis,v05}/."""
+    """Every path of the studies: raw simulation tables under results/{scale}/studies/, tables and
+    summaries under paper_figures/{scale}/{basis,v05}/ (beside the figures drawn from them)."""
 
     def __init__(self, cfg: dict, root: str | Path = "."):
         self.P = Paths(cfg, root)
@@ -122,18 +116,10 @@ class StudyPaths:
     def summary(self, paper: str) -> Path:
         return self.P.figure_dir(paper) / "summary.json"
 
-    def figure(self, paper: str, name: str) -> Path:
-        return self.P.figure_dir(paper) / f"{name}.png"
-
-    def figure_input(self, paper: str, name: str) -> Path:
-        return self.table(paper, FIGURES[paper][name])
-
-    def figures(self) -> list[Path]:
-        return [self.figure(paper, name) for paper, names in FIGURES.items() for name in names]
-
     def targets(self) -> list[Path]:
-        """Everything `snakemake studies` builds: every figure, table CSV and both summaries."""
-        out = self.figures() + [self.summary("basis"), self.summary("v05")]
+        """Every table CSV and both summaries (`snakemake studies` adds the study figures, which
+        `sparserl.figures` registers)."""
+        out = [self.summary("basis"), self.summary("v05")]
         out += [self.csv("basis", t) for t in BASIS_TABLES]
         out += [self.csv("basis", f"sensitivity_{s}") for s in BASIS_SENSITIVITY]
         out += [self.csv("v05", t) for t in ("bias_mse_by_k",) + V05_RUN_TABLES]

@@ -1,0 +1,175 @@
+"""One registry of figures: figure id -> drawing function -> the cached tables it reads -> caption.
+
+A figure module puts `@register_figure(...)` at each drawing function. `make_figure` draws any
+registered figure from its cached tables alone (it never trains or simulates anything), and
+workflow/rules/figures.smk generates one Snakemake rule per figure of `list_figures(cfg)`.
+
+Every figure carries a footer with the scale, the config hash and the git commit taken from the
+manifests of the tables it draws, so a tiny-scale figure can never pass for a paper-scale one.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from sparserl.core.artifacts import atomic_write_bytes, config_hash, git_commit, read_manifest, read_table
+from sparserl.core.paths import Paths
+
+
+class FigureError(Exception):
+    """A figure that cannot be drawn: unknown id, a config that has no such figure, missing tables."""
+
+
+class MissingTableError(FigureError, FileNotFoundError):
+    """A cached table of a figure is not on disk."""
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, imported at the first drawing: listing the figures
+    (Snakemake does it on every parse) needs no matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def single(figsize: tuple[float, float]) -> Callable:
+    """Layout of one axes of `figsize` inches."""
+    return lambda data: pyplot().subplots(figsize=figsize)
+
+
+def row(n: int, figsize: tuple[float, float]) -> Callable:
+    """Layout of `n` axes side by side; the drawing function gets them as an array."""
+    return lambda data: pyplot().subplots(1, n, figsize=figsize)
+
+
+def read_single(cfg: dict, tables: list[Path]):
+    """The one table of a one-table figure, as a DataFrame."""
+    if len(tables) != 1:
+        raise FigureError(f"expected one table, got {len(tables)}: {[str(t) for t in tables]}")
+    return read_table(tables[0])
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A registered figure. Its PNG is paper_figures/{scale}/<group>/<name>.png for id '<group>/<name>'."""
+
+    id: str
+    draw: Callable[[Any, Any], None]            # draw(data, axes)
+    tables: Callable[[dict], list[Path]]        # cfg -> the cached tables it reads
+    caption: str
+    layout: Callable[[Any], tuple]              # data -> (matplotlib figure, the axes draw gets)
+    read: Callable[[dict, list[Path]], Any]     # (cfg, tables) -> the data layout and draw get
+    built_by: str                               # the rule and command that write its tables
+    unavailable: Callable[[dict], str]          # cfg -> why the config has no such figure ('' if it has)
+
+    @property
+    def group(self) -> str:
+        return self.id.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.partition("/")[2]
+
+    @property
+    def rule(self) -> str:
+        """The name of its generated Snakemake rule."""
+        return "figure_" + self.id.replace("/", "_")
+
+    def output(self, cfg: dict, root: str | Path = ".") -> Path:
+        return Paths(cfg, root).figure_dir(self.group) / f"{self.name}.png"
+
+
+_REGISTRY: dict[str, Figure] = {}
+
+
+def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], caption: str, layout: Callable,
+                    built_by: str, unavailable: Callable[[dict], str], read: Callable = read_single) -> Callable:
+    """Decorator: register the drawing function under `fig_id` and return it unchanged, so one
+    function may draw several figures (one decorator each)."""
+    group, _, name = fig_id.partition("/")
+    if not group or not name or "/" in name:
+        raise ValueError(f"figure id must be '<group>/<name>', got {fig_id!r}")
+
+    def deco(draw):
+        if fig_id in _REGISTRY:
+            raise ValueError(f"figure {fig_id} is registered twice")
+        _REGISTRY[fig_id] = Figure(fig_id, draw, tables, caption, layout, read, built_by, unavailable)
+        return draw
+
+    return deco
+
+
+def registered() -> list[Figure]:
+    """Every registered figure, in registration order, whatever the config."""
+    return list(_REGISTRY.values())
+
+
+def get_figure(fig_id: str) -> Figure:
+    if fig_id not in _REGISTRY:
+        raise FigureError(f"unknown figure {fig_id!r}; known: {sorted(_REGISTRY)}")
+    return _REGISTRY[fig_id]
+
+
+def list_figures(cfg: dict) -> list[Figure]:
+    """The figures this config produces (study figures need basis.study_reference/oracle, RL
+    figures an `rl` section)."""
+    return [f for f in _REGISTRY.values() if not f.unavailable(cfg)]
+
+
+def provenance(table_path, cfg: dict | None = None) -> dict:
+    """scale, config hash and commit of a table, from its manifest (else from cfg and the checkout)."""
+    m = read_manifest(table_path) or {}
+    return {"scale": m.get("scale") or (cfg or {}).get("scale", "?"),
+            "config_hash": m.get("config_hash") or (config_hash(cfg) if cfg else "?"),
+            "git_commit": m.get("git_commit") or git_commit()}
+
+
+def footer(fig, tables: list[Path], cfg: dict | None = None) -> None:
+    """Provenance footer: from the first table's manifest, naming the table (or counting them)."""
+    pv = provenance(tables[0], cfg)
+    scale = str(pv["scale"])
+    head = f"scale={scale}" + ("" if scale == "paper" else f"  [{scale.upper()} SCALE: not paper numbers]")
+    commit = str(pv["git_commit"])[:12]
+    if len(tables) == 1:
+        what = f"table {Path(tables[0]).name}"
+    else:
+        # runs resumed or redone under other code show it here rather than hiding behind the first
+        others = {str(provenance(t, cfg)["git_commit"])[:12] for t in tables[1:]} - {commit}
+        commit += f" (+{len(others)} other commits)" if others else ""
+        what = f"{len(tables)} tables: {', '.join(sorted({Path(t).name for t in tables}))}"
+    text = f"{head}\nconfig {pv['config_hash']} · commit {commit} · {what}"
+    fig.text(0.01, 0.005, text, fontsize=6.5, color="0.35", ha="left", va="bottom")
+
+
+def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None) -> Path:
+    """Draw a registered figure from its cached tables and write the PNG atomically (default path:
+    `Figure.output(cfg)`)."""
+    f = get_figure(fig_id)
+    why = f.unavailable(cfg)
+    if why:
+        raise FigureError(f"figure {fig_id} is not drawn for this config: {why}")
+    tables = [Path(t) for t in f.tables(cfg)]
+    missing = [t for t in tables if not t.exists()]
+    if missing:
+        listed = ", ".join(str(t) for t in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise MissingTableError(f"figure {fig_id} reads cached tables that are missing: {listed}; "
+                                f"{f.built_by} writes them (`snakemake {missing[0]}` with this config)")
+    data = f.read(cfg, tables)
+    fig, axes = f.layout(data)
+    try:  # a drawing that fails on a malformed table must not leave its figure open
+        f.draw(data, axes)
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        footer(fig, tables, cfg)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=130)
+    finally:
+        pyplot().close(fig)
+    out = Path(out) if out is not None else f.output(cfg)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, buf.getvalue())
+    return out

@@ -1,0 +1,248 @@
+"""The figure registry: every figure draws from small synthetic cached tables, the study figures
+keep their ids and paths, RL learning curves and final accuracy, clear errors, generated rules."""
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib
+import matplotlib.container
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sparserl.core.artifacts import write_table
+from sparserl.core.paths import Paths
+from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, make_figure, registered
+from sparserl.figures.registry import footer, pyplot
+
+# every study figure before the registry (id -> the table it draws, in the same paper's dir)
+STUDY_FIGURES = {
+    "basis/mse_by_method": "mse_by_method", "basis/mse_by_heterogeneity": "mse_by_heterogeneity",
+    "basis/mse_by_difficulty": "mse_by_difficulty", "basis/zero_one_rate": "zero_one_rate",
+    "basis/sensitivity_eps": "sensitivity_eps", "basis/sensitivity_n": "sensitivity_n",
+    "basis/sensitivity_B": "sensitivity_B", "basis/sensitivity_grid": "sensitivity_grid",
+    "v05/bias_by_k": "bias_mse_by_k", "v05/mse_by_k": "bias_mse_by_k", "v05/budget_by_offset": "budget_by_offset",
+    "v05/c_sweep": "c_sweep", "v05/stopping_hist": "stopping_hist",
+}
+RL_FIGURES = ["rl/learning_curves", "rl/final_accuracy"]
+METHODS, SEEDS = ["grpo_g8", "rloo_g8", "reinforce_pp_g1"], [0, 1]
+
+
+@pytest.fixture
+def cfg(repo, tmp_path, monkeypatch):
+    """The smoke config with a small `rl` section, run from an empty directory."""
+    c = yaml.safe_load((repo / "configs/smoke.yaml").read_text())
+    rl = yaml.safe_load((repo / "configs/tiny.yaml").read_text())["rl"]
+    c["rl"] = {**rl, "methods": METHODS, "seeds": SEEDS, "steps": 4}
+    monkeypatch.chdir(tmp_path)
+    return c
+
+
+def _study_tables() -> dict[str, pd.DataFrame]:
+    """One small table of each study table name, with the columns its figures draw."""
+    methods = ["basis_unb", "reinforce_pp", "grpo"]
+    bins = [(0, "[0,0.5)"), (1, "[0.5,1]")]
+    out = {
+        "mse_by_method": pd.DataFrame({"method": methods, "mse": [0.02, 0.06, 0.03], "mse_se": [0.002] * 3,
+                                       "pct_vs_reinforce_pp": [-66.0, 0.0, -50.0]}),
+        "mse_by_heterogeneity": pd.DataFrame([{"method": m, "center": c, "mse": 0.01 * (i + 1) + c, "mse_se": 0.001}
+                                              for i, m in enumerate(methods) for c in (0.1, 0.3)]),
+        "mse_by_difficulty": pd.DataFrame([{"method": m, "p_bin": b, "p_bin_label": lab, "mse": 0.01 * (i + b + 1),
+                                            "mse_se": 0.001} for i, m in enumerate(methods) for b, lab in bins]),
+        "zero_one_rate": pd.DataFrame([{"method": m, "p_bin": b, "p_bin_label": lab, "rate": 0.1 * (i + 1)}
+                                       for i, m in enumerate(methods) for b, lab in bins + [(-1, "all")]]),
+        "bias_mse_by_k": pd.DataFrame([{"p_bin": -1, "estimator": e, "prior": pr, "k": k,
+                                        "abs_bias_max": 0.5 / np.sqrt(k), "mse": 0.1 / k}
+                                       for e, prs in (("fusion", ("oracle+0", "constant_0.5")),
+                                                      ("empirical_only", ("oracle+0",)))
+                                       for pr in prs for k in (1, 2, 4)]),
+        "budget_by_offset": pd.DataFrame([{"prior": f"oracle+{o:g}", "prior_kind": "oracle", "offset": o, "c": 0.0039,
+                                           "reject_rate_init_exact": o, "reject_rate_init": o, "mean_budget": 4 + 4 * o,
+                                           "budget_se": 0.1, "dispatched_per_prompt": 5 + 4 * o}
+                                          for o in (0.0, 0.3, 0.7)]
+                                         + [{"prior": "constant_0.5", "prior_kind": "constant", "offset": np.nan,
+                                             "c": 0.0039, "reject_rate_init_exact": 0.4, "reject_rate_init": 0.4,
+                                             "mean_budget": 6.0, "budget_se": 0.1, "dispatched_per_prompt": 7.0}]),
+        "c_sweep": pd.DataFrame([{"prior": pr, "c": c, "mean_budget": 4 / c ** 0.2, "budget_se": 0.1,
+                                  "regret_over_c": 1.0 + c} for pr in ("oracle+0", "constant_0.5") for c in (0.01, 0.002)]),
+        "stopping_hist": pd.DataFrame([{"prior": pr, "c": c, "k": k, "frac": f}
+                                       for pr in ("oracle+0", "constant_0.5", "pool_mean") for c in (0.01, 0.002)
+                                       for k, f in ((4, 0.6), (6, 0.3), (8, 0.1))]),
+    }
+    for p in ("eps", "n", "B", "grid"):
+        out[f"sensitivity_{p}"] = pd.DataFrame({"param": p, "value": [1.0, 4.0, 16.0], "mse": [0.03, 0.02, 0.02],
+                                                "mse_se": 0.002, "mse_reinforce_pp": 0.06,
+                                                "skipped": ["", "", "n > cached rollouts"]})
+    return out
+
+
+def _rewards(method: str, seed: int, steps=np.arange(1, 5)) -> np.ndarray:
+    """Train reward of a synthetic run: rises with the step, offset by method and seed."""
+    return 0.1 * METHODS.index(method) + 0.05 * steps + 0.02 * seed
+
+
+def write_rl_tables(cfg) -> pd.DataFrame:
+    """Each run's metrics.parquet and the runs table `sparserl rl-summary` writes."""
+    P = Paths(cfg)
+    rows = []
+    for m in METHODS:
+        for s in SEEDS:
+            steps = np.arange(1, 5)
+            write_table(pd.DataFrame({"step": steps, "reward_mean": _rewards(m, s), "rollouts_total": 8 * steps}),
+                        P.run(m, s).metrics, cfg=cfg)
+            rows.append({"method": m, "seed": s, "eval_accuracy_final": 0.2 + 0.1 * METHODS.index(m) + 0.04 * s})
+    runs = pd.DataFrame(rows)
+    write_table(runs, P.rl_runs(), cfg=cfg)
+    return runs
+
+
+def write_all_tables(cfg) -> None:
+    P = Paths(cfg)
+    for name, df in _study_tables().items():
+        paper = "v05" if name in ("bias_mse_by_k", "budget_by_offset", "c_sweep", "stopping_hist") else "basis"
+        write_table(df, P.figure_dir(paper) / f"{name}.parquet", cfg=cfg)
+    write_rl_tables(cfg)
+
+
+def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
+    figs = {f.id: f for f in list_figures(cfg)}
+    assert list(figs) == list(STUDY_FIGURES) + RL_FIGURES
+    for fig_id, table in STUDY_FIGURES.items():
+        group, name = fig_id.split("/")
+        f = figs[fig_id]
+        assert f.output(cfg) == Path(f"paper_figures/smoke/{group}/{name}.png")
+        assert f.tables(cfg) == [Path(f"paper_figures/smoke/{group}/{table}.parquet")]
+        assert f.caption and f.rule == f"figure_{group}_{name}"
+    assert figs["rl/learning_curves"].output(cfg) == Path("paper_figures/smoke/rl/learning_curves.png")
+    assert figs["rl/learning_curves"].tables(cfg) == [Path(f"results/smoke/rl/{m}/seed{s}/metrics.parquet")
+                                                      for m in METHODS for s in SEEDS]
+    assert figs["rl/final_accuracy"].tables(cfg) == [Path("results/smoke/rl/runs.parquet")]
+    assert {f.id for f in registered()} == set(figs)
+
+
+def test_figures_follow_the_config(cfg):
+    no_rl = {k: v for k, v in cfg.items() if k != "rl"}
+    assert [f.id for f in list_figures(no_rl)] == list(STUDY_FIGURES)
+    no_study = {**cfg, "basis": {k: v for k, v in cfg["basis"].items() if k != "study_oracle"}}
+    assert [f.id for f in list_figures(no_study)] == RL_FIGURES
+    with pytest.raises(FigureError, match="`rl` section"):
+        make_figure("rl/learning_curves", no_rl)
+
+
+def test_every_registered_figure_draws_from_cached_tables(cfg, tmp_path):
+    write_all_tables(cfg)
+    for f in list_figures(cfg):
+        out = make_figure(f.id, cfg)
+        assert out == f.output(cfg) and out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, f.id
+    assert len(list((tmp_path / "paper_figures" / "smoke").rglob("*.png"))) == len(STUDY_FIGURES) + len(RL_FIGURES)
+    # --out writes elsewhere; matplotlib stays on Agg (no display needed)
+    other = make_figure("v05/stopping_hist", cfg, tmp_path / "x" / "h.png")
+    assert other.exists() and matplotlib.get_backend().lower() == "agg"
+
+
+def test_learning_curves_average_seeds_and_band_their_spread(cfg):
+    write_rl_tables(cfg)
+    f = get_figure("rl/learning_curves")
+    data = f.read(cfg, f.tables(cfg))
+    assert set(data["method"]) == set(METHODS) and len(data) == len(METHODS) * len(SEEDS) * 4
+    fig, (ax, legend_ax) = f.layout(data)
+    f.draw(data, (ax, legend_ax))
+    lines = {ln.get_label(): ln for ln in ax.lines}
+    assert [t.get_text() for t in legend_ax.get_legend().get_texts()] == METHODS
+    assert list(lines) == METHODS  # the config's order
+    for m in METHODS:
+        expected = np.mean([_rewards(m, s) for s in SEEDS], axis=0)
+        np.testing.assert_allclose(lines[m].get_ydata(), expected)
+        np.testing.assert_allclose(lines[m].get_xdata(), np.arange(1, 5))
+    bands = [c for c in ax.collections if c.get_paths()]
+    assert len(bands) == len(METHODS)
+    # the band spans seed 0 (lowest) to seed 1 (highest) of the first method
+    verts = bands[0].get_paths()[0].vertices
+    assert verts[:, 1].min() == pytest.approx(_rewards(METHODS[0], 0).min())
+    assert verts[:, 1].max() == pytest.approx(_rewards(METHODS[0], 1).max())
+    pyplot().close(fig)
+    assert make_figure("rl/learning_curves", cfg).exists()
+
+
+def test_final_accuracy_bars_are_seed_means_with_sd(cfg):
+    runs = write_rl_tables(cfg)
+    f = get_figure("rl/final_accuracy")
+    data = f.read(cfg, f.tables(cfg))
+    fig, ax = f.layout(data)
+    f.draw(data, ax)
+    heights = [p.get_height() for p in ax.patches]
+    expected = runs.groupby("method")["eval_accuracy_final"].mean().reindex(METHODS)
+    np.testing.assert_allclose(heights, expected.to_numpy())
+    assert [t.get_text() for t in ax.get_xticklabels()] == METHODS
+    bars = next(c for c in ax.containers if isinstance(c, matplotlib.container.BarContainer))
+    err = bars.errorbar.lines[2][0].get_segments()
+    sd = runs.groupby("method")["eval_accuracy_final"].std(ddof=1).reindex(METHODS).to_numpy()
+    np.testing.assert_allclose([s[1, 1] - s[0, 1] for s in err], 2 * sd)
+    pyplot().close(fig)
+
+
+def test_footer_names_scale_config_commit_and_tables(cfg):
+    write_rl_tables(cfg)
+    P = Paths(cfg)
+    fig = pyplot().figure()
+    footer(fig, [P.rl_runs()], cfg)
+    footer(fig, [P.run(m, 0).metrics for m in METHODS], cfg)
+    one, many = (t.get_text() for t in fig.texts)
+    pyplot().close(fig)
+    assert "scale=smoke  [SMOKE SCALE: not paper numbers]" in one and one.endswith("table runs.parquet")
+    assert "config " in one and " · commit " in one
+    assert many.endswith("3 tables: metrics.parquet")
+
+
+def test_unknown_id_names_the_known_ones(cfg, tmp_path):
+    with pytest.raises(FigureError, match="unknown figure 'basis/nope'.*basis/mse_by_method.*rl/learning_curves"):
+        make_figure("basis/nope", cfg)
+    from sparserl.cli import main
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(SystemExit, match="unknown figure 'x/y'; known: .*v05/c_sweep"):
+        main(["figure", "--config", str(path), "--id", "x/y"])
+
+
+def test_missing_table_names_the_file_and_what_builds_it(cfg, tmp_path):
+    with pytest.raises(MissingTableError, match=r"paper_figures/smoke/v05/bias_mse_by_k\.parquet.*"
+                                                r"rule study_v05_bias \(`sparserl study-v05-bias`\)"):
+        make_figure("v05/mse_by_k", cfg)
+    write_rl_tables(cfg)
+    Paths(cfg).run("rloo_g8", 1).metrics.unlink()
+    with pytest.raises(MissingTableError, match=r"results/smoke/rl/rloo_g8/seed1/metrics\.parquet.*rule rl_train"):
+        make_figure("rl/learning_curves", cfg)
+    assert not (tmp_path / "paper_figures" / "smoke" / "rl" / "learning_curves.png").exists()
+
+
+def test_cli_draws_and_lists(cfg, tmp_path, capsys):
+    from sparserl.cli import main
+    write_rl_tables(cfg)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["figure", "--config", str(path), "--id", "rl/final_accuracy", "--out", "f.png"]) == 0
+    assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["figure", "--config", str(path), "--list"]) == 0
+    listed = capsys.readouterr().out
+    for fig_id in list(STUDY_FIGURES) + RL_FIGURES:
+        assert fig_id in listed
+
+
+def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
+    """The default (tiny) config has RL runs and the studies: every figure gets its own rule."""
+    cmd = [sys.executable, "-m", "snakemake", "figures", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n"]
+    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    from sparserl.core.config import load_config
+    tiny = load_config([str(repo / "configs/tiny.yaml")])
+    figs = list_figures(tiny)
+    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES)
+    for f in figs:
+        block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
+        assert f"output: {f.output(tiny)}" in block, block
+        assert f"input: {', '.join(str(t) for t in f.tables(tiny))}" in block, block
+    curves = log.split("rule figure_rl_learning_curves:\n    input: ")[1].split("\n")[0]
+    assert curves.count("metrics.parquet") == len(tiny["rl"]["methods"]) * len(tiny["rl"]["seeds"])
+    assert "rule rl_train:" in log and "rule rl_summary:" in log
