@@ -175,6 +175,17 @@ class Paths:
     def figure_dir(self, paper: str) -> Path:
         return self.figures / paper
 
+    # value models (V0, the Le Critique critics): the rollouts harvested to train them (from the
+    # RL runs' rollouts.parquet), the trained models, and their evaluation tables
+    def harvest(self, name: str) -> Path:
+        return self.stage("values", "harvest", f"{name}.parquet")
+
+    def value_model(self, name: str) -> Path:
+        return self.stage("values", "models", name)
+
+    def value_eval(self, name: str) -> Path:
+        return self.stage("values", "eval", f"{name}.parquet")
+
     # RL runs
     def run(self, method: str, seed: int | str) -> RunPaths:
         """The files of one RL run. Snakemake rules pass wildcards: run("{method}", "{seed}")."""

@@ -26,10 +26,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
+from sparserl.core.records import RECORD_COLUMNS
 from sparserl.core.artifacts import iter_jsonl
 from sparserl.grading.verifier import extract_boxed
 
-RECORD_COLUMNS = ("id", "problem", "answer", "source")
 
 #: name -> default file name (in the shared benchmark folder or a download folder).
 BENCHMARKS: dict[str, str] = {
