@@ -65,3 +65,15 @@ def test_paths_follow_scale_and_stage(repo):
     paper = Paths(load_config(repo / "configs/paper.yaml"))
     assert paper.policy("qwen3_4b") == "Qwen/Qwen3-4B-Instruct-2507"
     assert str(paper.benchmark("aime24")) == "results/paper/tasks/benchmarks/aime24.parquet"
+
+
+def test_the_resolved_config_keeps_key_order_and_loads_back_the_same(tmp_path, repo):
+    """Jobs iterate over mappings such as `policies` (s, m, l): the resolved file must keep the
+    order of the config files, and load back to the same config."""
+    from sparserl.core.config import load_config, write_resolved
+    cfg = load_config(repo / "configs/tiny.yaml")
+    path = write_resolved(cfg, tmp_path)
+    back = load_config(path)
+    assert back == cfg and list(back["policies"]) == list(cfg["policies"]) == ["s", "m", "l"]
+    assert list(back) == list(cfg)
+    assert write_resolved(cfg, tmp_path) == path  # one file per distinct config

@@ -160,7 +160,7 @@ def write_resolved(cfg: dict, folder: str | Path) -> Path:
     overrides change what the jobs compute, not only the DAG."""
     from sparserl.core.artifacts import atomic_write_text, config_hash
     path = Path(folder) / f"{config_hash(cfg)}.json"
-    text = json.dumps(cfg, sort_keys=True, indent=1)
+    text = json.dumps(cfg, indent=1)  # key order kept: jobs iterate over e.g. `policies` in file order
     if not path.exists() or path.read_text() != text:
         atomic_write_text(path, text)
     return path
