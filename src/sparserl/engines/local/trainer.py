@@ -5,7 +5,8 @@
         generate n per prompt                   (OSLA: in rounds until its stopping rules end the batch;
                                                  DAPO: dynamic sampling until the batch is full)
         score with the verifier                 (reward in {0, 1}; DAPO adds overlong shaping)
-        advantages from the estimator registry  (the same functions the OpenRLHF plugin calls)
+        advantages from the methods layer       (side data from the estimator's needs; the same call
+                                                 the OpenRLHF experience maker makes)
         policy loss (PPO-clip / clip-higher / GSPO / GPG) + optional KL to the reference, AdamW
 
 State (model, optimiser, RNG, support buffer, BASIS's preceding batch, metrics) is checkpointed
