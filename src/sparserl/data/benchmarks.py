@@ -15,19 +15,25 @@ no answer at all for Minerva, chat-formatted prompts for DAPO); each benchmark h
 below that says where to look.  Local files may be JSON lines or parquet, in the original schema
 or already normalised (as `sparserl.data.download` writes them).  A row that cannot be read raises
 ValueError naming the file, the line (or parquet row), the field and the fix.
+
+Files may be JSON lines, a JSON array (``.json``) or parquet; a folder may hold the benchmark's file
+or the math-evaluation-harness layout ``<folder>/<name>/test.jsonl``.  What a load did besides
+reading rows (duplicates dropped, gold conflicts and how they were resolved, garbled golds once
+`check_golds` ran) is in ``df.attrs["load_info"]``, which the data stage writes to the manifest.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
 from sparserl.core.records import RECORD_COLUMNS
-from sparserl.core.artifacts import iter_jsonl
 from sparserl.grading.verifier import extract_boxed
 
 
@@ -58,6 +64,11 @@ _PLAIN_INT = re.compile(r"[+-]?\d{1,60}")
 _BARE_DOLLAR = re.compile(r"(?<!\\)\$")
 # Minerva solutions box long expressions; allow more than the verifier's response cap.
 _GOLD_BOXED_MAX = 4096
+# Files of the math-evaluation-harness layout: data/<name>/test.jsonl.
+_HARNESS_FILES = ("test.jsonl", "test.json", "test.parquet")
+#: What de-duplication does with one problem text that carries different golds.
+CONFLICT_POLICY = ("keep the majority gold (the first row carrying it); drop the problem when "
+                   "the most common golds tie")
 
 
 class _Row:
@@ -150,9 +161,35 @@ def _own_id(row: _Row, keys=_ID_KEYS) -> str | None:
     return _text(v)
 
 
+def _check_gold_type(row: _Row, field: str, value: Any) -> None:
+    """Golds are strings or numbers (a list of them for multi-answer rows); anything else would be
+    stored as its Python repr ("{'value': 2}", "True")."""
+    items = value.tolist() if hasattr(value, "tolist") and not isinstance(value, str) else value
+    items = items if isinstance(items, (list, tuple)) else [items]
+    for v in items:
+        if v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool)):
+            continue
+        raise row.fail(field, f"is a {type(v).__name__} ({_short_repr(v)}), not a gold answer",
+                       "write the gold as a string or a number (a list of them for several answers)")
+
+
+def _short_repr(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _clean_gold(row: _Row, field: str, value: Any) -> str:
+    _check_gold_type(row, field, value)
+    try:
+        return clean_answer(value)
+    except ValueError as e:  # an integer too long to print (over 4300 digits)
+        raise row.fail(field, f"cannot be read as a gold answer ({e})",
+                       "write a huge number as a string, or delete the row") from None
+
+
 def _answer(row: _Row, keys=("answer",)) -> str:
     k, v = _first(row.rec, keys)
-    a = clean_answer(v)
+    a = _clean_gold(row, k or keys[0], v)
     if not a:
         raise row.fail(keys[0], "is missing or empty",
                        f"put the gold answer in {keys[0]!r} (a non-empty string), "
@@ -169,7 +206,7 @@ def _spec_aime24(row: _Row) -> tuple[str | None, str, str]:
     if _first(row.rec, ("answer",))[0] is None and isinstance(row.rec.get("solution"), str):
         boxed = extract_boxed(row.rec["solution"], max_len=_GOLD_BOXED_MAX, scan_tail=10 ** 9)
         if boxed:
-            return _own_id(row), _problem(row), clean_answer(boxed)
+            return _own_id(row), _problem(row), _clean_gold(row, "solution", boxed)
     return _spec_plain(row)
 
 
@@ -223,10 +260,10 @@ def _spec_dapo(row: _Row) -> tuple[str | None, str, str]:
                        "delete the row")
     rm = rec.get("reward_model")
     gt = rm.get("ground_truth") if isinstance(rm, dict) else None
-    answer = clean_answer(gt)
+    answer = _clean_gold(row, "reward_model.ground_truth", gt)
     if not answer:
         k, v = _first(rec, ("answer", "solution"))
-        answer = clean_answer(v)
+        answer = _clean_gold(row, k or "answer", v)
     if not answer:
         raise row.fail("reward_model.ground_truth", "is missing or empty",
                        "give the row reward_model = {'ground_truth': <answer>}, or delete it")
@@ -263,16 +300,74 @@ def _check_name(name: str) -> None:
         raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
 
 
+def _not_utf8(path: Path, lineno: int, byte: int, column: int) -> ValueError:
+    return ValueError(f"{path}:{lineno}: byte {byte:#04x} at column {column} is not UTF-8; "
+                      "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or fix that line")
+
+
+def _decode(path: Path, data: bytes, lineno: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(path, lineno, data[e.start], e.start + 1) from None
+
+
+def _json_value(path: Path, where: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not valid JSON ({e.msg}); fix or delete that line") from None
+    except ValueError as e:  # an integer of more than 4300 digits
+        raise ValueError(f"{where}: {e.args[0].split(';')[0]}; write such a number as a string "
+                         "(in quotes), or delete that line") from None
+
+
+def _iter_jsonl(path: Path) -> Iterator[tuple[str, dict]]:
+    with open(path, "rb") as f:  # bytes, so a bad byte is reported with its line
+        for lineno, raw in enumerate(f, 1):
+            line = _decode(path, raw, lineno)
+            if not line.strip():
+                continue
+            rec = _json_value(path, f"{path}:{lineno}", line)
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object, got "
+                                 f"{type(rec).__name__}; one object per line")
+            yield f"{path}:{lineno}", rec
+
+
+def _iter_json_array(path: Path) -> Iterator[tuple[str, dict]]:
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_start = raw.rfind(b"\n", 0, e.start) + 1
+        raise _not_utf8(path, raw.count(b"\n", 0, e.start) + 1, raw[e.start],
+                        e.start - line_start + 1) from None
+    data = _json_value(path, str(path), text)
+    if isinstance(data, dict) and isinstance(data.get("data"), list):
+        data = data["data"]  # {"data": [...]} wrappers of some releases
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: expected a JSON array of objects, got {type(data).__name__}; "
+                         "use a JSON array, or JSON lines (.jsonl)")
+    for i, rec in enumerate(data, 1):
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}: item {i}: expected a JSON object, got "
+                             f"{type(rec).__name__}")
+        yield f"{path}: item {i}", rec
+
+
 def iter_rows(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
-    """(location, record) of each row of a .jsonl or .parquet file; location is ``file:line``
-    for JSON lines and ``file: row N`` (1-based) for parquet."""
+    """(location, record) of each row of a .jsonl, .json (array) or .parquet file; location is
+    ``file:line`` for JSON lines, ``file: item N`` for a JSON array and ``file: row N``
+    (1-based) for parquet."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: benchmark file not found")
     suffix = "".join(path.suffixes[-1:]).lower()
     if suffix == ".jsonl":
-        for lineno, rec in iter_jsonl(path):
-            yield f"{path}:{lineno}", rec
+        yield from _iter_jsonl(path)
+    elif suffix == ".json":
+        yield from _iter_json_array(path)
     elif suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -280,7 +375,7 @@ def iter_rows(path: str | os.PathLike) -> Iterator[tuple[str, dict]]:
             yield f"{path}: row {i}", rec
     else:
         raise ValueError(f"{path}: unsupported benchmark file type {path.suffix!r}; "
-                         "use .jsonl or .parquet")
+                         "use .jsonl, .json or .parquet")
 
 
 def normalise_records(name: str, rows: Iterable[tuple[str, dict]], *,
@@ -288,14 +383,13 @@ def normalise_records(name: str, rows: Iterable[tuple[str, dict]], *,
     """Normalise (location, record) pairs of benchmark ``name`` into the record schema.
 
     Rows already in the record schema (with ``source == name``) pass through unchanged, so a
-    normalised parquet reloads to the same table.  ``dedup_problems`` keeps the first row of each
-    distinct problem text (the hub DAPO-Math-17k repeats each prompt many times).
+    normalised parquet reloads to the same table.  ``dedup_problems`` keeps one row per distinct
+    problem text (the hub DAPO-Math-17k repeats each prompt many times); where the copies carry
+    different golds, `CONFLICT_POLICY` applies and ``df.attrs["load_info"]`` counts them.
     """
     _check_name(name)
     spec = _SPECS[name]
-    ids, problems, answers = [], [], []
-    where_of_id: dict[str, str] = {}
-    seen_problems: set[str] = set()
+    parsed = []
     for index, (where, rec) in enumerate(rows):
         row = _Row(rec, where, index)
         if rec.get("source") == name and all(k in rec for k in RECORD_COLUMNS):
@@ -306,33 +400,69 @@ def normalise_records(name: str, rows: Iterable[tuple[str, dict]], *,
         else:
             own, problem, answer = spec(row)
             rid = f"{name}/{own if own not in (None, '') else index}"
-        if dedup_problems:
-            if problem in seen_problems:
-                continue
-            seen_problems.add(problem)
+        parsed.append((row, rid, problem, answer))
+    info: dict[str, Any] = {"rows_read": len(parsed)}
+    if dedup_problems:
+        parsed, info_dedup = _dedup(parsed)
+        info.update(info_dedup)
+    ids, problems, answers = [], [], []
+    where_of_id: dict[str, str] = {}
+    for row, rid, problem, answer in parsed:
         if rid in where_of_id:
             raise row.fail("id", f"repeats id {rid!r} (first at {where_of_id[rid]})",
                            "make the ids unique or drop the duplicate row")
-        where_of_id[rid] = where
+        where_of_id[rid] = row.where
         ids.append(rid)
         problems.append(problem)
         answers.append(answer)
     if not ids:
         raise ValueError(f"{origin or name}: no rows; expected the {name} benchmark")
-    return pd.DataFrame({"id": ids, "problem": problems, "answer": answers,
-                         "source": [name] * len(ids)}, columns=list(RECORD_COLUMNS))
+    df = pd.DataFrame({"id": ids, "problem": problems, "answer": answers,
+                       "source": [name] * len(ids)}, columns=list(RECORD_COLUMNS))
+    df.attrs["load_info"] = info
+    return df
+
+
+def _dedup(parsed: list) -> tuple[list, dict]:
+    """One row per problem text.  Copies that agree: the first is kept.  Copies whose golds differ
+    (DAPO-Math-17k has such, e.g. 6 vs 64): `CONFLICT_POLICY`."""
+    groups: dict[str, list] = {}
+    for item in parsed:
+        groups.setdefault(item[2], []).append(item)
+    kept, conflicts, dropped = [], [], 0
+    for problem, items in groups.items():
+        counts = Counter(it[3] for it in items).most_common()
+        if len(counts) > 1:
+            tie = counts[0][1] == counts[1][1]
+            conflicts.append({"row": items[0][0].where, "golds": dict(counts),
+                              "kept": None if tie else counts[0][0]})
+            if tie:
+                dropped += 1
+                continue
+        gold = counts[0][0]
+        kept.append(next(it for it in items if it[3] == gold))
+    order = {id(it): k for k, it in enumerate(parsed)}
+    kept.sort(key=lambda it: order[id(it)])
+    # conflicts: problems whose copies disagree; dropped: those with a tie, gone entirely.
+    return kept, {"duplicate_rows_dropped": len(parsed) - len(groups),
+                  "gold_conflicts": len(conflicts), "gold_conflicts_dropped": dropped,
+                  "conflict_policy": CONFLICT_POLICY, "conflicts": conflicts[:50]}
 
 
 def resolve_path(name: str, path: str | os.PathLike) -> Path:
-    """A file path as given, or, for a folder, the benchmark's file in it (default file name,
-    else ``<stem>.parquet`` / ``<stem>.jsonl`` / ``<name>.parquet`` / ``<name>.jsonl``)."""
+    """A file path as given, or, for a folder, the benchmark's file in it: its default file name,
+    ``<stem>``/``<name>`` with .parquet, .jsonl or .json, or the math-evaluation-harness layout
+    (``test.jsonl``/``test.json``/``test.parquet`` in the folder or in ``<name>/``)."""
     _check_name(name)
     p = Path(path)
     if not p.is_dir():
         return p
     default = BENCHMARKS[name]
     stem = Path(default).stem
-    cands = [default, f"{stem}.parquet", f"{stem}.jsonl", f"{name}.parquet", f"{name}.jsonl"]
+    cands = [default, f"{stem}.parquet", f"{stem}.jsonl", f"{stem}.json", f"{name}.parquet",
+             f"{name}.jsonl", f"{name}.json"]
+    # math-evaluation-harness: data/<name>/test.jsonl, given as data/<name>/ or as data/
+    cands += list(_HARNESS_FILES) + [f"{name}/{f}" for f in _HARNESS_FILES]
     for c in dict.fromkeys(cands):
         if (p / c).exists():
             return p / c
@@ -360,20 +490,34 @@ def load_benchmark_dir(dirpath: str | os.PathLike,
     if names is None:
         found = {}
         for n in BENCHMARKS:
-            try:
+            try:  # only the benchmark's own names here: a bare test.jsonl belongs to none of them
                 found[n] = resolve_path(n, d)
             except FileNotFoundError:
                 continue
+            if found[n].parent == d and found[n].name in _HARNESS_FILES:
+                del found[n]
         if not found:
             raise FileNotFoundError(
                 f"{d}: none of the benchmark files ({', '.join(BENCHMARKS.values())}) is there")
-        return {n: normalise_records(n, iter_rows(f), origin=str(f),
-                                     dedup_problems=n in TRAIN_SETS)
-                for n, f in found.items()}
+        return {n: load_benchmark(n, f) for n, f in found.items()}
     names = list(names)
     for n in names:
         _check_name(n)
     return {n: load_benchmark(n, d) for n in names}
+
+
+def check_golds(df: pd.DataFrame, workers: int = 2, timeout_s: float = 10.0) -> list[dict]:
+    """Garbled or unparseable golds of a loaded benchmark (see `Verifier.check_golds`), each
+    ``{"id", "gold", "reason"}``; also stored in ``df.attrs["load_info"]["garbled_golds"]``.
+    They are graded by normalised string match, not by their parse."""
+    from sparserl.grading.verifier import Verifier
+
+    with Verifier(workers=workers, timeout_s=timeout_s) as v:
+        found = v.check_golds(df["answer"].tolist())
+    out = [{"id": df["id"].iloc[f["index"]], "gold": f["gold"], "reason": f["reason"]}
+           for f in found]
+    df.attrs.setdefault("load_info", {})["garbled_golds"] = out
+    return out
 
 
 def load_dapo_math(path: str | os.PathLike, dedup: bool = True) -> pd.DataFrame:
@@ -392,7 +536,8 @@ def load_hmmt_feb_2025(path: str | os.PathLike) -> pd.DataFrame:
 
 
 __all__ = [
-    "BENCHMARKS", "DAPO_PREFIX", "DAPO_SUFFIX", "PAPER_BENCHMARKS", "RECORD_COLUMNS", "TRAIN_SETS",
-    "clean_answer", "iter_rows", "load_benchmark", "load_benchmark_dir", "load_dapo_math",
+    "BENCHMARKS", "CONFLICT_POLICY", "DAPO_PREFIX", "DAPO_SUFFIX", "PAPER_BENCHMARKS",
+    "RECORD_COLUMNS", "TRAIN_SETS", "check_golds", "clean_answer", "iter_rows", "load_benchmark",
+    "load_benchmark_dir", "load_dapo_math",
     "load_hmmt_feb_2025", "normalise_records", "resolve_path",
 ]

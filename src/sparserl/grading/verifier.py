@@ -21,11 +21,19 @@ Design
   scores that item 0, starts a replacement, and resubmits the rest of the chunk (items before the
   culprit are recomputed: their replies were lost with the worker).  A worker that dies (crash,
   memory limit) is treated the same way.  Results are always returned in input order.
+* **Timeouts are counted, never silent**: math-verify's own (signal) timeout makes an item
+  "unknown", not wrong.  Such items are retried once with a longer limit; what still times out,
+  and items killed at the hard limit, score 0 and are counted (`timeout_counts`, for manifests).
+  When they pass ``max_timeout_share`` of the items scored, `score` raises `VerifierTimeoutError`,
+  since grades that depend on machine load cannot be trusted.
+* **Forms math-verify gets wrong** (e notation, number bases, unit powers, lookalike digits,
+  garbled golds) are decided or rewritten first; see `sparserl.grading.golds`.
 """
 from __future__ import annotations
 
 import collections
 import functools
+import logging
 import math
 import multiprocessing as mp
 import re
@@ -34,14 +42,23 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from sparserl.grading import golds as G
+
 # Bounds for extraction; answers in the paper benchmarks are far below these.
 MAX_BOXED_LEN = 512
 MAX_BOXED_DEPTH = 32
 SCAN_TAIL_CHARS = 200_000
 
 _BOXED = "\\boxed"
-_INT_RE = re.compile(r"[+-]?\d+")
-_THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+")
+# ASCII digits only: after NFKC, another script's digit is not a digit (see golds.nfkc).
+_INT_RE = re.compile(r"[+-]?\d+", re.ASCII)
+_THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+", re.ASCII)
+
+# Worker reply codes, one byte per item.
+WRONG, RIGHT, TIMED_OUT = 0, 1, 2
+TIMED_OUT_HARD = 3  # killed at the hard limit: counted, not retried (C-level runaway sympy)
+# Gold-check reply bits.
+_GARBLED, _UNPARSED = 4, 8
 
 
 def extract_boxed(text: str | None, max_len: int = MAX_BOXED_LEN,
@@ -95,17 +112,6 @@ def extract_boxed(text: str | None, max_len: int = MAX_BOXED_LEN,
     return None  # unclosed, or longer than max_len
 
 
-def _normalise(s: str) -> str:
-    """Cheap canonical form for the exact paths: no spaces, $ or trailing period."""
-    s = s.strip().strip("$").strip()
-    s = s.replace("\\!", "").replace("\\,", "").replace("{,}", ",")
-    s = "".join(s.split())
-    s = s.rstrip(".")
-    if s.startswith("\\text{") and s.endswith("}") and s.count("{") == 1:
-        s = s[6:-1]
-    return s
-
-
 def _as_int(s: str) -> int | None:
     if _INT_RE.fullmatch(s):
         return int(s)
@@ -118,9 +124,11 @@ def fast_compare(pred: str, gold: str) -> bool | None:
     """Exact decision without math-verify: True/False, or None when math-verify is needed.
 
     Both plain integers -> compared as ints (exact; "025" == "25").  Equal normalised strings ->
-    True.  Anything else (fractions, decimals, expressions) -> None.
+    True.  Anything else (fractions, decimals, expressions) -> None.  Both sides are NFKC-normalised
+    first, and only ASCII digits count as digits (``３`` is 3; ``٣`` goes to math-verify, which
+    rejects it).
     """
-    p, g = _normalise(pred), _normalise(gold)
+    p, g = G.compact(G.nfkc(pred)), G.compact(G.nfkc(gold))
     if p == g and p:
         return True
     pi, gi = _as_int(p), _as_int(g)
@@ -138,26 +146,102 @@ def _gold_latex(gold: str) -> str:
     return f"${g}$"
 
 
-def _mv_equal(pred: str, gold: str, soft_timeout: int, _cache: dict) -> bool:
-    from math_verify import parse, verify
+class _TimeoutSeen(logging.Handler):
+    """math-verify reports its signal timeouts only as a log line ("Timeout during ..."), then
+    returns "not equal"; this handler turns that line into a flag (and keeps it off stderr)."""
 
-    gp = _cache.get(gold)
-    if gp is None:
-        gp = parse(_gold_latex(gold), parsing_timeout=soft_timeout)
-        if len(_cache) > 4096:
-            _cache.clear()
-        _cache[gold] = gp
-    if not gp:
-        return False
-    pp = parse("\\boxed{" + pred + "}", parsing_timeout=soft_timeout)
-    if not pp:
-        return False
-    return bool(verify(gp, pp, timeout_seconds=soft_timeout))
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.hit = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Timeout during"):
+            self.hit = True
 
 
-def _worker_main(conn, state, soft_timeout: int, max_memory_mb: int | None,
-                 hang_marker: str | None) -> None:
-    """Worker loop: receive (job_seq, [(pred, gold), ...]), reply (job_seq, bytes of 0/1).
+class _Gold:
+    """A gold's parse and, once asked, why it is garbled ("" when it is not)."""
+
+    __slots__ = ("parsed", "garbled")
+
+    def __init__(self, parsed, garbled=None):
+        self.parsed, self.garbled = parsed, garbled
+
+
+def _slow_hook(soft_timeout: int, seconds: float) -> None:
+    """Test hook: work that takes ``seconds`` under math-verify's own signal timeout."""
+    from math_verify.utils import timeout
+
+    timeout(timeout_seconds=soft_timeout)(time.sleep)(seconds)
+
+
+class _Checker:
+    """Per-worker grading state: the gold cache and the timeout flag."""
+
+    def __init__(self, flag: _TimeoutSeen):
+        self.flag = flag
+        self.cache: dict[str, _Gold] = {}
+
+    def gold(self, gold: str, soft: int, check: bool) -> _Gold:
+        from math_verify import parse, verify
+
+        g = self.cache.get(gold)
+        if g is None:
+            g = _Gold(parse(_gold_latex(gold), parsing_timeout=soft))
+            if self.flag.hit:
+                return g  # not cached: a retry with a longer limit parses it again
+            if len(self.cache) > 4096:
+                self.cache.clear()
+            self.cache[gold] = g
+        if check and g.garbled is None and g.parsed:
+            hits = [t for t in G.TRIVIAL_ANSWERS
+                    if verify(g.parsed, parse(f"${t}$", parsing_timeout=soft), timeout_seconds=soft)]
+            if not self.flag.hit:
+                g.garbled = G.garbled_reason(gold, str(g.parsed[0]), hits) or ""
+        return g
+
+    def equal(self, pred: str, gold: str, soft: int) -> bool:
+        from math_verify import parse, verify
+
+        g = self.gold(gold, soft, check=True)
+        if not g.parsed or g.garbled:
+            # A parse that throws most of the gold away (or none at all) cannot grade it.
+            return G.loose_form(pred) == G.loose_form(gold)
+        pp = parse("\\boxed{" + pred + "}", parsing_timeout=soft)
+        if not pp:
+            return False
+        return bool(verify(g.parsed, pp, timeout_seconds=soft))
+
+    def item(self, pred: str | None, gold: str, soft: int, slow: tuple | None) -> int:
+        from math_verify.errors import TimeoutException
+
+        self.flag.hit = False
+        try:
+            if slow is not None and pred == slow[0]:
+                _slow_hook(soft, slow[1])
+                return RIGHT
+            if pred is None:  # a gold check, no answer
+                g = self.gold(gold, soft, check=True)
+                code = (_UNPARSED if not g.parsed else 0) | (_GARBLED if g.garbled else 0)
+            else:
+                code = RIGHT if self.equal(pred, gold, soft) else WRONG
+        except TimeoutException:
+            return TIMED_OUT
+        except MemoryError:
+            self.cache.clear()
+            return WRONG
+        except Exception:  # a parse/verify error means "not verified", never a crash
+            return WRONG
+        # "Equal" is final even if another pairing timed out; "not equal" after a timeout is unknown.
+        if self.flag.hit and code != RIGHT:
+            return TIMED_OUT
+        return code
+
+
+def _worker_main(conn, state, max_memory_mb: int | None, hang_marker: str | None,
+                 slow: tuple | None) -> None:
+    """Worker loop: receive (job_seq, soft_timeout, [(pred, gold), ...]), reply (job_seq, bytes of
+    codes: WRONG, RIGHT, TIMED_OUT; or gold-check bits when pred is None).
 
     ``state`` is shared memory [job_seq, item_index, start_monotonic] that the parent reads to
     find an overrunning item; it is written before each item starts.
@@ -180,7 +264,12 @@ def _worker_main(conn, state, soft_timeout: int, max_memory_mb: int | None,
             pass
     import math_verify  # noqa: F401  (import once, before the first item)
 
-    cache: dict = {}
+    G.patch_math_verify_units()
+    flag = _TimeoutSeen()
+    mv_log = logging.getLogger("math_verify")
+    mv_log.addHandler(flag)
+    mv_log.propagate = False  # timeouts are counted by the parent, not printed per item
+    checker = _Checker(flag)
     while True:
         try:
             msg = conn.recv()
@@ -188,7 +277,7 @@ def _worker_main(conn, state, soft_timeout: int, max_memory_mb: int | None,
             return
         if msg is None:
             return
-        seq, items = msg
+        seq, soft, items = msg
         out = bytearray(len(items))
         for k, (pred, gold) in enumerate(items):
             state[2] = time.monotonic()
@@ -196,13 +285,7 @@ def _worker_main(conn, state, soft_timeout: int, max_memory_mb: int | None,
             state[0] = seq
             if hang_marker is not None and pred == hang_marker:
                 time.sleep(3600)  # test hook: simulate a hung item
-            try:
-                out[k] = 1 if _mv_equal(pred, gold, soft_timeout, cache) else 0
-            except MemoryError:
-                cache.clear()
-                out[k] = 0
-            except Exception:  # a parse/verify error means "not verified", never a crash
-                out[k] = 0
+            out[k] = checker.item(pred, gold, soft, slow)
         try:
             conn.send((seq, bytes(out)))
         except (BrokenPipeError, OSError):
@@ -210,6 +293,10 @@ def _worker_main(conn, state, soft_timeout: int, max_memory_mb: int | None,
 
 
 # ----------------------------------------------------------------------------- parent side
+
+class VerifierTimeoutError(RuntimeError):
+    """Too many items timed out for the grades to be trusted (they would depend on machine load)."""
+
 
 class _Slot:
     __slots__ = ("proc", "conn", "state", "job", "seq", "sent_at")
@@ -241,12 +328,23 @@ class Verifier:
     mp_context: multiprocessing start method; "forkserver" (default) keeps workers independent of
         the threads and GPU state of the parent, "fork" starts faster.
     startup_grace_s: how long a fresh worker may take to import math-verify before its first item.
+    fast_path: decide plain integers and equal strings without math-verify (default).  Off, every
+        item goes to math-verify (the audit's self-match check).
+    retry_factor: an item that hit math-verify's soft timeout is retried once with a soft limit
+        this many times longer (and a hard limit to match).
+    max_timeout_share: `score` raises `VerifierTimeoutError` once the items that timed out for
+        good (after the retry, or killed at the hard limit) exceed this share of all items scored
+        so far ...
+    timeout_allowance: ... and this many items, so one pathological answer in a small batch does
+        not fail a job.
     """
 
     def __init__(self, workers: int = 2, timeout_s: float = 5.0, chunk_size: int | None = None,
                  max_len: int = MAX_BOXED_LEN, max_memory_mb: int | None = 2048,
                  mp_context: str | None = None, startup_grace_s: float = 60.0,
-                 _hang_marker: str | None = None):
+                 fast_path: bool = True, retry_factor: float = 3.0,
+                 max_timeout_share: float = 0.01, timeout_allowance: int = 5,
+                 _hang_marker: str | None = None, _slow_marker: tuple | None = None):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         if timeout_s <= 0:
@@ -258,8 +356,17 @@ class Verifier:
         self.max_memory_mb = max_memory_mb
         self.startup_grace_s = float(startup_grace_s)
         self._hang_marker = _hang_marker
+        self._slow_marker = _slow_marker
+        if not 0 <= max_timeout_share <= 1:
+            raise ValueError(f"max_timeout_share must be in [0, 1], got {max_timeout_share}")
+        if retry_factor < 1:
+            raise ValueError(f"retry_factor must be >= 1, got {retry_factor}")
+        self.fast_path = bool(fast_path)
+        self.max_timeout_share = float(max_timeout_share)
+        self.timeout_allowance = int(timeout_allowance)
         # Soft (signal) timeout per parse/verify call, in whole seconds as signal.alarm needs.
         self._soft_timeout = max(1, int(self.timeout_s // 3))
+        self._retry_soft = max(self._soft_timeout + 1, int(round(self._soft_timeout * retry_factor)))
         if mp_context is None:
             mp_context = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         self._ctx = mp.get_context(mp_context)
@@ -267,6 +374,10 @@ class Verifier:
         self._seq = 0
         self.n_killed = 0  # workers killed for overrunning or dying (for logs and tests)
         self.n_math_verify = 0  # items sent to math-verify (the rest took the fast path)
+        self.n_scored = 0  # items scored (denominator of the timeout share)
+        self.n_soft_timeouts = 0  # items that hit math-verify's soft timeout at the first try
+        self.n_retry_resolved = 0  # ... and were graded on the retry with a longer limit
+        self.n_timeouts = 0  # items scored 0 because they timed out for good (retry or hard kill)
         self._closed = False
 
     # -- lifecycle
@@ -288,7 +399,7 @@ class Verifier:
         state[0] = -1.0
         proc = self._ctx.Process(
             target=_worker_main,
-            args=(child_conn, state, self._soft_timeout, self.max_memory_mb, self._hang_marker),
+            args=(child_conn, state, self.max_memory_mb, self._hang_marker, self._slow_marker),
             daemon=True, name="sparserl-verifier",
         )
         proc.start()
@@ -341,22 +452,91 @@ class Verifier:
         for i, (resp, ans) in enumerate(zip(responses, answers)):
             if ans is None or resp is None:
                 continue
-            gold = str(ans).strip()
+            gold = G.nfkc(str(ans).strip())
             pred = extract_boxed(resp, max_len=self.max_len)
             if pred is None or not gold:
                 continue
-            fast = fast_compare(pred, gold)
-            if fast is not None:
-                out[i] = 1.0 if fast else 0.0
+            pred = G.nfkc(pred)
+            decided = fast_compare(pred, gold) if self.fast_path else None
+            if decided is None:
+                decided = G.structural_compare(pred, gold)
+            if decided is not None:
+                out[i] = 1.0 if decided else 0.0
             else:
-                pending.append((i, pred, gold))
+                pending.append((i, *G.to_math_verify(pred, gold)))
+        self.n_scored += len(responses)
         if pending:
             self.n_math_verify += len(pending)
-            for i, r in self._run_workers(pending):
-                out[i] = r
+            for i, code in self._run_with_retry(pending):
+                out[i] = 1.0 if code == RIGHT else 0.0
+        self._check_timeouts()
         return out
 
-    def _run_workers(self, items: list[tuple[int, str, str]]) -> Iterable[tuple[int, float]]:
+    def check_golds(self, golds: Sequence[Any]) -> list[dict]:
+        """Golds that cannot be graded by their parse: ``[{"index", "gold", "reason"}]``.
+
+        Garbled (see `golds.garbled_reason`) or unparseable golds; both are graded by normalised
+        string match.  Golds that the exact rules decide (integers, number bases, e notation)
+        never are.
+        """
+        items = []
+        for i, g in enumerate(golds):
+            g = G.nfkc(str(g).strip()) if g is not None else ""
+            if not g or _as_int(G.compact(g)) is not None or G.base_number(g) is not None:
+                continue
+            items.append((i, None, G.to_math_verify("", g)[1]))
+        found = []
+        for i, code in sorted(self._run_with_retry(items)):
+            if code in (TIMED_OUT, TIMED_OUT_HARD):
+                raise VerifierTimeoutError(f"gold {i} ({golds[i]!r}) timed out twice while "
+                                           "checking it; give the verifier a larger timeout_s")
+            if code & _UNPARSED:
+                found.append({"index": i, "gold": str(golds[i]),
+                              "reason": "math-verify cannot parse it"})
+            elif code & _GARBLED:
+                found.append({"index": i, "gold": str(golds[i]),
+                              "reason": "its parse throws most of it away, or a trivial answer "
+                                        "(0, 1, 2) satisfies it"})
+        return found
+
+    def timeout_counts(self) -> dict[str, int]:
+        """Counts for a manifest: items scored, sent to math-verify, soft timeouts at the first
+        try, resolved by the retry, timed out for good, workers killed."""
+        return {"items": self.n_scored, "math_verify": self.n_math_verify,
+                "soft_timeouts": self.n_soft_timeouts, "retry_resolved": self.n_retry_resolved,
+                "timeouts": self.n_timeouts, "workers_killed": self.n_killed}
+
+    def _check_timeouts(self) -> None:
+        limit = max(self.timeout_allowance, self.max_timeout_share * self.n_scored)
+        if self.n_timeouts > limit:
+            raise VerifierTimeoutError(
+                f"verifier: {self.n_timeouts} of {self.n_scored} items timed out even after a "
+                f"retry with a {self._retry_soft} s limit (more than max_timeout_share="
+                f"{self.max_timeout_share:g} of them, and more than {self.timeout_allowance}); "
+                "such grades depend on machine load. Give the verifier a larger timeout_s or "
+                "fewer workers per core, or raise max_timeout_share")
+
+    def _run_with_retry(self, items: list[tuple[int, str | None, str]]) -> list[tuple[int, int]]:
+        """Worker codes for items; soft timeouts are retried once with the longer limit."""
+        if not items:
+            return []
+        results = self._run_workers(items, self._soft_timeout, self.timeout_s)
+        by_index = {i: (p, g) for i, p, g in items}
+        again = [(i, *by_index[i]) for i, c in results if c == TIMED_OUT]
+        self.n_soft_timeouts += len(again)
+        if again:
+            final = dict(results)
+            # Each parse/verify call may take the soft limit; the hard one must cover all three.
+            hard = max(self.timeout_s, 3.0 * self._retry_soft + 1.0)
+            for i, c in self._run_workers(again, self._retry_soft, hard):
+                final[i] = c
+                self.n_retry_resolved += c != TIMED_OUT
+            results = list(final.items())
+        self.n_timeouts += sum(c in (TIMED_OUT, TIMED_OUT_HARD) for _, c in results)
+        return results
+
+    def _run_workers(self, items: list[tuple[int, str | None, str]], soft: int,
+                     hard: float) -> list[tuple[int, int]]:
         from multiprocessing.connection import wait
 
         self._ensure_started()
@@ -366,17 +546,17 @@ class Verifier:
                 self._spawn(s)
         size = self.chunk_size or max(1, min(64, math.ceil(len(items) / (4 * self.workers))))
         queue = collections.deque(items[k:k + size] for k in range(0, len(items), size))
-        results: list[tuple[int, float]] = []
+        results: list[tuple[int, int]] = []
         startup_failures = 0
 
         def dispatch(slot: _Slot) -> None:
             job = queue.popleft()
             self._seq += 1
             slot.seq, slot.job, slot.sent_at = self._seq, job, time.monotonic()
-            slot.conn.send((slot.seq, [(p, g) for _, p, g in job]))
+            slot.conn.send((slot.seq, soft, [(p, g) for _, p, g in job]))
 
         def fail(slot: _Slot) -> None:
-            # Kill the worker, score its current item 0, requeue the rest of its chunk.
+            # Kill the worker, count its current item as timed out, requeue the rest of its chunk.
             nonlocal startup_failures
             job = slot.job or []
             st = slot.state
@@ -385,7 +565,7 @@ class Verifier:
             self._kill(slot)
             self.n_killed += 1
             if 0 <= k < len(job):
-                results.append((job[k][0], 0.0))
+                results.append((job[k][0], TIMED_OUT_HARD))
                 rest = job[:k] + job[k + 1:]
             else:
                 startup_failures += 1
@@ -418,12 +598,12 @@ class Verifier:
             deadlines = []
             for s in busy:
                 if int(s.state[0]) == s.seq:
-                    deadlines.append(s.state[2] + self.timeout_s)
+                    deadlines.append(s.state[2] + hard)
                 else:
                     # Not started yet (still importing): poll, since once it starts it stays
                     # silent until the chunk is done.
-                    deadlines.append(min(s.sent_at + self.timeout_s + self.startup_grace_s,
-                                         now + min(0.5, max(0.02, self.timeout_s / 10))))
+                    deadlines.append(min(s.sent_at + hard + self.startup_grace_s,
+                                         now + min(0.5, max(0.02, hard / 10))))
             wait_for = max(0.0, min(deadlines) - now) + 0.01
             ready = wait([s.conn for s in busy], timeout=wait_for)
             for s in busy:
@@ -436,7 +616,7 @@ class Verifier:
                     if seq != s.seq or len(scores) != len(s.job):
                         fail(s)
                         continue
-                    results.extend((idx, float(b)) for (idx, _, _), b in zip(s.job, scores))
+                    results.extend((idx, b) for (idx, _, _), b in zip(s.job, scores))
                     s.job = None
                     startup_failures = 0
             now = time.monotonic()
@@ -452,8 +632,8 @@ class Verifier:
                 t0 = s.state[2]
                 if int(s.state[0]) != seq0 or int(s.state[1]) != k0:
                     continue
-                overran = (now - t0 > self.timeout_s if seq0 == s.seq
-                           else now - s.sent_at > self.timeout_s + self.startup_grace_s)
+                overran = (now - t0 > hard if seq0 == s.seq
+                           else now - s.sent_at > hard + self.startup_grace_s)
                 if overran and not s.conn.poll():  # a reply that just arrived wins
                     fail(s)
         return results
@@ -496,10 +676,11 @@ def score_reasoning_gym(dataset_name: str, answer_text: str | None, entry: dict)
 def open_verifier(cfg: dict):
     """A `Verifier` with the config's `verifier` settings (workers, timeout_s), as a context manager."""
     v = cfg.get("verifier", {})
-    return Verifier(workers=v.get("workers", 2), timeout_s=v.get("timeout_s", 5.0))
+    return Verifier(workers=v.get("workers", 2), timeout_s=v.get("timeout_s", 5.0),
+                    max_timeout_share=v.get("max_timeout_share", 0.01))
 
 
 __all__ = [
-    "MAX_BOXED_LEN", "Verifier", "extract_boxed", "fast_compare", "open_verifier", "score_reasoning_gym",
+    "MAX_BOXED_LEN", "Verifier", "VerifierTimeoutError", "extract_boxed", "fast_compare", "open_verifier", "score_reasoning_gym",
     "score_responses",
 ]
