@@ -365,3 +365,117 @@ def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, re
     assert len(pd.read_parquet(P.benchmark("math500"))) == 500
     assert read_manifest(P.benchmark("aime24"))["source"].startswith("local:")
     assert read_manifest(P.benchmark("hmmt_feb_2025"))["source"].startswith("hub:")
+
+
+# --------------------------------------------------------------------------- issue 9: layouts, bad input
+
+def _rows(n=3):
+    return [{"problem": f"p{i}", "answer": str(i), "unique_id": f"u{i}"} for i in range(n)]
+
+
+def test_harness_folder_layout(tmp_path):
+    """math-evaluation-harness: data/<name>/test.jsonl, given as the folder or its parent."""
+    for name in ("math500", "amc23"):
+        d = tmp_path / "data" / name
+        d.mkdir(parents=True)
+        _write_lines(d / "test.jsonl", [json.dumps(r) for r in _rows()])
+    df = load_benchmark("math500", tmp_path / "data" / "math500")
+    assert df["id"].tolist() == ["math500/u0", "math500/u1", "math500/u2"]
+    assert load_benchmark("amc23", tmp_path / "data")["answer"].tolist() == ["0", "1", "2"]
+    both = load_benchmark_dir(tmp_path / "data")
+    assert set(both) == {"math500", "amc23"}
+    # a lone test.jsonl in the folder given belongs to no benchmark by itself
+    with pytest.raises(FileNotFoundError, match="none of the benchmark files"):
+        load_benchmark_dir(tmp_path / "data" / "math500")
+
+
+def test_json_array_file(tmp_path):
+    f = tmp_path / "test.json"
+    rows = [{"question": "q1", "final_answer": ["$1$"], "id": 1},
+            {"question": "q2", "final_answer": ["2", "3"], "id": 2}]
+    f.write_text(json.dumps(rows))
+    df = load_benchmark("olympiadbench", f)
+    assert df["answer"].tolist() == ["1", "2, 3"]
+    (tmp_path / "olympiadbench").mkdir()
+    (tmp_path / "olympiadbench" / "test.json").write_text(json.dumps(rows))
+    pd.testing.assert_frame_equal(load_benchmark("olympiadbench", tmp_path / "olympiadbench"), df)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([rows[0], {"question": "q", "final_answer": {"v": 2}, "id": 3}]))
+    with pytest.raises(ValueError, match=re.escape(f"{bad}: item 2: field 'final_answer' is a dict")):
+        load_benchmark("olympiadbench", bad)
+
+
+def test_dapo_gold_conflicts_counted_and_resolved(tmp_path):
+    rows = _dapo_rows()
+    extra = [dict(rows[0], reward_model={"ground_truth": "2"}, extra_info={"index": "a-3"}),
+             dict(rows[0], reward_model={"ground_truth": "64"}, extra_info={"index": "a-4"}),
+             dict(rows[1], reward_model={"ground_truth": "6"}, extra_info={"index": "b-2"})]
+    f = tmp_path / "dapo_math_17k.jsonl"
+    _write_lines(f, [json.dumps(r) for r in rows + extra])
+    df = load_dapo_math(f)
+    # "Find 1+1": 2, 2, 2, 64 -> majority 2 kept; "Find 2+2": 4 vs 6, a tie -> dropped.
+    assert df["id"].tolist() == ["dapo_math_17k/a-1", "dapo_math_17k/c-1"]
+    info = df.attrs["load_info"]
+    assert info["gold_conflicts"] == 2 and info["gold_conflicts_dropped"] == 1
+    assert info["duplicate_rows_dropped"] == 4
+    assert "majority" in info["conflict_policy"] and "drop" in info["conflict_policy"]
+    assert {"kept": "2", "golds": {"2": 3, "64": 1}}.items() <= info["conflicts"][0].items()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_non_utf8_byte_names_file_and_line(tmp_path, suffix):
+    f = tmp_path / f"amc23{suffix}"
+    good = json.dumps({"problem": "p", "answer": "1", "id": 0}).encode()
+    bad = json.dumps({"problem": "caf\u00e9", "answer": "2", "id": 1}).replace(
+        "\\u00e9", "\u00e9").encode("latin-1")
+    f.write_bytes(good + b"\n" + bad + b"\n" if suffix == ".jsonl"
+                  else b"[" + good + b",\n" + bad + b"]")
+    with pytest.raises(ValueError, match=re.escape(f"{f}:2: byte 0xe9 at column") + ".*UTF-8"):
+        load_benchmark("amc23", f)
+
+
+@pytest.mark.parametrize("gold,kind", [
+    ({"value": 2}, "dict"), (True, "bool"), ([1, {"v": 2}], "dict"), ([[1, 2]], "list"),
+])
+def test_non_scalar_gold_rejected(tmp_path, gold, kind):
+    f = _write_lines(tmp_path / "amc23.jsonl", [
+        json.dumps({"problem": "p", "answer": "1", "id": 0}),
+        json.dumps({"problem": "q", "answer": gold, "id": 1})])
+    with pytest.raises(ValueError, match=re.escape(f"{f}:2: field 'answer' is a {kind}")
+                       + ".*string or a number"):
+        load_benchmark("amc23", f)
+
+
+def test_dapo_non_scalar_ground_truth_rejected(tmp_path):
+    rows = _dapo_rows()
+    rows[2]["reward_model"] = {"ground_truth": {"value": 2}}
+    f = _write_lines(tmp_path / "dapo.jsonl", [json.dumps(r) for r in rows])
+    with pytest.raises(ValueError, match=re.escape(f"{f}:3: field 'reward_model.ground_truth' "
+                                                   "is a dict")):
+        load_dapo_math(f)
+
+
+def test_huge_integer_gold_located(tmp_path):
+    f = tmp_path / "aime25.jsonl"
+    f.write_text(json.dumps({"problem": "p", "answer": "1"}) + "\n"
+                 + '{"problem": "q", "answer": ' + "7" * 5000 + "}\n")
+    with pytest.raises(ValueError, match=re.escape(f"{f}:2: ") + ".*4300 digits.*as a string"):
+        load_benchmark("aime25", f)
+    f.write_text(json.dumps({"problem": "q", "answer": "7" * 5000}) + "\n")  # as a string: fine
+    assert load_benchmark("aime25", f)["answer"].iloc[0] == "7" * 5000
+
+
+def test_garbled_golds_reported_in_load_info_and_manifest(tmp_path):
+    pytest.importorskip("math_verify")
+    from sparserl.data.download import fetch_dataset
+    golds = ["17", r"\frac{1}{2}",
+             r"\hbar \omega(v+1 / 2)-\frac{E_{0}^{2} e^{2}}{2 m \omega^{2}}"]
+    f = _write_lines(tmp_path / "minerva_math.jsonl", [
+        json.dumps({"problem": f"p{i}", "answer": g, "idx": i}) for i, g in enumerate(golds)])
+    out = fetch_dataset("minerva_math", tmp_path / "out.parquet", f)
+    info = read_manifest(out)["load_info"]
+    assert [g["id"] for g in info["garbled_golds"]] == ["minerva_math/2"]
+    assert info["rows_read"] == 3
+    df = load_benchmark("minerva_math", f)
+    assert B.check_golds(df)[0]["gold"] == golds[2]
+    assert df.attrs["load_info"]["garbled_golds"][0]["id"] == "minerva_math/2"
