@@ -1,27 +1,14 @@
 """`sparserl verifier-audit`: variant and near-miss generators, and the goal on the shared files."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+from test_benchmarks_data import BENCH_DIR  # the shared-data lookup, in one place
 
 pytest.importorskip("math_verify", reason="math-verify not installed (pip install math-verify)")
 
 from sparserl.grading.audit import (  # noqa: E402
     audit_benchmarks, format_table, meets_goal, near_misses, variants,
 )
-
-
-def _shared_benchmarks() -> Path:
-    base = os.environ.get("SPARSERL_SHARED_DATA")
-    if base:
-        p = Path(base)
-        return p if (p / "math500.jsonl").exists() else p / "benchmarks"
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"
-
-
-BENCH_DIR = _shared_benchmarks()
 
 
 @pytest.mark.parametrize("gold,want", [
