@@ -7,17 +7,39 @@ import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))  # a checkout runs without install
 
-from sparserl.core.config import ConfigError, from_snakemake, write_resolved
+from sparserl.core.config import ConfigError, from_snakemake, read_yaml, write_resolved
 from sparserl.core.paths import Paths
 
 # --configfile replaces the default instead of being merged into it
 if not workflow.overwrite_configfiles:
-    configfile: os.path.join(workflow.basedir, "configs", "tiny.yaml")
+    DEFAULT_CONFIG = os.path.join(workflow.basedir, "configs", "tiny.yaml")
+    try:  # Snakemake's own parse names neither the file nor the line of a syntax error
+        read_yaml(DEFAULT_CONFIG)
+    except ConfigError as e:
+        raise WorkflowError(f"config error: {e}")
+    configfile: DEFAULT_CONFIG
+# A syntax error in a --configfile stops Snakemake's command line before this file runs (the
+# message names no file; `python -m sparserl.core.config FILE` does). Files that parse are read
+# again by from_snakemake, which rejects duplicate keys with the file and line.
 
 try:
     CFG = from_snakemake(config, workflow.configfiles or workflow.overwrite_configfiles)
 except ConfigError as e:
     raise WorkflowError(f"config error: {e}")
+
+if CFG.get("rl"):
+    # a step smaller than one group fails here, not hours in, when the trainer sizes its batch
+    from sparserl.methods.spec import load_method, prompts_per_step
+    for _name in CFG["rl"]["methods"]:
+        try:
+            _method = load_method(_name)
+        except ConfigError:  # not a method: its rule's command reports it (as common.smk's method_key)
+            continue
+        try:
+            prompts_per_step(_method, CFG["rl"]["rollouts_per_step"])
+        except ConfigError as e:
+            files = ", ".join(map(str, workflow.overwrite_configfiles or workflow.configfiles))
+            raise WorkflowError(f"config error: {files}: {e}")
 
 P = Paths(CFG)
 SCALE = CFG["scale"]

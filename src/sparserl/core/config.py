@@ -37,14 +37,79 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A mapping sets one key twice."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping: plain YAML keeps the last value
+    silently, so `seed: 0` ... `seed: 1` would run seed 1 with nothing said."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *anchor` merges defaults; overriding one of them is the point
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:
+                    continue  # unhashable key: SafeLoader reports it
+                if first is not key_node.start_mark:
+                    raise DuplicateKeyError(None, None, f"duplicate key {key!r} (first set on line "
+                                            f"{first.line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file; ConfigError "<file>, line L, column C: <problem>" on a syntax error, a
+    duplicate key or a byte that is not UTF-8 (yaml.safe_load of a string names no file)."""
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")  # whole file: the error offset is then the file's byte offset
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{path}, line {line}: byte {raw[e.start]:#04x} is not UTF-8; "
+                          "save the file as UTF-8") from None
+    loader = UniqueKeyLoader(text)
+    loader.name = str(path)  # marks name the file, not "<unicode string>"
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        what = e.problem or str(e)
+        if e.context and e.context_mark is not None:
+            what += f" ({e.context} on line {e.context_mark.line + 1})"
+        fix = "keep one of the two" if isinstance(e, DuplicateKeyError) else "fix the YAML there"
+        raise ConfigError(f"{where}: not valid YAML: {what}; {fix}") from None
+    finally:
+        loader.dispose()
+
+
+def _unique_pairs(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    dup = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+    if dup is not None:
+        raise ValueError(f"duplicate key {dup!r} in one object; keep one of the two")
+    return dict(pairs)
+
+
 def _read(path: Path) -> dict:
     if not path.exists():
         raise ConfigError(f"{path}: config file not found")
-    text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique_pairs)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}, line {e.lineno}, column {e.colno}: not valid JSON: {e.msg}; "
+                              "fix that line") from None
+        except ValueError as e:  # a duplicate key (_unique_pairs), or bytes that are not UTF-8
+            raise ConfigError(f"{path}: not valid JSON: {e}") from None
+    else:
+        data = read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -171,3 +236,25 @@ def from_snakemake(config: dict, configfiles: Iterable[str | Path]) -> dict:
     layers = [(str(p), _read(Path(p))) for p in configfiles]
     cfg = deep_merge(DEFAULTS, dict(config))
     return validate(cfg, layers or [("<snakemake config>", cfg)])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m sparserl.core.config FILE [FILE ...]`: merge and validate config files as the DAG
+    would. Snakemake parses `--configfile` itself before the Snakefile runs and reports a syntax
+    error as only "Config file is not valid JSON or YAML"; this names the file and the line."""
+    import sys
+    files = sys.argv[1:] if argv is None else argv
+    if not files:
+        print("usage: python -m sparserl.core.config FILE [FILE ...]", file=sys.stderr)
+        return 2
+    try:
+        load_config(files)
+    except ConfigError as e:
+        print(f"config error: {e}", file=sys.stderr)
+        return 1
+    print(f"{', '.join(files)}: valid")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -109,6 +109,35 @@ def _prep(rewards: Any, prompt_ids: Any) -> tuple[np.ndarray, Groups]:
     return r, group_by(prompt_ids, len(r))
 
 
+_SQRT_MAX = float(np.sqrt(np.finfo(np.float64).max))  # ~1.3e154
+
+
+def _overflow_shift(r: np.ndarray, group: np.ndarray) -> np.ndarray | None:
+    """None when sums and squared deviations of `r` cannot overflow (every ordinary reward: the
+    arithmetic stays as it is). Else, per rollout, the power of two k that brings its group's
+    max|r| into [1, 2) (`group`: a group index per rollout): estimators then work on r * 2**-k,
+    an exact scaling that leaves every group's values in range, and scale back with `_unscale`."""
+    if len(r) == 0:
+        return None
+    top = float(np.abs(r).max())
+    if top < _SQRT_MAX / (4.0 * np.sqrt(len(r))):  # sum(dev^2) <= M (2 top)^2 < float max
+        return None
+    group_top = np.zeros(int(group.max()) + 1)
+    np.maximum.at(group_top, group, np.abs(r))
+    return (np.frexp(group_top)[1] - 1)[group]
+
+
+def _unscale(a: np.ndarray, k: np.ndarray, r: np.ndarray, what: str) -> np.ndarray:
+    """a * 2**k, checked: a value beyond float64 is refused, naming its reward's index."""
+    with np.errstate(over="ignore"):
+        out = np.ldexp(a, k)
+    if not np.isfinite(out).all():
+        i = int(np.flatnonzero(~np.isfinite(out))[0])
+        raise ValueError(f"{what} of rewards[{i}] = {float(r[i])!r} exceeds float64 (the rewards' range "
+                         "is too wide); rescale the rewards")
+    return out
+
+
 # --------------------------------------------------------------------------- side data
 
 
@@ -245,7 +274,11 @@ def group_std(r: np.ndarray, g: Groups, ddof: int = 1) -> np.ndarray:
 
 def grpo_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_) -> np.ndarray:
     """GRPO / Dr.GRPO / GPG baseline: the group mean b_i = mean_k r_{i,k} (Shao et al. 2024)."""
-    return _grpo_b(*_prep(rewards, prompt_ids))
+    r, g = _prep(rewards, prompt_ids)
+    k = _overflow_shift(r, g.inverse)
+    if k is not None:  # huge rewards: a group sum would overflow
+        return _unscale(_grpo_b(np.ldexp(r, -k), g), k, r, "the baseline")
+    return _grpo_b(r, g)
 
 
 def rloo_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_) -> np.ndarray:
@@ -253,7 +286,11 @@ def rloo_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_) -> np.ndarra
 
     Groups of size 1 have no other rollout: b = 0 there (vanilla REINFORCE).
     """
-    return _rloo_b(*_prep(rewards, prompt_ids))
+    r, g = _prep(rewards, prompt_ids)
+    k = _overflow_shift(r, g.inverse)
+    if k is not None:  # huge rewards: a group sum would overflow
+        return _unscale(_rloo_b(np.ldexp(r, -k), g), k, r, "the baseline")
+    return _rloo_b(r, g)
 
 
 def vanilla_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_) -> np.ndarray:
@@ -265,6 +302,9 @@ def vanilla_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_) -> np.nda
 def reinforce_pp_baseline(rewards, prompt_ids, *, ctx=None, info=None, **_) -> np.ndarray:
     """REINFORCE++ (G=1): b = mean of all rewards in the batch, ignoring prompt ids."""
     r, _g = _prep(rewards, prompt_ids)
+    k = _overflow_shift(r, np.zeros(len(r), dtype=np.int64))  # one group: the batch
+    if k is not None:  # huge rewards: the batch sum would overflow
+        return _unscale(np.full_like(r, np.ldexp(r, -k).mean()), k, r, "the baseline")
     return np.full_like(r, r.mean() if len(r) else 0.0)
 
 
@@ -279,9 +319,18 @@ def grpo_advantage(rewards, prompt_ids, *, ctx=None, info=None, eps=None, ddof=1
     eps defaults to ctx.eps (1e-6, verl's value).
     """
     r, g = _prep(rewards, prompt_ids)
+    eps = _eps(ctx, eps) if scale_by_std else None
+    k = _overflow_shift(r, g.inverse)
+    if k is not None:  # huge rewards: work on r * 2**-k (exact); the std ratio is scale-free, r - b is not
+        rs = np.ldexp(r, -k)
+        a = rs - _grpo_b(rs, g)
+        if not scale_by_std:
+            return _unscale(a, k, r, "the advantage")
+        den = group_std(rs, g, ddof) + np.ldexp(eps, -k)
+        return np.divide(a, den, out=np.zeros_like(a), where=den > 0)  # den 0: eps underflowed, a = 0
     a = r - _grpo_b(r, g)
     if scale_by_std:
-        a = a / (group_std(r, g, ddof) + _eps(ctx, eps))
+        a = a / (group_std(r, g, ddof) + eps)
     return a
 
 
@@ -296,6 +345,10 @@ def dr_grpo_advantage(rewards, prompt_ids, *, ctx=None, info=None, **kw):
 def rloo_advantage(rewards, prompt_ids, *, ctx=None, info=None, **_):
     """RLOO: A = r - b_LOO (see `rloo_baseline`)."""
     r, g = _prep(rewards, prompt_ids)
+    k = _overflow_shift(r, g.inverse)
+    if k is not None:  # huge rewards: a group sum would overflow
+        rs = np.ldexp(r, -k)
+        return _unscale(rs - _rloo_b(rs, g), k, r, "the advantage")
     return r - _rloo_b(r, g)
 
 
@@ -314,11 +367,19 @@ def reinforce_pp_advantage(rewards, prompt_ids, *, ctx=None, info=None, eps=None
     token-weighted whitening belongs to the trainer. eps defaults to ctx.eps.
     """
     r, _g = _prep(rewards, prompt_ids)
+    eps = _eps(ctx, eps)
     if len(r) == 0:
         return r.copy()
+    k = _overflow_shift(r, np.zeros(len(r), dtype=np.int64))  # one group: the batch
+    if k is not None:  # huge rewards: whiten r * 2**-k (exact); the ratio is scale-free
+        rs = np.ldexp(r, -k)
+        a = rs - rs.mean()
+        a = a - a.mean()
+        den = a.std() + np.ldexp(eps, -k)
+        return np.divide(a, den, out=np.zeros_like(a), where=den > 0)
     a = r - r.mean()
     a = a - a.mean()
-    return a / (a.std() + _eps(ctx, eps))
+    return a / (a.std() + eps)
 
 
 def _valid_scale(r: np.ndarray, g: Groups) -> float:
@@ -350,12 +411,18 @@ def gpg_advantage(rewards, prompt_ids, *, ctx=None, info=None, **_):
     scale = _valid_scale(r, g)
     if info is not None:
         info["gpg_scale"] = scale
+    k = _overflow_shift(r, g.inverse)
+    if k is not None:  # huge rewards: a group sum would overflow
+        rs = np.ldexp(r, -k)
+        return _unscale((rs - _grpo_b(rs, g)) * scale, k, r, "the advantage")
     return (r - _grpo_b(r, g)) * scale
 
 
 def _eps(ctx, eps):
     if eps is None:
         eps = ctx.eps if ctx is not None else 1e-6
-    if not (eps >= 0):
-        raise ValueError(f"eps must be >= 0, got {eps!r}")
+    # eps = 0 divides 0 by 0 on an all-equal group (the usual case): NaN advantages
+    if not (eps > 0 and np.isfinite(eps)):
+        raise ValueError(f"eps must be a finite number > 0 (it keeps the std denominator away from 0 "
+                         f"on all-equal groups), got {eps!r}; the default is 1e-6")
     return float(eps)

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, read_yaml
 from sparserl.estimators.osla import C_PAPER, GLOBAL_STOP_PAPER, K_STEP_PAPER
 
 METHODS_DIR = Path(__file__).resolve().parents[3] / "configs" / "methods"
@@ -245,7 +244,10 @@ def load_method(name: str, methods_dir: Path | None = None) -> MethodSpec:
     path = Path(methods_dir) / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"{path}: no such method; known: {', '.join(method_names(methods_dir))}")
-    raw = yaml.safe_load(path.read_text()) or {}
+    raw = read_yaml(path) or {}  # a syntax error or a duplicate key names the file and line
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of keys (estimator, group_size, loss), "
+                          f"got {type(raw).__name__}")
     errs = sorted(jsonschema.Draft202012Validator(METHOD_SCHEMA).iter_errors(raw),
                   key=lambda e: len(e.absolute_path))
     if errs:
@@ -282,7 +284,14 @@ def total_steps(rl: dict, method: MethodSpec) -> int:
 
 
 def prompts_per_step(method: MethodSpec, rollouts_per_step: int) -> int:
-    return max(1, rollouts_per_step // method.group_size)
+    """Prompts a step samples: rollouts_per_step / group_size. Fewer rollouts than one group would
+    silently run a step of group_size rollouts, a budget the config never asked for: refused."""
+    if rollouts_per_step < method.group_size:
+        raise ConfigError(f"rl.rollouts_per_step = {rollouts_per_step} is below the group_size "
+                          f"{method.group_size} of method '{method.name}', so a step cannot draw one "
+                          f"group; set rl.rollouts_per_step to a multiple of {method.group_size} "
+                          f"(at least {method.group_size}) or drop '{method.name}' from rl.methods")
+    return rollouts_per_step // method.group_size
 
 
 def snapshot_steps(rl: dict, method: MethodSpec) -> list[int]:

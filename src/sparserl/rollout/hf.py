@@ -102,7 +102,8 @@ class HFBackend(RolloutBackend):
             r, lp, f = self._generate_rows([prompt_ids[index[m]] for m in chunk], params, gen)
             for j, m in enumerate(chunk):
                 resp[m], lps[m], fin[m] = r[j], lp[j], f[j]
+        # no rollouts at all: batch_decode([]) would return one phantom "" text
         texts = self.tokenizer.batch_decode(
-            [[t for t in r if t != self.eos_id] for r in resp], skip_special_tokens=True)
+            [[t for t in r if t != self.eos_id] for r in resp], skip_special_tokens=True) if resp else []
         return RolloutBatch(prompts=list(prompts), prompt_ids=prompt_ids, prompt_index=index,
                             response_ids=resp, logprobs=lps, texts=texts, finish_reason=fin)

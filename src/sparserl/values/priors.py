@@ -148,13 +148,16 @@ def make_prior(kind: str, **kw) -> Prior:
     return factory(**kw)
 
 
-def reference_values(reference: pd.DataFrame, pseudo_count: float = 0.0) -> dict:
+def reference_values(reference: pd.DataFrame, pseudo_count: float = 0.0,
+                     source: str = "the reference cache") -> dict:
     """prompt_id -> the reference rollouts' pass rate (successes + a) / (n + 2a), the posterior mean
     under a Beta(a, a) prior (a = 0: phat itself).
 
     Why a > 0 for the RL oracle prior: 0/64 successes is not p = 0, and V0.5's
     sigma = sqrt(1 - mu^2) is 0 at a prior of exactly 0 or 1, so one surprising reward gets an
-    advantage of 2 / sqrt(eps) (measured at small scale: mean |A| up to 70 in a step)."""
+    advantage of 2 / sqrt(eps) (measured at small scale: mean |A| up to 70 in a step).
+
+    `source` names the cache in errors (its path, where the caller knows it)."""
     if not (np.isfinite(pseudo_count) and pseudo_count >= 0):
         raise ValueError(f"pseudo_count must be >= 0, got {pseudo_count!r}")
     missing = {"prompt_id", "successes", "n"} - set(reference.columns)
@@ -163,17 +166,26 @@ def reference_values(reference: pd.DataFrame, pseudo_count: float = 0.0) -> dict
                          "(rule reference_cache / `sparserl mc-values`)")
     n = reference["n"].to_numpy(dtype=np.float64)
     succ = reference["successes"].to_numpy(dtype=np.float64)
+    empty = ~(n > 0)  # 0 rollouts: 0/0 would be a NaN prior with no error
+    if empty.any():
+        i = int(np.flatnonzero(empty)[0])
+        raise ValueError(f"{source} has n = {n[i]:g} rollouts for prompt "
+                         f"{reference['prompt_id'].iloc[i]!r} (row {i}; {int(empty.sum())} such rows), so "
+                         "it has no pass rate; rebuild the cache (basis.reference_n >= 1; rule "
+                         "reference_cache / `sparserl mc-values`)")
     return dict(zip(reference["prompt_id"], (succ + pseudo_count) / (n + 2.0 * pseudo_count)))
 
 
-def prior_for_method(spec: Mapping, reference: pd.DataFrame | None, seed: int, **kw) -> Prior:
+def prior_for_method(spec: Mapping, reference: pd.DataFrame | None, seed: int,
+                     reference_source: str = "the reference cache", **kw) -> Prior:
     """The prior a method spec names (`prior: {kind, offset, pseudo_count, p}`); 'oracle' takes its
     values from the cached reference rollouts (`reference_values`). Other kinds (V0) are built by
     their registered factory with `spec`, `seed` and `kw` (the local trainer passes cfg=...)."""
     if spec["kind"] == "oracle":
         if reference is None:
             raise ValueError("the oracle prior needs the reference cache (prompt_id, successes, n)")
-        return make_prior("oracle", values=reference_values(reference, spec.get("pseudo_count", 0.0)),
+        return make_prior("oracle", values=reference_values(reference, spec.get("pseudo_count", 0.0),
+                                                                 reference_source),
                           offset=spec.get("offset", 0.0), seed=seed)
     if spec["kind"] == "constant":
         return make_prior("constant", p=spec.get("p", 0.5))

@@ -1,0 +1,225 @@
+"""Bad input names its file, line and field (issue 9, section 3): config and method YAML, the step
+size, estimator eps and huge rewards, zero reference rollouts."""
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sparserl.core.config import ConfigError, load_config
+from sparserl.estimators.group import (EstimatorContext, dr_grpo_advantage, gpg_advantage, grpo_advantage,
+                                       grpo_baseline, reinforce_pp_advantage, reinforce_pp_baseline,
+                                       rloo_advantage, rloo_baseline)
+from sparserl.estimators.shrinkage import v05_advantage
+from sparserl.methods.spec import load_method, prompts_per_step
+from sparserl.values.priors import prior_for_method, reference_values
+
+BAD_SYNTAX = "seed: 0\nrl:\n  steps: [1, 2\n  lr: 3\n"  # flow sequence never closed
+
+
+def snakemake(snakefile, workdir, *args):
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(workdir), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+# --------------------------------------------------------------------------- config YAML
+
+
+def test_config_syntax_error_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_SYNTAX)
+    with pytest.raises(ConfigError, match=r"bad\.yaml, line 4, column 5: not valid YAML: expected ',' or "
+                                          r"'\]'.*flow sequence on line 3"):
+        load_config(bad)
+
+
+def test_duplicate_config_key_is_rejected_with_both_lines(tmp_path, repo):
+    text = (repo / "configs/smoke.yaml").read_text()
+    bad = tmp_path / "dup.yaml"
+    bad.write_text("seed: 7\n" + text)  # smoke.yaml sets seed again further down
+    line = 1 + next(i for i, x in enumerate(text.splitlines(), 1) if x.startswith("seed:"))
+    with pytest.raises(ConfigError, match=rf"dup\.yaml, line {line}, column 1: .*duplicate key 'seed' "
+                                          r"\(first set on line 1\); keep one of the two"):
+        load_config(bad)
+    # a nested duplicate too, and in JSON
+    (tmp_path / "nested.yaml").write_text("rl:\n  steps: 1\n  steps: 2\n")
+    with pytest.raises(ConfigError, match=r"nested\.yaml, line 3, column 3: .*duplicate key 'steps'"):
+        load_config(tmp_path / "nested.yaml")
+    (tmp_path / "dup.json").write_text('{"seed": 0, "seed": 1}')
+    with pytest.raises(ConfigError, match=r"dup\.json: .*duplicate key 'seed'"):
+        load_config(tmp_path / "dup.json")
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    from sparserl.core.config import read_yaml
+    f = tmp_path / "merge.yaml"
+    f.write_text("base: &b {x: 1, y: 2}\nm:\n  <<: *b\n  x: 3\n")
+    assert read_yaml(f)["m"] == {"x": 3, "y": 2}
+
+
+def test_config_byte_that_is_not_utf8_names_the_line(tmp_path):
+    f = tmp_path / "latin1.yaml"
+    f.write_bytes(b"seed: 0\n" * 5000 + b"scale: caf\xe9\n")  # past any read buffer
+    with pytest.raises(ConfigError, match=r"latin1\.yaml, line 5001: byte 0xe9 is not UTF-8"):
+        load_config(f)
+
+
+def test_config_checker_names_file_and_line(tmp_path, repo):
+    """Snakemake parses --configfile itself and says only "not valid JSON or YAML"; the checker the
+    Snakefile's comment points to names the file and line."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_SYNTAX)
+    out = subprocess.run([sys.executable, "-m", "sparserl.core.config", str(bad)], capture_output=True,
+                         text=True, cwd=repo)
+    assert out.returncode == 1 and f"{bad}, line 4, column 5: not valid YAML" in out.stderr
+    ok = subprocess.run([sys.executable, "-m", "sparserl.core.config", str(repo / "configs/smoke.yaml")],
+                        capture_output=True, text=True, cwd=repo)
+    assert ok.returncode == 0 and "valid" in ok.stdout
+
+
+def test_snakemake_configfile_with_a_duplicate_key_names_file_and_line(repo, tmp_path):
+    bad = tmp_path / "dup.yaml"
+    bad.write_text((repo / "configs/smoke.yaml").read_text() + "seed: 1\n")
+    out = snakemake(repo / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n", "--configfile", str(bad))
+    log = out.stdout + out.stderr
+    assert out.returncode != 0, log[-2000:]
+    assert f"{bad}, line" in log and "duplicate key 'seed'" in log
+
+
+def test_snakemake_default_config_with_a_syntax_error_names_file_and_line(repo, tmp_path):
+    """The `configfile:` directive (no --configfile): our parse runs first and names the line."""
+    wf = tmp_path / "wf"
+    (wf / "configs").mkdir(parents=True)
+    shutil.copy(repo / "Snakefile", wf / "Snakefile")
+    for d in ("src", "workflow"):
+        (wf / d).symlink_to(repo / d)
+    (wf / "configs/tiny.yaml").write_text(BAD_SYNTAX)
+    out = snakemake(wf / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n")
+    log = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "tiny.yaml, line 4, column 5: not valid YAML" in log, log[-2000:]
+
+
+def test_snakemake_rejects_a_step_smaller_than_a_group(repo, tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    text = (repo / "configs/tiny.yaml").read_text()
+    assert "rollouts_per_step: 64 " in text
+    cfg.write_text(text.replace("rollouts_per_step: 64 ", "rollouts_per_step: 8 "))
+    out = snakemake(repo / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n", "--configfile", str(cfg))
+    log = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert f"{cfg}: rl.rollouts_per_step = 8 is below the group_size 16 of method 'grpo_g16'" in log, log[-2000:]
+
+
+# --------------------------------------------------------------------------- method YAML
+
+
+def test_method_syntax_error_names_file_and_line(tmp_path):
+    (tmp_path / "m.yaml").write_text("estimator: grpo\ngroup_size: 4\nloss: {type: ppo_clip\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml, line 4, column 1: not valid YAML"):
+        load_method("m", tmp_path)
+
+
+def test_method_duplicate_key_is_rejected(tmp_path):
+    (tmp_path / "m.yaml").write_text("estimator: grpo\ngroup_size: 4\nloss: {type: ppo_clip}\ngroup_size: 8\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml, line 4, column 1: .*duplicate key 'group_size' "
+                                          r"\(first set on line 2\)"):
+        load_method("m", tmp_path)
+
+
+def test_method_that_is_not_a_mapping(tmp_path):
+    (tmp_path / "m.yaml").write_text("- grpo\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml: top level must be a mapping"):
+        load_method("m", tmp_path)
+
+
+# --------------------------------------------------------------------------- step size
+
+
+def test_rollouts_per_step_below_the_group_size_is_rejected():
+    m = load_method("grpo_g16")
+    with pytest.raises(ConfigError, match=r"rl\.rollouts_per_step = 8 is below the group_size 16 of method "
+                                          r"'grpo_g16'.*set rl\.rollouts_per_step to a multiple of 16"):
+        prompts_per_step(m, 8)
+    assert prompts_per_step(m, 16) == 1 and prompts_per_step(m, 512) == 32
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+@pytest.mark.parametrize("call", [
+    lambda: grpo_advantage([1.0, 1.0], [0, 0], eps=0),
+    lambda: grpo_advantage([1.0, 1.0], [0, 0], ctx=EstimatorContext(eps=0.0)),
+    lambda: reinforce_pp_advantage([1.0, 1.0], [0, 1], eps=0.0),
+    lambda: v05_advantage([1.0, 1.0], [0, 0], ctx=EstimatorContext(prior={0: 1.0}), eps=0.0),
+])
+def test_eps_zero_is_rejected(call):
+    with pytest.raises(ValueError, match=r"eps must be a finite number > 0"):
+        call()
+
+
+def test_huge_opposite_rewards_give_the_scale_free_grpo_advantage():
+    a = grpo_advantage([1e200, -1e200], [0, 0])
+    np.testing.assert_allclose(a, [2 ** -0.5, -(2 ** -0.5)], rtol=1e-12)
+    np.testing.assert_allclose(reinforce_pp_advantage([1e300, -1e300], [0, 1]), [1.0, -1.0], rtol=1e-12)
+
+
+def test_huge_rewards_stay_finite_and_match_scaled_inputs():
+    """Every group baseline is linear in the rewards: f(r) = 2**k f(r / 2**k)."""
+    r = np.array([1e308, 1e308, -1e308, 1e307, 0.0, 1.0])
+    ids = [0, 0, 0, 0, 1, 1]
+    small = r / 2.0 ** 1000
+    for f in (rloo_advantage, gpg_advantage, dr_grpo_advantage, grpo_baseline, rloo_baseline,
+              reinforce_pp_baseline):
+        got = f(r, ids)
+        assert np.isfinite(got).all(), f.__name__
+        np.testing.assert_allclose(got[:4], f(small, ids)[:4] * 2.0 ** 1000, rtol=1e-12, err_msg=f.__name__)
+    # the small group keeps its own scale: GRPO of [0, 1] as if alone
+    a = grpo_advantage(r, ids)
+    np.testing.assert_array_equal(a[4:], grpo_advantage([0.0, 1.0], [1, 1]))
+    np.testing.assert_allclose(a[:4], grpo_advantage(small, ids)[:4], rtol=1e-9)
+
+
+def test_advantage_beyond_float64_is_rejected_naming_the_index():
+    with pytest.raises(ValueError, match=r"rewards\[1\] = 1\.7e\+308 exceeds float64"):
+        rloo_advantage([0.0, 1.7e308, -1.7e308], [0, 0, 0])  # A_1 = 1.7e308 + 0.85e308
+    with pytest.raises(ValueError, match=r"rewards\[0\] = 1\.7e\+308 exceeds float64"):
+        dr_grpo_advantage([1.7e308, -1.7e308, -1.7e308], [0, 0, 0])
+
+
+def test_ordinary_rewards_keep_the_exact_arithmetic():
+    """The overflow guard must not touch {0,1} or moderate rewards: bit-identical to the formula."""
+    rng = np.random.default_rng(0)
+    ids = np.repeat(np.arange(20), 8)
+    for r in (rng.integers(0, 2, 160).astype(float), rng.normal(0, 1e6, 160)):
+        b = np.bincount(ids, r) / 8
+        dev = r - b[ids]
+        std = np.sqrt(np.bincount(ids, dev * dev) / 7)
+        assert np.array_equal(grpo_advantage(r, ids), dev / (std[ids] + 1e-6))
+        assert np.array_equal(dr_grpo_advantage(r, ids), r - b[ids])
+        assert np.array_equal(rloo_advantage(r, ids), r - (np.bincount(ids, r)[ids] - r) / 7)
+
+
+# --------------------------------------------------------------------------- zero rollouts
+
+
+def test_reference_values_with_zero_rollouts_names_the_prompt_and_cache():
+    ref = pd.DataFrame({"prompt_id": ["a", "b"], "successes": [3, 0], "n": [4, 0]})
+    with pytest.raises(ValueError, match=r"results/x/ref\.parquet has n = 0 rollouts for prompt 'b' \(row 1"):
+        reference_values(ref, source="results/x/ref.parquet")
+    with pytest.raises(ValueError, match=r"the reference cache has n = 0 rollouts for prompt 'b'"):
+        prior_for_method({"kind": "oracle", "pseudo_count": 0.5}, ref, seed=0)
+
+
+def test_hf_backend_returns_no_text_for_zero_rollouts(tiny_lm):
+    from sparserl.rollout import SamplingParams
+    from sparserl.rollout.hf import HFBackend
+    model, tok = tiny_lm
+    backend = HFBackend(model, tok, batch_size=4)
+    params = SamplingParams(max_new_tokens=4)
+    b = backend.generate(["Q: 1 + 2 =\nA:"], 0, params, seed=1)
+    assert len(b) == 0 and b.texts == [] and b.response_ids == []
+    b = backend.generate(["Q: 1 + 2 =\nA:", "Q: 3 =\nA:"], [0, 2], params, seed=1)
+    assert len(b.texts) == 2 and b.prompt_index.tolist() == [1, 1]
