@@ -2,7 +2,10 @@
 `model.generate` loop, on the same policy, prompts and sampling settings, in one run.
 
     python perf/rollout_throughput.py [--policy results/tiny/policies/m] [--prompts 32]
-        [--n 8] [--threads 2] [--json out.json]
+        [--n 8] [--threads 2] [--json out.json] [--quick]
+
+`--quick` (8 prompts x n=2, about 10 s) checks that the script runs; its numbers are noisy.
+The plain loop, the slow part, reports its progress with an ETA on stderr.
 
 Without a pre-trained policy it builds a random tiny Qwen3 model (same architecture as `m`),
 forcing generation to the full `--max-new-tokens` so both paths produce the same token count.
@@ -20,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from sparserl.core.logs import progress, setup_logging  # noqa: E402
 from sparserl.rollout import SamplingParams  # noqa: E402
 from sparserl.rollout.hf import HFBackend  # noqa: E402
 
@@ -49,7 +53,12 @@ def main():
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true",
+                    help="8 prompts x n=2: a check that the script runs, not a measurement")
     a = ap.parse_args()
+    if a.quick:
+        a.prompts, a.n = min(a.prompts, 8), min(a.n, 2)
+    setup_logging()
     torch.set_num_threads(a.threads)
     model, tok, random_model = load(a.policy, a.max_new_tokens)
     model.eval()
@@ -74,6 +83,8 @@ def main():
         gen_kw["min_new_tokens"] = a.max_new_tokens
     t0 = time.perf_counter()
     tok_plain = 0
+    bar = progress(a.prompts * a.n, "plain generate loop", unit="completion",
+                   every=max(1, a.prompts * a.n // 10))
     with torch.no_grad():
         for p in prompts:
             ids = tok(p, return_tensors="pt", add_special_tokens=False)
@@ -81,6 +92,8 @@ def main():
                 out = model.generate(**ids, **gen_kw)
                 new = out[0, ids["input_ids"].shape[1]:]
                 tok_plain += int((new != tok.pad_token_id).sum())
+                bar.update(1)
+    bar.close()
     t_plain = time.perf_counter() - t0
 
     res = {"policy": "random m-sized model" if random_model else a.policy,

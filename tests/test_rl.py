@@ -257,3 +257,38 @@ def test_fresh_run_drops_an_earlier_settings_checkpoints(world):
     assert [n for n, _ in run_checkpoints(cfg, "grpo_g4", 0)] == ["step00002", "final"]
     with pytest.raises(FileNotFoundError, match="step00004"):
         run_checkpoints(world, "grpo_g4", 0)
+
+
+def test_tensorboard_scalars_and_progress_change_no_metric(world, monkeypatch):
+    """TensorBoard gets every numeric metrics.parquet column under its own name, once per step
+    even across a kill and resume; drawing a progress bar changes no number."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    import shutil
+    cfg = copy.deepcopy(world)
+    full_cfg = copy.deepcopy(cfg)
+    full_cfg["results_dir"] = cfg["results_dir"] + "_full"
+    P, Pf = Paths(cfg), Paths(full_cfg)
+    for src, dst in ((P.train_pool(), Pf.train_pool()),):
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_bytes(src.read_bytes())
+    shutil.copytree(P.policy("s"), Pf.policy("s"))
+    monkeypatch.setenv("SPARSERL_PROGRESS", "1")  # a tqdm bar, as on a terminal
+    d_full = train(full_cfg, "grpo_g4", 0)
+    monkeypatch.setenv("SPARSERL_PROGRESS", "0")  # log lines, as in a Snakemake job
+    with pytest.raises(Exception, match="stopped after step 3"):
+        train(cfg, "grpo_g4", 0, stop_after=3)
+    d = train(cfg, "grpo_g4", 0)
+    met = pd.read_parquet(d / "metrics.parquet")
+    pd.testing.assert_frame_equal(met.drop(columns=["wall_time_s"]),
+                                  pd.read_parquet(d_full / "metrics.parquet").drop(columns=["wall_time_s"]))
+    tb = P.run("grpo_g4", 0).tensorboard
+    assert tb == d / "tensorboard"
+    acc = EventAccumulator(str(tb))
+    acc.Reload()
+    numeric = {c for c in met.columns if c != "step" and pd.api.types.is_numeric_dtype(met[c])
+               and not pd.api.types.is_bool_dtype(met[c])}
+    assert set(acc.Tags()["scalars"]) == numeric
+    ev = acc.Scalars("reward_mean")
+    assert [e.step for e in ev] == list(range(1, len(met) + 1))
+    assert np.allclose([e.value for e in ev], met["reward_mean"])

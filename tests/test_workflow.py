@@ -1,5 +1,6 @@
 """The Snakemake DAG: the paper dry run under the SLURM profile, config errors, and a smoke run."""
 import json
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,20 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     for res in ("gpu=1", "mem_mb=128000", "runtime=480", "cpus_per_task=16"):
         assert res in eval_block, f"{res} missing from the evaluate job's resources"
     assert "fetch_data" in log
+    assert "slurm_partition=gpu" in eval_block
+    # CPU-only and download jobs get their own resources, never the gpu partition
+    blocks = {}
+    for b in log.split("\n\n"):
+        m = re.search(r"^(?:local)?rule (\w+):", b, re.M)
+        if m:
+            blocks.setdefault(m.group(1), b)
+    cpu_rules = [r for r in blocks if r in ("fetch_data", "rl_summary", "eval_summary",
+                                            "passrate_summary") or r.startswith(("figure_", "study_"))]
+    assert {"fetch_data", "rl_summary", "eval_summary"} <= set(cpu_rules)
+    for r in cpu_rules:
+        res = re.search(r"resources: (.*)", blocks[r]).group(1)
+        assert "slurm_partition=gpu" not in res and "gpu=" not in res, f"{r}: {res}"
+        assert "cpus_per_task=" in res, f"{r} has no resources of its own: {res}"
     # every RL method of the paper config runs on 8 GPUs through OpenRLHF
     from sparserl.core.config import load_config
     methods = load_config(repo / "configs/paper.yaml")["rl"]["methods"]
@@ -75,13 +90,20 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     redo = snakemake(repo, tmp_path, str(fig.relative_to(tmp_path)), "--cores", "2", "-n",
                      "--configfile", cfg)
     assert redo.returncode == 0, redo.stdout[-3000:] + redo.stderr[-3000:]
-    import re
     rules = re.findall(r"^(?:local)?rule (\w+):", redo.stdout, re.M)
     assert rules == ["figure_basis_mse_by_method"], rules
     # a second run has nothing to do
     again = snakemake(repo, tmp_path, "all", "--cores", "2", "-n", "--configfile", cfg)
     assert again.returncode == 0
     assert "rule pretrain_policy" not in again.stdout + again.stderr
+    # `all` has no run block: once the figure is redrawn, a real rerun of the finished DAG has
+    # nothing to do, and the output list comes from the onsuccess handler
+    redraw = snakemake(repo, tmp_path, "all", "--cores", "2", "--configfile", cfg)
+    assert redraw.returncode == 0, redraw.stderr[-3000:]
+    assert fig.exists() and "sparserl smoke: outputs under" in redraw.stdout
+    rerun = snakemake(repo, tmp_path, "all", "--cores", "2", "--configfile", cfg)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "Nothing to be done" in rerun.stdout + rerun.stderr, rerun.stdout[-2000:] + rerun.stderr[-2000:]
 
 
 def test_config_overrides_reach_the_jobs(repo, tmp_path):

@@ -28,5 +28,7 @@ else:
         log:
             str(P.stage("logs", "fetch_data.log")),
         localrule: True
+        resources:
+            **R("download"),
         shell:
             "{SPARSERL} fetch-data --config {CONFIGS} > {log} 2>&1"

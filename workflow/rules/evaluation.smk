@@ -27,5 +27,7 @@ rule eval_summary:
     output:
         str(P.eval_summary()),
     localrule: True
+    resources:
+        **R("cpu_small"),
     shell:
         "{SPARSERL} eval-summary --config {CONFIGS}"

@@ -27,6 +27,8 @@ for _fig in FIGURES:
             id=_fig.id,
         log:
             str(P.stage("logs", f"{_fig.rule}.log")),
+        # a figure takes seconds from cached tables: not worth a cluster job
+        localrule: True
         resources:
             **R("cpu_small"),
         shell:

@@ -65,5 +65,7 @@ if PRETRAINED:
         output:
             str(P.passrates()),
         localrule: True
+        resources:
+            **R("cpu_small"),
         shell:
             "{SPARSERL} passrate-summary --config {CONFIGS}"

@@ -87,6 +87,8 @@ if RL:
             runs=str(P.rl_runs()),
             summary=str(P.rl_summary()),
         localrule: True
+        resources:
+            **R("cpu_small"),
         shell:
             "{SPARSERL} rl-summary --config {CONFIGS}"
 

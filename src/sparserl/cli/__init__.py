@@ -5,6 +5,10 @@ import argparse
 import sys
 import time
 
+from sparserl.core.logs import get_logger, setup_logging
+
+log = get_logger("sparserl.cli")
+
 
 def _cfg(args):
     from sparserl.core.config import load_config
@@ -29,7 +33,7 @@ def cmd_make_tasks(args):
     write_table(procedural.make_pretrain_corpus(cfg), P.pretrain_corpus(), cfg=cfg)
     for name, df in procedural.make_benchmarks(cfg).items():
         write_table(df, P.benchmark(name), cfg=cfg)
-    print(f"tasks -> {P.stage('tasks')}")
+    log.info(f"tasks -> {P.stage('tasks')}")
 
 
 def cmd_fetch_data(args):
@@ -50,14 +54,14 @@ def cmd_train_tokenizer(args):
              for p, a in zip(corpus["problem"], corpus["answer"])]
     tok = train_tokenizer(texts, cfg["tokenizer"]["vocab_size"], P.tokenizer(),
                           cfg["tokenizer"]["max_length"])
-    print(f"tokenizer ({len(tok)} tokens) -> {P.tokenizer()}")
+    log.info(f"tokenizer ({len(tok)} tokens) -> {P.tokenizer()}")
 
 
 def cmd_pretrain(args):
     from sparserl.models.policies import pretrain
     cfg = _cfg(args)
     out = pretrain(cfg, args.policy, threads=args.threads)
-    print(f"policy {args.policy} -> {out}")
+    log.info(f"policy {args.policy} -> {out}")
 
 
 def cmd_passrate(args):
@@ -91,7 +95,7 @@ def cmd_mc_values(args):
 def cmd_rl_train(args):
     from sparserl.engines.local.trainer import train
     out = train(_cfg(args), args.method, args.seed, threads=args.threads)
-    print(f"rl run -> {out}")
+    log.info(f"rl run -> {out}")
 
 
 def cmd_rl_eval(args):
@@ -106,9 +110,17 @@ def cmd_rl_summary(args):
 
 def cmd_show(args):
     from sparserl.core.artifacts import summarize
+    missing = 0
     for p in args.paths:
-        print(summarize(p, head=args.head))
+        try:
+            text = summarize(p, head=args.head)
+        except FileNotFoundError as e:  # its message names the path and the fix; no traceback
+            print(f"sparserl show: {e}", file=sys.stderr)
+            missing += 1
+            continue
+        print(text)
         print()
+    return 1 if missing else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--method", required=True, help="configs/methods/<name>.yaml")
         p.add_argument("--seed", type=int, required=True)
     add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
+    from sparserl.cli.clean import register as register_clean
+    register_clean(sub, add)
     from sparserl.cli.studies import register as register_studies
     register_studies(sub, add)
     from sparserl.cli.figures import register as register_figures
@@ -162,13 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    setup_logging()
     from sparserl.core.config import ConfigError
     t0 = time.time()
     try:
-        args.fn(args)
+        rc = args.fn(args) or 0
     except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
+        log.error(f"config error: {e}")
         return 2
     if args.command != "show":
-        print(f"[{args.command}] done in {time.time() - t0:.1f}s", file=sys.stderr)
-    return 0
+        log.info(f"{args.command} done in {time.time() - t0:.1f}s")
+    return rc

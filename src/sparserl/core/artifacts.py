@@ -7,10 +7,13 @@ half-written artifact that Snakemake would mistake for a finished one. Beside ea
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -52,11 +55,85 @@ def config_hash(cfg: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def current_umask() -> int:
+    """The process umask (only readable by setting it; restored at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp/mkdtemp add 8 characters from [a-z0-9_] between our prefix and suffix
+_RAND = r"[a-z0-9_]{8}"
+
+
+def temp_file_pattern(name: str) -> re.Pattern:
+    """Names of `_atomic_target` temp files of artifact `name` (and of its manifest sidecar)."""
+    return re.compile(rf"\.{re.escape(name)}(?:{re.escape(MANIFEST_SUFFIX)})?\.{_RAND}\.tmp")
+
+
+def temp_dir_pattern(name: str) -> re.Pattern:
+    """Names of `atomic_dir` temp folders of the directory artifact `name`."""
+    return re.compile(rf"\.{re.escape(name)}\.{_RAND}")
+
+
+def remove_leftovers(path: str | os.PathLike) -> list[Path]:
+    """Remove what a killed writer of `path` left beside it (temp files, half-written folders).
+
+    Only names that our own atomic writers make for this very artifact are touched: one job
+    writes one artifact, so a leftover with its name belongs to a dead writer."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    f_pat, d_pat = temp_file_pattern(path.name), temp_dir_pattern(path.name)
+    gone = []
+    for p in path.parent.iterdir():
+        if p.is_dir() and not p.is_symlink() and d_pat.fullmatch(p.name):
+            shutil.rmtree(p, ignore_errors=True)
+            gone.append(p)
+        elif p.is_file() and f_pat.fullmatch(p.name):
+            p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
+
+
 def _atomic_target(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # mkstemp creates 0600; a shared results folder needs what the umask allows (0644 under 022)
+    os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
     return Path(tmp)
+
+
+def _name_path(path: Path, e: OSError) -> OSError:
+    """The same OSError with the artifact's path and the fix in its message."""
+    return type(e)(e.errno, f"{path}: could not write ({e.strerror or e}); nothing was left "
+                   f"behind; free space or fix permissions in {path.parent} and rerun")
+
+
+@contextlib.contextmanager
+def atomic_dir(out_dir: str | os.PathLike):
+    """Yield a temp folder beside `out_dir`; on success it replaces `out_dir`, on error it is
+    removed and an OSError names `out_dir` (a full disk must not leave hidden partial copies)."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700
+    try:
+        yield tmp
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno is None:
+            raise
+        raise _name_path(out_dir, e) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -68,6 +145,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.errno is None:
+            raise
+        raise _name_path(path, e) from e
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -124,6 +205,10 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike, *, cfg: Any = None,
             raise ValueError(f"{path}: unsupported table suffix {path.suffix!r}; "
                              "use .parquet, .jsonl or .csv")
         os.replace(tmp, path)
+    except OSError as e:
+        if e.errno is None:
+            raise
+        raise _name_path(path, e) from e
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -162,26 +247,30 @@ def read_manifest(path: str | os.PathLike) -> dict | None:
 
 def _describe_series(s: pd.Series) -> str:
     if pd.api.types.is_bool_dtype(s):
-        return f"bool   mean={s.mean():.4g}"
+        return f"{'bool':7s} mean={s.mean():.4g}"
     if pd.api.types.is_numeric_dtype(s):
         v = s.dropna()
         if len(v) == 0:
             return "numeric (all missing)"
-        return (f"{str(s.dtype):7s}min={v.min():.4g} mean={v.mean():.4g} "
+        # a space after the dtype: "float64" fills the whole 7-character field
+        return (f"{str(s.dtype):7s} min={v.min():.4g} mean={v.mean():.4g} "
                 f"max={v.max():.4g} nan={s.isna().sum()}")
     first = s.iloc[0] if len(s) else None
     if isinstance(first, (list, np.ndarray)):
         lens = s.map(lambda x: len(x) if x is not None else 0)
-        return f"list   len min={lens.min()} mean={lens.mean():.3g} max={lens.max()}"
+        return f"{'list':7s} len min={lens.min()} mean={lens.mean():.3g} max={lens.max()}"
     nun = s.astype(str).nunique()
     ex = str(first)
     ex = ex if len(ex) <= 40 else ex[:37] + "..."
-    return f"{str(s.dtype):7s}unique={nun} e.g. {ex!r}"
+    return f"{str(s.dtype):7s} unique={nun} e.g. {ex!r}"
 
 
 def summarize(path: str | os.PathLike, head: int = 3) -> str:
     """Human summary of any artifact: manifest, shape, per-column stats and a few rows."""
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: artifact not found; check the path or run the Snakemake "
+                                "rule that makes it")
     lines = [f"artifact: {path}"]
     man = read_manifest(path)
     if man:

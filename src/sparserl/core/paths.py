@@ -92,7 +92,9 @@ class RunPaths:
 
     @property
     def tensorboard(self) -> Path:
-        return self.openrlhf / "tensorboard"
+        """TensorBoard event files: OpenRLHF's logger dir, or the local trainer's scalars (the
+        metrics.parquet names; written when `tensorboard` is installed)."""
+        return self.dir / "tensorboard" if self.engine == "local" else self.openrlhf / "tensorboard"
 
     @property
     def args(self) -> Path:

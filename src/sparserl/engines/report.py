@@ -7,9 +7,12 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_table
+from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.core.paths import Paths
 from sparserl.methods.spec import load_method, snapshot_steps
+
+log = get_logger(__name__)
 
 
 def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]:
@@ -39,8 +42,27 @@ def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.Data
     return out
 
 
+def rollouts_note(steps: float, steps_nominal: int, per_step: int, generated: float,
+                  trained: float, osla_rounds: float | None = None) -> str:
+    """Why a method's rollout total differs from `rl.steps x rl.rollouts_per_step`, read off its
+    metrics: fewer steps (BASIS's grid trains for a fraction), rollouts generated but not trained
+    (DAPO's dynamic sampling drops all-equal groups), or adaptive group sizes (OSLA's rounds)."""
+    parts = []
+    if steps < steps_nominal:
+        parts.append(f"{steps:g} of {steps_nominal} steps (method steps_factor)")
+    if generated > trained + 0.5:
+        parts.append(f"{generated - trained:.0f} generated rollouts not trained "
+                     "(dynamic sampling oversamples and drops all-equal groups)")
+    if steps and abs(trained / steps - per_step) > 0.5:
+        rounds = f" over {osla_rounds:.1f} OSLA rounds per step" if osla_rounds else ""
+        parts.append(f"adaptive group sizes: {trained / steps:.0f} rollouts trained per step "
+                     f"instead of {per_step}{rounds}")
+    return "; ".join(parts) or f"the fixed budget: {per_step} rollouts per step"
+
+
 def summarize_runs(cfg: dict) -> pd.DataFrame:
-    """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used."""
+    """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used,
+    with `rollouts_note` saying why a method's total differs from the common budget."""
     P = Paths(cfg)
     rl = cfg["rl"]
     rows = []
@@ -51,24 +73,43 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
             ev = read_table(run.eval)
             fin = ev[ev["checkpoint"] == "final"]
             tail = met.tail(max(1, len(met) // 5))
+            generated = int(met["rollouts_total"].iloc[-1])
+            trained = int(met["rollouts_trained"].sum()) if "rollouts_trained" in met else generated
             rows.append({"method": method, "seed": seed, "steps": int(met["step"].max()),
-                         "rollouts_total": int(met["rollouts_total"].iloc[-1]),
+                         "rollouts_total": generated,
                          "rollouts_per_prompt_mean": float(met["rollouts_per_prompt_mean"].mean()),
                          "train_reward_last20pct": float(tail["reward_mean"].mean()),
                          "eval_accuracy_final": float(fin["accuracy"].mean()),
                          "wall_time_s": float(met["wall_time_s"].sum()),
-                         **{f"eval_{b}": float(a) for b, a in zip(fin["benchmark"], fin["accuracy"])}})
+                         **{f"eval_{b}": float(a) for b, a in zip(fin["benchmark"], fin["accuracy"])},
+                         # added after the columns above, which keep their values
+                         "rollouts_generated": generated, "rollouts_trained": trained,
+                         "osla_rounds_mean": float(met["osla_rounds"].mean())
+                         if "osla_rounds" in met else np.nan})
     runs = pd.DataFrame(rows)
+    notes = [rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
+                           r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)
+             for r in runs.itertuples()]
+    runs["rollouts_note"] = notes
     write_table(runs, P.rl_runs(), cfg=cfg)
-    agg = runs.groupby("method").agg(
+    agg = runs.groupby("method", sort=True).agg(
         seeds=("seed", "count"), rollouts_total=("rollouts_total", "mean"),
         rollouts_per_prompt=("rollouts_per_prompt_mean", "mean"),
         train_reward=("train_reward_last20pct", "mean"),
         eval_accuracy=("eval_accuracy_final", "mean"),
         eval_accuracy_sd=("eval_accuracy_final", lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else 0.0),
-        wall_time_s=("wall_time_s", "mean")).reset_index()
+        wall_time_s=("wall_time_s", "mean"),
+        steps=("steps", "mean"), rollouts_generated=("rollouts_generated", "mean"),
+        rollouts_trained=("rollouts_trained", "mean"),
+        osla_rounds_mean=("osla_rounds_mean", "mean")).reset_index()
+    agg["rollouts_note"] = [
+        rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
+                      r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)
+        for r in agg.itertuples()]
+    agg = agg.drop(columns="osla_rounds_mean")
     write_table(agg, P.rl_summary(), cfg=cfg)
-    with pd.option_context("display.width", 160):
-        print(agg.round(3).to_string(index=False))
-    print(f"rl summary -> {P.rl_summary()}")
+    with pd.option_context("display.width", 160, "display.max_colwidth", 60):
+        log.info("RL runs by method:\n" + agg.drop(columns="rollouts_note").round(3).to_string(index=False))
+        log.info("why rollout totals differ:\n" + agg[["method", "rollouts_note"]].to_string(index=False))
+    log.info(f"rl summary -> {P.rl_summary()}")
     return agg

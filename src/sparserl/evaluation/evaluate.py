@@ -15,12 +15,14 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_json, write_table
 from sparserl.core.config import rollout_max_new_tokens
+from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
+from sparserl.evaluation.progress import rollout_progress
 from sparserl.grading.verifier import open_verifier
 from sparserl.rollout import SamplingParams, make_backend, rollout
 from sparserl.tasks import format_prompt
 
-
+log = get_logger(__name__)
 
 
 def _prompts(cfg, df, backend):
@@ -43,9 +45,11 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
     params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
                             max_new_tokens=rollout_max_new_tokens(cfg))
     backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
-    with open_verifier(cfg) as ver:
+    samples = pr.get("samples", 16)
+    with open_verifier(cfg) as ver, \
+            rollout_progress(backend, len(pool) * samples, f"passrate {ref}", log):
         batch = rollout(backend, _prompts(cfg, pool, backend), list(pool["answer"]),
-                        pr.get("samples", 16), params, cfg["seed"], ver)
+                        samples, params, cfg["seed"], ver)
     succ, n = per_prompt_rates(batch, len(pool))
     p = succ / n
     by_level = pd.DataFrame({"source": pool["source"], "p": p}).groupby("source")["p"].mean()
@@ -61,8 +65,8 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
         "per_prompt": {"id": list(pool["id"]), "p": p.round(4).tolist()},
     }
     write_json(out, P.passrate(ref), cfg=cfg)
-    print(f"[passrate {ref}] mean={out['mean_pass_rate']:.3f} mixed={out['frac_mixed']:.3f} "
-          f"-> {P.passrate(ref)}")
+    log.info(f"passrate {ref}: mean={out['mean_pass_rate']:.3f} mixed={out['frac_mixed']:.3f} "
+             f"-> {P.passrate(ref)}")
     return out
 
 
@@ -92,8 +96,8 @@ def summarize_passrates(cfg: dict, lo: float = 0.2, hi: float = 0.8, mixed: floa
            "policies": table, "pairwise": pairs, "checks": checks}
     write_json(out, P.passrates(), cfg=cfg)
     for n, t in table.items():
-        print(f"  {n}: mean pass {t['mean_pass_rate']:.3f}, 0<p<1 for {t['frac_mixed']:.1%}")
-    print(f"pass-rate checks: {'all pass' if checks['all_pass'] else 'FAILED'} -> {P.passrates()}")
+        log.info(f"{n}: mean pass {t['mean_pass_rate']:.3f}, 0<p<1 for {t['frac_mixed']:.1%}")
+    log.info(f"pass-rate checks: {'all pass' if checks['all_pass'] else 'FAILED'} -> {P.passrates()}")
     return out
 
 
@@ -115,12 +119,12 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     P = Paths(cfg)
     backend = make_backend(cfg, model, threads=threads)
     rows, per_problem = [], []
-    with open_verifier(cfg) as ver:
-        for bi, bench in enumerate(P.benchmark_names()):
-            df = read_table(P.benchmark(bench))
-            spec = protocol_for(cfg, bench)
+    benches = [(b, read_table(P.benchmark(b)), protocol_for(cfg, b)) for b in P.benchmark_names()]
+    ks = [1 if spec.get("protocol") == "greedy" else spec.get("k", 16) for _, _, spec in benches]
+    total = sum(len(df) * k for (_, df, _), k in zip(benches, ks))
+    with open_verifier(cfg) as ver, rollout_progress(backend, total, f"evaluate {label}", log):
+        for bi, ((bench, df, spec), k) in enumerate(zip(benches, ks)):
             greedy = spec.get("protocol") == "greedy"
-            k = 1 if greedy else spec.get("k", 16)
             params = SamplingParams(temperature=spec.get("temperature", 1.0),
                                     top_p=spec.get("top_p", 1.0), greedy=greedy,
                                     max_new_tokens=rollout_max_new_tokens(cfg))
@@ -144,7 +148,7 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     write_table(pd.concat(per_problem, ignore_index=True),
                 path.with_name(path.stem + "_per_problem.parquet"), cfg=cfg)
     write_table(out, path, cfg=cfg, extra={"policy": label})
-    print(out[["benchmark", "metric", "problems", "accuracy"]].to_string(index=False))
+    log.info(f"{label}:\n" + out[["benchmark", "metric", "problems", "accuracy"]].to_string(index=False))
     return out
 
 
@@ -154,6 +158,6 @@ def summarize_evals(cfg: dict) -> pd.DataFrame:
     df = pd.concat([read_table(P.eval_table(r)) for r in refs], ignore_index=True)
     write_table(df, P.eval_summary(), cfg=cfg)
     wide = df.pivot(index="benchmark", columns="policy", values="accuracy")
-    print(wide.round(3).to_string())
-    print(f"evaluation summary -> {P.eval_summary()}")
+    log.info("accuracy by benchmark and policy:\n" + wide.round(3).to_string())
+    log.info(f"evaluation summary -> {P.eval_summary()}")
     return df

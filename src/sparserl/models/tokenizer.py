@@ -5,10 +5,10 @@ prompt scaffolding become single tokens through BPE merges.
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterable
+
+from sparserl.core.artifacts import atomic_dir
 
 EOS, PAD = "<|endoftext|>", "<|pad|>"
 
@@ -30,10 +30,6 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path,
     tok.train_from_iterator(texts, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD,
                                    model_max_length=max_length, padding_side="left")
-    out_dir = Path(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    fast.save_pretrained(tmp)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
+    with atomic_dir(out_dir) as tmp:  # readable by the group under umask 022, not 0700
+        fast.save_pretrained(tmp)
     return fast

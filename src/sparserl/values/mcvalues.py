@@ -21,15 +21,18 @@ import pandas as pd
 from sparserl.core.artifacts import config_hash, read_table, write_table
 from sparserl.grading.verifier import open_verifier
 from sparserl.core.config import rollout_max_new_tokens
+from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
+from sparserl.evaluation.progress import rollout_progress
 from sparserl.rollout import SamplingParams, make_backend, rollout
 from sparserl.tasks import format_prompt
 
 COLUMNS = ["prompt_id", "n", "successes", "phat", "rewards"]
+_log = get_logger(__name__)
 
 
 def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int = 128,
-              threads: int = 1, seed_offset: int = 0, log=print) -> pd.DataFrame:
+              threads: int = 1, seed_offset: int = 0, log=_log.info) -> pd.DataFrame:
     P = Paths(cfg)
     out = Path(out)
     pool = read_table(P.train_pool())
@@ -47,7 +50,11 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
 
     backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
     shards = range(0, len(pool), shard_size)
-    with open_verifier(cfg) as ver:
+    # a resumed job's finished shards count as done, so the ETA covers only what is left
+    done = sum(min(shard_size, len(pool) - start) * n for si, start in enumerate(shards)
+               if (parts / f"{si:05d}.parquet").exists())
+    with open_verifier(cfg) as ver, rollout_progress(
+            backend, len(pool) * n, f"mc-values {ref}", _log, initial=done):
         for si, start in enumerate(shards):
             f = parts / f"{si:05d}.parquet"
             if f.exists():
@@ -63,7 +70,6 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
                                "rewards": [r.tolist() for r in rewards]})
             df["phat"] = df["successes"] / n
             write_table(df[COLUMNS], f)
-            log(f"[mc-values {ref}] shard {si + 1}/{len(shards)}")
     table = pd.concat([read_table(parts / f"{si:05d}.parquet") for si in range(len(shards))],
                       ignore_index=True)
     write_table(table, out, cfg=cfg, extra={
@@ -71,6 +77,6 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
         "frac_mixed": float(((table["phat"] > 0) & (table["phat"] < 1)).mean()),
         "key_hash": config_hash(key)})
     shutil.rmtree(parts)
-    log(f"[mc-values {ref}] {len(table)} prompts x {n} rollouts, mean phat "
+    log(f"mc-values {ref}: {len(table)} prompts x {n} rollouts, mean phat "
         f"{table['phat'].mean():.3f} -> {out}")
     return table

@@ -14,6 +14,7 @@ every `rl.checkpoint_every` steps; a killed run resumes from it and gives the sa
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -26,6 +27,7 @@ import torch
 
 from sparserl.core.artifacts import config_hash, read_table, write_table
 from sparserl.core.config import rl_max_new_tokens
+from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths
 from sparserl.engines.local.losses import LOSSES, kl_k3, token_logprobs
 from sparserl.grading.verifier import open_verifier
@@ -39,6 +41,9 @@ from sparserl.values.priors import prior_for_method
 from sparserl.values.support import LivePrior, SupportBuffer
 
 
+_log = get_logger(__name__)
+
+
 class KilledForTest(RuntimeError):
     """Raised by `train(..., stop_after=k)` to simulate a kill after k steps."""
 
@@ -50,7 +55,7 @@ def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, penalty: fl
 
 
 class Trainer:
-    def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=print):
+    def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info):
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from sparserl.rollout.hf import HFBackend
 
@@ -136,6 +141,24 @@ class Trainer:
             write_table(pd.DataFrame(self.metrics), self.run_paths.metrics, cfg=self.cfg, extra=extra)
             write_table(pd.DataFrame(self.harvest), self.run_paths.rollouts, cfg=self.cfg,
                         extra={**extra, "policy": self.rl["policy"]})
+
+    def open_tensorboard(self):
+        """A SummaryWriter into the run's tensorboard/ dir, or None without `tensorboard`.
+        `purge_step` drops events past the resumed step, which a killed run logged and will log
+        again."""
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:  # torch's writer needs the tensorboard package (extra `cpu`)
+            return None
+        return SummaryWriter(str(self.run_paths.tensorboard), purge_step=self.step + 1)
+
+    @staticmethod
+    def tensorboard_scalars(writer, row: dict) -> None:
+        """Every numeric metrics.parquet column of one step, under the same name."""
+        for k, v in row.items():
+            if k != "step" and isinstance(v, (int, float, np.integer, np.floating)) \
+                    and not isinstance(v, bool):
+                writer.add_scalar(k, float(v), row["step"])
 
     # sampling --------------------------------------------------------------------------------
     def _gen(self, idx: np.ndarray, n, salt: int) -> RolloutBatch:
@@ -224,13 +247,20 @@ class Trainer:
     def run(self, stop_after: int | None = None) -> Path:
         if not self.try_resume():
             # intermediate checkpoints of an earlier setting must not reach this run's evaluation
-            for stale in (self.run_paths.checkpoints, self.run_paths.eval_dir, self.run_paths.rollouts):
+            for stale in (self.run_paths.checkpoints, self.run_paths.eval_dir, self.run_paths.rollouts,
+                          self.run_paths.tensorboard):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         every = self.rl.get("checkpoint_every", 10)
         snaps = set(snapshot_steps(self.rl, self.m))
         total_rollouts = int(sum(r["rollouts_generated"] for r in self.metrics))
         ov = self.m.overlong
-        with open_verifier(self.cfg) as self._ver:
+        tb = self.open_tensorboard()
+        bar = progress(self.steps, f"rl {self.m.name} s{self.seed}", logger=_log, every=1,
+                       initial=self.step)
+        with open_verifier(self.cfg) as self._ver, contextlib.ExitStack() as closing:
+            if tb is not None:
+                closing.callback(tb.close)
+            closing.callback(bar.close)
             while self.step < self.steps:
                 t0 = time.time()
                 info: dict = {}
@@ -265,9 +295,11 @@ class Trainer:
                        "adv_abs_mean": float(np.abs(adv).mean()),
                        "support_size": len(self.support), "wall_time_s": time.time() - t0, **info}
                 self.metrics.append(row)
-                self.log(f"[rl {self.m.name} s{self.seed}] step {self.step}/{self.steps} "
-                         f"reward {row['reward_mean']:.3f} rollouts {len(batch)} "
-                         f"gn {row['grad_norm']:.3f} ({row['wall_time_s']:.1f}s)")
+                if tb is not None:
+                    self.tensorboard_scalars(tb, row)
+                bar.set_postfix_str(f"reward {row['reward_mean']:.3f} rollouts {len(batch)} "
+                                    f"gn {row['grad_norm']:.3f}")
+                bar.update(1)
                 if self.step in snaps:
                     self._save_hf(self.run_paths.checkpoint(self.step))
                 if self.step % every == 0 or self.step == self.steps:
@@ -288,5 +320,5 @@ class Trainer:
 
 
 def train(cfg: dict, method: str, seed: int, threads: int = 1, stop_after: int | None = None,
-          log=print) -> Path:
+          log=_log.info) -> Path:
     return Trainer(cfg, method, seed, threads=threads, log=log).run(stop_after=stop_after)
