@@ -229,6 +229,9 @@ def test_resume_gives_the_same_metrics(world, method):
     b = pd.read_parquet(d_full / "metrics.parquet").drop(columns=["wall_time_s"])
     pd.testing.assert_frame_equal(a, b)
     assert (d / "final" / "config.json").exists()
+    from sparserl.core.artifacts import read_manifest
+    counts = read_manifest(d / "metrics.parquet")["verifier"]  # grading timeouts are counted, not hidden
+    assert counts["items"] > 0 and counts["timeouts"] == 0
     steps = Trainer(cfg, method, 0).steps
     assert len(a) == steps
     if steps >= 2:

@@ -64,7 +64,7 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
         "mean_response_tokens": float(batch.response_lengths().mean()),
         "per_prompt": {"id": list(pool["id"]), "p": p.round(4).tolist()},
     }
-    write_json(out, P.passrate(ref), cfg=cfg)
+    write_json(out, P.passrate(ref), cfg=cfg, extra={"verifier": ver.timeout_counts()})
     log.info(f"passrate {ref}: mean={out['mean_pass_rate']:.3f} mixed={out['frac_mixed']:.3f} "
              f"-> {P.passrate(ref)}")
     return out
@@ -147,7 +147,7 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     path = Path(path)
     write_table(pd.concat(per_problem, ignore_index=True),
                 path.with_name(path.stem + "_per_problem.parquet"), cfg=cfg)
-    write_table(out, path, cfg=cfg, extra={"policy": label})
+    write_table(out, path, cfg=cfg, extra={"policy": label, "verifier": ver.timeout_counts()})
     log.info(f"{label}:\n" + out[["benchmark", "metric", "problems", "accuracy"]].to_string(index=False))
     return out
 

@@ -75,7 +75,7 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
     write_table(table, out, cfg=cfg, extra={
         "policy": ref, "rollouts_per_prompt": n, "mean_phat": float(table["phat"].mean()),
         "frac_mixed": float(((table["phat"] > 0) & (table["phat"] < 1)).mean()),
-        "key_hash": config_hash(key)})
+        "key_hash": config_hash(key), "verifier": ver.timeout_counts()})
     shutil.rmtree(parts)
     log(f"mc-values {ref}: {len(table)} prompts x {n} rollouts, mean phat "
         f"{table['phat'].mean():.3f} -> {out}")

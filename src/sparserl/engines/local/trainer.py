@@ -94,7 +94,8 @@ class Trainer:
             dict(zip(reference["prompt_id"], reference["phat"].astype(float)))
         self.prior = None
         if self.m.prior is not None:
-            prior = prior_for_method(dataclasses.asdict(self.m.prior), reference, self.seed, cfg=self.cfg)
+            prior = prior_for_method(dataclasses.asdict(self.m.prior), reference, self.seed, cfg=self.cfg,
+                                     reference_source=str(self.P.reference_cache(self.rl["policy"])))
             self.prior = LivePrior(prior, self.support)
         self._ver = None
         self.sampler = make_sampler(self.m, generate=self._gen, rng=self.rng, pool_ids=self.pool_ids,
@@ -137,7 +138,8 @@ class Trainer:
 
     def write_metrics(self) -> None:
         if self.metrics:
-            extra = {"method": self.m.name, "seed": self.seed, "steps": self.steps}
+            extra = {"method": self.m.name, "seed": self.seed, "steps": self.steps,
+                     "verifier": None if self._ver is None else self._ver.timeout_counts()}
             write_table(pd.DataFrame(self.metrics), self.run_paths.metrics, cfg=self.cfg, extra=extra)
             write_table(pd.DataFrame(self.harvest), self.run_paths.rollouts, cfg=self.cfg,
                         extra={**extra, "policy": self.rl["policy"]})

@@ -38,7 +38,8 @@ def prompt_side_data(cfg: dict, method: MethodSpec, ids: list, seed: int) -> dic
         if "reference" in method.needs:
             out["phat"] = [phat[str(i)] for i in ids]
     if method.needs_prior and method.prior.static:
-        pr = prior_for_method(dataclasses.asdict(method.prior), df, seed)
+        pr = prior_for_method(dataclasses.asdict(method.prior), df, seed,
+                              reference_source=str(P.reference_cache(cfg["rl"]["policy"])))
         out["prior"] = [float(x) for x in pr([str(i) for i in ids])]
     return out
 
