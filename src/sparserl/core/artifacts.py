@@ -67,7 +67,7 @@ _RAND = r"[a-z0-9_]{8}"
 
 
 def temp_file_pattern(name: str) -> re.Pattern:
-    """Names of `_atomic_target` temp files of artifact `name` (and of its manifest sidecar)."""
+    """Names of `atomic_file` temp files of artifact `name` (and of its manifest sidecar)."""
     return re.compile(rf"\.{re.escape(name)}(?:{re.escape(MANIFEST_SUFFIX)})?\.{_RAND}\.tmp")
 
 
@@ -96,14 +96,28 @@ def remove_leftovers(path: str | os.PathLike) -> list[Path]:
     return gone
 
 
-def _atomic_target(path: Path):
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike):
+    """Yield a temp file beside `path`; on success it replaces `path`. It is always gone afterwards,
+    and an OSError names `path` and the fix. The file twin of `atomic_dir`."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     # mkstemp creates 0600; a shared results folder needs what the umask allows (0644 under 022)
     os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
-    return Path(tmp)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as e:
+        if e.errno is None:
+            raise
+        raise _name_path(path, e) from e
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def _name_path(path: Path, e: OSError) -> OSError:
@@ -138,20 +152,10 @@ def atomic_dir(out_dir: str | os.PathLike):
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
-    tmp = _atomic_target(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        if e.errno is None:
-            raise
-        raise _name_path(path, e) from e
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     return path
 
 
@@ -193,8 +197,7 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike, *, cfg: Any = None,
                 extra: dict | None = None) -> Path:
     """Write a DataFrame as parquet (``.parquet``) or JSON lines (``.jsonl``), atomically."""
     path = Path(path)
-    tmp = _atomic_target(path)
-    try:
+    with atomic_file(path) as tmp:
         if path.suffix == ".parquet":
             df.to_parquet(tmp, index=False)
         elif path.suffix == ".jsonl":
@@ -204,14 +207,6 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike, *, cfg: Any = None,
         else:
             raise ValueError(f"{path}: unsupported table suffix {path.suffix!r}; "
                              "use .parquet, .jsonl or .csv")
-        os.replace(tmp, path)
-    except OSError as e:
-        if e.errno is None:
-            raise
-        raise _name_path(path, e) from e
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     write_manifest(path, rows=len(df), columns=[str(c) for c in df.columns], cfg=cfg, extra=extra)
     return path
 

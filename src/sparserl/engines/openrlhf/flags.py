@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sparserl.core.config import ConfigError, rl_max_new_tokens
-from sparserl.core.paths import Paths
+from sparserl.core.paths import Paths, RunPaths
 from sparserl.methods.spec import MethodSpec, prompts_per_step, snapshot_steps, total_steps
 
 # Cluster defaults (one 8-GPU node, everything colocated, vLLM sleeping during training);
@@ -51,10 +51,9 @@ AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
 LOSS_TYPE = {"ppo_clip": "ppo", "gspo": "gspo", "gpg": "gpg"}
 
 
-def run_files(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path):
+def run_files(method: MethodSpec, seed: int, out_dir: str | Path) -> RunPaths:
     """The run's files (`Paths.run`), rooted at the parent of ``--out`` (the final HF model
     directory, the Snakemake rule's ``final``), absolute: Ray workers do not share the driver's cwd."""
-    from sparserl.core.paths import RunPaths
     return RunPaths(Path(out_dir).absolute().parent, method.name, seed, engine="openrlhf")
 
 
@@ -69,7 +68,7 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`)."""
     rl = cfg["rl"]
     over = dict(rl.get("openrlhf") or {})
-    run = run_files(cfg, method, seed, out_dir)
+    run = run_files(method, seed, out_dir)
     if policy_path is None:
         pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
         policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)

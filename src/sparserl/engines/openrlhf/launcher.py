@@ -37,7 +37,7 @@ def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str |
     if "rl" not in cfg:
         raise ConfigError("the config has no 'rl' section")
     method = load_method(method_name)
-    run_paths = run_files(cfg, method, seed, out_dir)
+    run_paths = run_files(method, seed, out_dir)
     argv = openrlhf_argv(cfg, method, seed, out_dir)
     parse_args(argv)  # OpenRLHF's own checks fail here, before any GPU work
     if dry_run:
