@@ -79,6 +79,28 @@ def test_config_checker_names_file_and_line(tmp_path, repo):
     assert ok.returncode == 0 and "valid" in ok.stdout
 
 
+def test_snakemake_configfile_with_a_syntax_error_names_file_and_line(repo, tmp_path):
+    """Snakemake parses --configfile before any Snakefile code; our logger plugin (imported while
+    Snakemake builds its command line) makes that parse name the file, line and column."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_SYNTAX)
+    out = snakemake(repo / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n", "--configfile", str(bad))
+    log = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert f"{bad}, line 4, column 5: not valid YAML: expected ',' or ']'" in log, log[-2000:]
+    assert "python -m sparserl.core.config" in log
+    # what Snakemake says of other config problems stays its own
+    out = snakemake(repo / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n", "--configfile",
+                    str(tmp_path / "absent.yaml"))
+    log = out.stdout + out.stderr
+    assert out.returncode != 0 and "absent.yaml" in log and "not valid YAML" not in log
+
+
+def test_sparserl_logger_plugin_is_a_valid_snakemake_plugin():
+    from snakemake_interface_logger_plugins.registry import LoggerPluginRegistry
+    assert "sparserl" in LoggerPluginRegistry().plugins
+
+
 def test_snakemake_configfile_with_a_duplicate_key_names_file_and_line(repo, tmp_path):
     bad = tmp_path / "dup.yaml"
     bad.write_text((repo / "configs/smoke.yaml").read_text() + "seed: 1\n")
