@@ -8,7 +8,7 @@ import sys
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))  # a checkout runs without install
 
 from sparserl.core.config import ConfigError, from_snakemake, read_yaml, write_resolved
-from sparserl.core.paths import Paths
+from sparserl.core.paths import Paths, rl_engine
 
 # --configfile replaces the default instead of being merged into it
 if not workflow.overwrite_configfiles:
@@ -18,9 +18,9 @@ if not workflow.overwrite_configfiles:
     except ConfigError as e:
         raise WorkflowError(f"config error: {e}")
     configfile: DEFAULT_CONFIG
-# A syntax error in a --configfile stops Snakemake's command line before this file runs (the
-# message names no file; `python -m sparserl.core.config FILE` does). Files that parse are read
-# again by from_snakemake, which rejects duplicate keys with the file and line.
+# A syntax error in a --configfile stops Snakemake's command line before this file runs; the
+# logger plugin src/snakemake_logger_plugin_sparserl makes that error name the file and line.
+# Files that parse are read again by from_snakemake, which rejects duplicate keys with the line.
 
 try:
     CFG = from_snakemake(config, workflow.configfiles or workflow.overwrite_configfiles)

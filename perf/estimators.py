@@ -99,6 +99,27 @@ def main(argv=None) -> dict:
     for label, t in sorted(token_times.items(), key=lambda kv: kv[1]):
         print(f"{label:<24}{t * 1e3:>10.3f}{t / tbase:>10.2f}")
 
+    # the path the trainers take: `methods.sidedata.advantages` with the group keys they hold.
+    # String prompt ids (what the trainer passed before) cost an np.unique sort over strings;
+    # integer codes (its prompt_index / pool rows; OpenRLHF's factorized uids) are counted.
+    from sparserl.methods.sidedata import SideData, advantages
+    from sparserl.methods.spec import load_method
+    str_ids = np.array([f"tiny-{i:08d}" for i in ids], dtype=object)
+    trainer_times = {}
+    for method in ("grpo_g8", "basis_grid_grpo_g1_basis", "v05_k4"):
+        m = load_method(method)
+        side = SideData(prior=prior if "prior" in m.needs else None,
+                        phat=phat if "reference" in m.needs else None)
+        for label, keys in (("string ids", str_ids), ("integer codes", ids)):
+            trainer_times[f"{method} ({label})"] = best_time(
+                lambda: advantages(m, r, keys, side, None), args.repeat)
+    trainer_times["group keys only: np.unique(strings)"] = best_time(
+        lambda: np.unique(str_ids, return_inverse=True), args.repeat)
+    trainer_times["group keys only: group_by(codes)"] = best_time(lambda: E.group_by(ids), args.repeat)
+    print(f"\ntrainer path (methods.sidedata.advantages), {len(r)} rollouts\n{'call':<52}{'ms':>10}")
+    for label, t in trainer_times.items():
+        print(f"{label:<52}{t * 1e3:>10.3f}")
+
     scaling = {}
     rng = np.random.default_rng(1)
     print(f"\nbasis_refine scaling (kind=unb)\n{'B':>8}{'ms':>10}{'ns/elem':>10}")
@@ -115,6 +136,7 @@ def main(argv=None) -> dict:
         "prompts": args.prompts, "group": args.group, "rollouts": len(r),
         "seconds": times, "ratio_to_grpo": {k: v / base for k, v in times.items()},
         "token_batch": [n_tok, args.tokens], "token_seconds": token_times,
+        "trainer_path_seconds": trainer_times,
         "basis_refine_seconds": {str(k): v for k, v in scaling.items()},
     }
     if args.json:

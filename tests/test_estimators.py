@@ -423,3 +423,34 @@ def test_basis_grouped_path_equals_per_rollout_refine():
                 got = get_baseline(f"basis_{kind}")(r, ids, ctx=ctx, inactive=inactive)
                 want = basis_refine(phat[ids], r, 1e-6, kind, inactive)
                 np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- integer group codes
+
+
+def test_group_by_integer_codes_equals_np_unique():
+    rng = np.random.default_rng(3)
+    for ids in (rng.integers(0, 50, 400), np.array([7, 7, 3, 9, 3]), np.array([0]),
+                rng.integers(0, 10**6, 30)):  # sparse codes take the sorting path
+        g = E.group_by(ids)
+        keys, inv = np.unique(ids, return_inverse=True)
+        assert np.array_equal(g.keys, keys) and np.array_equal(g.inverse, inv.reshape(-1))
+        assert np.array_equal(g.counts, np.bincount(inv.reshape(-1)))
+
+
+@pytest.mark.parametrize("method", ["grpo_g8", "rloo_g8", "gpg_g8", "dapo_g16", "reinforce_pp_g1",
+                                    "basis_grid_grpo_g1_basis", "v05_k4", "v05_osla"])
+def test_trainer_advantages_with_codes_equal_string_ids(method):
+    """The trainers group by integer codes; the advantages must be those of the prompt ids."""
+    from sparserl.methods.sidedata import SideData, advantages
+    from sparserl.methods.spec import load_method
+    rng = np.random.default_rng(0)
+    m = load_method(method)
+    codes = np.repeat(rng.permutation(40), rng.integers(1, 9, 40))
+    names = np.array([f"pool-{c:05d}" for c in codes], dtype=object)
+    r = (rng.random(len(codes)) < 0.5).astype(np.float64)
+    p = rng.uniform(0.05, 0.95, 40)[codes]
+    side = SideData(prior=p if "prior" in m.needs else None, phat=p if "reference" in m.needs else None)
+    a = advantages(m, r, codes, side, None)
+    b = advantages(m, r, names, side, None)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

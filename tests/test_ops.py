@@ -168,7 +168,7 @@ def test_rollout_progress_counts_rows_and_changes_no_sample(tiny_lm, monkeypatch
         with rollout_progress(be, 10, "evaluate x") as bar:
             counted = be.generate(prompts, 2, params, seed=3)
     assert bar.n == 10
-    assert "_generate_rows" not in vars(be), "the wrapper must be removed afterwards"
+    assert be.on_rows is None, "the meter must be unhooked afterwards"
     assert counted.texts == plain.texts
     assert all(np.array_equal(a, b) for a, b in zip(counted.logprobs, plain.logprobs))
     assert any("10/10 rollouts" in r.getMessage() for r in caplog.records)
@@ -265,5 +265,44 @@ def test_rollout_throughput_quick_mode_reports_progress(repo):
                           "--policy", "none", "--threads", "1"], capture_output=True, text=True,
                          env=env, timeout=300, cwd=repo)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "8 prompts x n=2" in out.stdout
-    assert re.search(r"plain generate loop: 16/16 completions .*ETA", out.stderr)
+    assert "16 prompts x n=4 = 64 rows" in out.stdout
+    for anchor in ("generate", "eager-kv", "hf-backend", "cpu-engine"):  # side by side, one run
+        assert re.search(rf"^{anchor} +[0-9.]+ +[0-9.]+ +[0-9.]+ ", out.stdout, re.M), anchor
+    assert re.search(r"FLOP bound: .* bound/engine = [0-9.]+", out.stdout)
+    assert re.search(r"\[4/4\] cpu-engine: 1 x 64 rows", out.stderr)  # progress, one line a variant
+
+
+def test_methods_with_one_spec_share_one_run(tmp_path, repo):
+    """vanilla_g1 and basis_grid_grpo_g1_vanilla are one config: the DAG trains it once and both
+    names report that run (issue 11: no duplicate grid entry)."""
+    from sparserl.core.paths import Paths
+    from sparserl.engines.report import summarize_runs
+    from sparserl.methods.spec import method_run, run_owners
+    names = ["grpo_g8", "vanilla_g1", "basis_grid_grpo_g1_vanilla", "reinforce_pp_g1",
+             "basis_grid_grpo_g1_rpp", "basis_grid_gpg_g1_vanilla"]
+    owners = run_owners(names)
+    assert owners == {"grpo_g8": "grpo_g8", "vanilla_g1": "vanilla_g1",
+                      "basis_grid_grpo_g1_vanilla": "vanilla_g1", "reinforce_pp_g1": "reinforce_pp_g1",
+                      "basis_grid_grpo_g1_rpp": "reinforce_pp_g1",
+                      "basis_grid_gpg_g1_vanilla": "basis_grid_gpg_g1_vanilla"}
+    cfg = {"scale": "smoke", "results_dir": str(tmp_path), "rollout": {"backend": "cpu"},
+           "rl": {"methods": names, "seeds": [0], "steps": 2, "rollouts_per_step": 16}}
+    assert method_run(cfg, "basis_grid_grpo_g1_vanilla", 0).dir == Paths(cfg).run("vanilla_g1", 0).dir
+    for m in set(owners.values()):
+        run = Paths(cfg).run(m, 0)
+        write_table(pd.DataFrame({"step": [1, 2], "rollouts_generated": 16, "rollouts_total": [16, 32],
+                                  "rollouts_per_prompt_mean": 1.0, "reward_mean": [0.1, 0.2],
+                                  "wall_time_s": 1.0}), run.metrics)
+        write_table(pd.DataFrame({"checkpoint": ["final"], "benchmark": ["b"],
+                                  "accuracy": [len(m) / 100]}), run.eval)
+    agg = summarize_runs(cfg).set_index("method")
+    assert agg.loc["basis_grid_grpo_g1_vanilla", "run"] == "vanilla_g1"
+    assert agg.loc["basis_grid_grpo_g1_vanilla", "eval_accuracy"] == agg.loc["vanilla_g1", "eval_accuracy"]
+    assert not Paths(cfg).run("basis_grid_grpo_g1_vanilla", 0).dir.exists()
+    # and the DAG asks for the owner's run only
+    out = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path / "wd"),
+                          "-n", "--cores", "1", "rl"],
+                         capture_output=True, text=True, timeout=300)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-2000:]
+    assert "vanilla_g1/seed0" in log and "basis_grid_grpo_g1_vanilla/seed" not in log

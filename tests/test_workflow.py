@@ -39,7 +39,9 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
         assert "cpus_per_task=" in res, f"{r} has no resources of its own: {res}"
     # every RL method of the paper config runs on 8 GPUs through OpenRLHF
     from sparserl.core.config import load_config
-    methods = load_config(repo / "configs/paper.yaml")["rl"]["methods"]
+    from sparserl.methods.spec import run_owners
+    # a method whose spec repeats another's shares its run: one GPU job per distinct spec
+    methods = sorted(set(run_owners(load_config(repo / "configs/paper.yaml")["rl"]["methods"]).values()))
     blocks = [b for b in log.split("\n\n") if "rule rl_cluster:" in b]
     assert len(blocks) == len(methods)
     for m in methods:
@@ -55,6 +57,14 @@ def test_tiny_dry_run_is_the_default(repo, tmp_path):
     for rule in ("make_tasks", "train_tokenizer", "pretrain_policy", "passrate", "evaluate"):
         assert f"rule {rule}:" in log
     assert "results/tiny/policies/passrates.json" in log
+    # the RL start policy's pass rates share the rollouts of its reference cache
+    blocks = [b for b in re.split(r"\n(?=\[\w{3} \w{3} )", log) if "rule passrate:" in b]
+    shared = [b for b in blocks if re.search(r"wildcards: policy=s$", b, re.M)]
+    assert len(blocks) == 3 and len(shared) == 1, blocks
+    assert "results/tiny/basis/reference/s.parquet" in re.search(r"input: (.*)", shared[0]).group(1)
+    for b in blocks:
+        if b not in shared:
+            assert "basis/reference" not in re.search(r"input: (.*)", b).group(1)
 
 
 def test_bad_config_stops_the_dag_naming_key_and_file(repo, tmp_path):

@@ -1,5 +1,5 @@
 # Stage: BASIS reference-rollout caching and Monte Carlo oracle values.
-# Each cache is one parquet (prompt_id, n, successes, phat, rewards); inspect it with
+# Each cache is one parquet (prompt_id, n, successes, phat, rewards, lengths); inspect it with
 # `python -m sparserl show <path>`. Snakemake rebuilds it only when its policy or pool changes.
 
 BASIS = CFG.get("basis", {})

@@ -44,7 +44,7 @@ def policy_input(ref):
 def all_targets():
     t = [str(P.eval_summary())]
     if P.pretrained_policies():
-        t.append(str(P.passrates()))
+        t += [str(P.passrates()), str(P.world_report())]
     if CFG.get("rl"):
         t.append(str(P.rl_summary()))
     study = globals().get("study_targets")  # workflow/rules/studies.smk (needs basis.study_reference/oracle)

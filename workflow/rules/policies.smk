@@ -44,6 +44,9 @@ if PRETRAINED:
         input:
             policy=str(P.stage("policies", "{policy}")),
             pool=str(P.train_pool()),
+            # the RL start policy's pass rates are read off its reference cache (same pool,
+            # same sampling, more samples) instead of rolling the pool out again
+            shared=lambda w: [str(c) for c in [P.passrate_cache(w.policy)] if c is not None],
         output:
             str(P.passrate("{policy}")),
         wildcard_constraints:
@@ -58,6 +61,25 @@ if PRETRAINED:
         shell:
             "{SPARSERL} passrate --config {CONFIGS} --policy {wildcards.policy} "
             "--threads {threads} > {log} 2>&1"
+
+    rule world_report:
+        # greedy vs sampled accuracy of the RL start policy on the pool and every benchmark: the
+        # room RL's sharpening has (sparserl.evaluation.world)
+        input:
+            policies=lambda w: [str(P.policy(r)) for r in P.world_policies()],
+            pool=str(P.train_pool()),
+            benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
+        output:
+            str(P.world_report()),
+        params:
+            key=cfg_key("world", "evaluation", "rollout"),
+        log:
+            str(P.stage("logs", "world_report.log")),
+        threads: T("rollout")
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} world-report --config {CONFIGS} --threads {threads} > {log} 2>&1"
 
     rule passrate_summary:
         input:

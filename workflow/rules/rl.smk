@@ -4,6 +4,8 @@
 RL = CFG.get("rl")
 
 if RL:
+    from sparserl.methods.spec import method_run
+
     RL_POLICY = RL["policy"]
 
     RUN = P.run("{method}", "{seed}")  # wildcards; sparserl.core.paths.RunPaths
@@ -15,7 +17,7 @@ if RL:
             ins.append(str(P.reference_cache(RL_POLICY)))
         return ins
 
-    if CFG["rollout"]["backend"] == "hf":
+    if rl_engine(CFG) == "local":
 
         rule rl_train:
             input:
@@ -82,7 +84,9 @@ if RL:
 
     rule rl_summary:
         input:
-            [str(f) for m in RL["methods"] for s in RL["seeds"] for f in (P.run(m, s).metrics, P.run(m, s).eval)],
+            # a method whose spec repeats an earlier one's reads that run (methods.spec.run_owners)
+            sorted({str(f) for m in RL["methods"] for s in RL["seeds"]
+                    for f in (method_run(CFG, m, s).metrics, method_run(CFG, m, s).eval)}),
         output:
             runs=str(P.rl_runs()),
             summary=str(P.rl_summary()),

@@ -81,6 +81,15 @@ def cmd_evaluate(args):
     evaluate_policy(cfg, args.policy, threads=args.threads)
 
 
+def cmd_world_report(args):
+    from sparserl.evaluation.world import world_report
+    if args.checkpoint and not args.out:
+        raise SystemExit("world-report --checkpoint: give --out too (the DAG's world.json is the "
+                         "report of the config's policies)")
+    ckpts = dict(c.split("=", 1) if "=" in c else (c, c) for c in args.checkpoint or [])
+    world_report(_cfg(args), out_path=args.out, threads=args.threads, checkpoints=ckpts or None)
+
+
 def cmd_eval_summary(args):
     from sparserl.evaluation import summarize_evals
     summarize_evals(_cfg(args))
@@ -147,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     add("passrate-summary", cmd_passrate_summary, "collect pass rates and check their spread")
     add("evaluate", cmd_evaluate, "evaluate a policy on the benchmarks", policy=True, threads=True)
     add("eval-summary", cmd_eval_summary, "one table of every evaluated policy")
+    p = add("world-report", cmd_world_report, "greedy vs sampled accuracy of the start policies on the "
+            "pool and the benchmarks, and their overlap with the corpus", threads=True)
+    p.add_argument("--out", default=None, help="output JSON (default: results/<scale>/policies/world.json)")
+    p.add_argument("--checkpoint", nargs="*", metavar="[LABEL=]DIR",
+                   help="report these checkpoint dirs instead (e.g. an RL run's checkpoints/step00030)")
     p = add("mc-values", cmd_mc_values, "n rollouts per training-pool prompt of a policy "
             "(BASIS reference cache, oracle values); resumable", policy=True, threads=True)
     p.add_argument("--n", type=int, required=True, help="rollouts per prompt")

@@ -19,9 +19,9 @@ def snapshot_tag(fraction: float) -> str:
 
 
 def rl_engine(cfg: dict) -> str:
-    """Which engine trains RL runs: 'local' (the CPU trainer) with the hf rollout backend, else
-    'openrlhf' (vLLM + OpenRLHF on SLURM)."""
-    return "local" if cfg["rollout"]["backend"] == "hf" else "openrlhf"
+    """Which engine trains RL runs: 'local' (the CPU trainer) with an in-process rollout backend
+    (`cpu` or `hf`), 'openrlhf' (vLLM + OpenRLHF on SLURM) with `vllm`."""
+    return "openrlhf" if cfg["rollout"]["backend"] == "vllm" else "local"
 
 
 class RunPaths:
@@ -147,6 +147,29 @@ class Paths:
 
     def passrate(self, name: str) -> Path:
         return self.stage("policies", f"{name}.passrate.json")
+
+    def passrate_cache(self, name: str) -> Path | None:
+        """The cached rollouts policy `name`'s pass rates are read from instead of rolling the
+        pool out again, or None: the BASIS reference cache of the RL start policy rolls out the
+        same pool with the same `passrate` sampling settings, at least `passrate.samples` times."""
+        rl, basis = self.cfg.get("rl") or {}, self.cfg.get("basis") or {}
+        if rl.get("policy") != name or not basis:
+            return None
+        if basis.get("reference_n", 64) < self.cfg.get("passrate", {}).get("samples", 16):
+            return None
+        return self.reference_cache(name)
+
+    def world_report(self) -> Path:
+        """Greedy vs sampled accuracy on the pool and the benchmarks, and their overlap."""
+        return self.stage("policies", "world.json")
+
+    def world_policies(self) -> list[str]:
+        """The policies of the world report: `world.policies`, else the RL start policy, else the
+        first policy of the config."""
+        refs = (self.cfg.get("world") or {}).get("policies")
+        if refs:
+            return list(refs)
+        return [self.cfg["rl"]["policy"]] if self.cfg.get("rl") else list(self.cfg["policies"])[:1]
 
     def passrates(self) -> Path:
         return self.stage("policies", "passrates.json")

@@ -10,7 +10,7 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.core.paths import Paths
-from sparserl.methods.spec import load_method, snapshot_steps
+from sparserl.methods.spec import load_method, method_run, snapshot_steps
 
 log = get_logger(__name__)
 
@@ -68,7 +68,7 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:
-            run = P.run(method, seed)
+            run = method_run(cfg, method, seed)
             met = read_table(run.metrics)
             ev = read_table(run.eval)
             fin = ev[ev["checkpoint"] == "final"]
@@ -85,7 +85,8 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
                          # added after the columns above, which keep their values
                          "rollouts_generated": generated, "rollouts_trained": trained,
                          "osla_rounds_mean": float(met["osla_rounds"].mean())
-                         if "osla_rounds" in met else np.nan})
+                         if "osla_rounds" in met else np.nan,
+                         "run": run.method})
     runs = pd.DataFrame(rows)
     notes = [rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
                            r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)
@@ -101,7 +102,7 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
         wall_time_s=("wall_time_s", "mean"),
         steps=("steps", "mean"), rollouts_generated=("rollouts_generated", "mean"),
         rollouts_trained=("rollouts_trained", "mean"),
-        osla_rounds_mean=("osla_rounds_mean", "mean")).reset_index()
+        osla_rounds_mean=("osla_rounds_mean", "mean"), run=("run", "first")).reset_index()
     agg["rollouts_note"] = [
         rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
                       r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)

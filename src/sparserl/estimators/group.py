@@ -86,7 +86,8 @@ class Groups:
 
 
 def group_by(prompt_ids: Any, n: int | None = None) -> Groups:
-    """Group rollouts by prompt id: one np.unique (a sort), then O(M) bincount passes, no Python loop."""
+    """Group rollouts by prompt id: one np.unique (a sort), then O(M) bincount passes, no Python loop.
+    Small non-negative integer codes skip the sort (a string np.unique costs ~15x the estimator)."""
     ids = np.asarray(prompt_ids)
     if ids.ndim != 1:
         raise ValueError(f"prompt_ids must be 1-D, got shape {ids.shape}")
@@ -95,6 +96,14 @@ def group_by(prompt_ids: Any, n: int | None = None) -> Groups:
     if ids.dtype.kind == "f" and not np.isfinite(ids).all():
         i, what = _where_bad(ids)
         raise ValueError(f"prompt_ids contains {what} at index {i}")
+    if ids.dtype.kind in "iu" and len(ids) and 0 <= ids.min() and ids.max() <= 4 * len(ids) + 1024:
+        # integer group codes (the trainers pass their prompt_index): counting, not sorting; the
+        # same keys (ascending) and inverse as np.unique
+        present = np.bincount(ids)
+        keys = np.flatnonzero(present)
+        remap = np.cumsum(present > 0) - 1
+        inverse = remap[ids]
+        return Groups(keys=keys, inverse=inverse, counts=present[keys])
     try:
         keys, inverse = np.unique(ids, return_inverse=True)
     except TypeError as e:  # e.g. a mix of ints and strings cannot be sorted

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.core.artifacts import read_table, write_json, write_table
+from sparserl.core.artifacts import read_manifest, read_table, write_json, write_table
 from sparserl.core.config import rollout_max_new_tokens
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
@@ -37,21 +37,53 @@ def per_prompt_rates(batch, num_prompts: int) -> tuple[np.ndarray, np.ndarray]:
     return succ, n
 
 
+def _rates_from_cache(path: Path, pool: pd.DataFrame, samples: int) -> tuple[np.ndarray, float]:
+    """(pass rate per pool prompt, mean response tokens) from the first `samples` cached rollouts
+    of each prompt: an unbiased `samples`-sample estimate, as if rolled out for it."""
+    table = read_table(path)
+    missing = [c for c in ("prompt_id", "rewards", "lengths") if c not in table.columns]
+    if missing:
+        raise ValueError(f"{path}: columns {missing} are missing (written by an older version); "
+                         f"delete it and rerun the DAG to rebuild it")
+    by_id = table.set_index("prompt_id")
+    absent = [i for i in pool["id"] if i not in by_id.index]
+    if absent:
+        raise ValueError(f"{path} has no rollouts of pool prompt {absent[0]!r} ({len(absent)} "
+                         "missing); it was built from another pool: rerun the DAG to rebuild it")
+    rows = by_id.loc[pool["id"]]
+    short = [pid for pid, r in zip(pool["id"], rows["rewards"]) if len(r) < samples]
+    if short:
+        raise ValueError(f"{path}: prompt {short[0]!r} has fewer than passrate.samples = {samples} "
+                         "rollouts")
+    p = np.array([np.mean(r[:samples]) for r in rows["rewards"]], dtype=np.float64)
+    tokens = float(np.mean([np.mean(x[:samples]) for x in rows["lengths"]]))
+    return p, tokens
+
+
 def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
-    """Pass rates of a policy on the training pool from `passrate.samples` samples per prompt."""
+    """Pass rates of a policy on the training pool from `passrate.samples` samples per prompt:
+    read off the reference cache when the policy has one (`Paths.passrate_cache`), else rolled out."""
     P = Paths(cfg)
     pool = read_table(P.train_pool())
     pr = cfg.get("passrate", {})
     params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
                             max_new_tokens=rollout_max_new_tokens(cfg))
-    backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
     samples = pr.get("samples", 16)
-    with open_verifier(cfg) as ver, \
-            rollout_progress(backend, len(pool) * samples, f"passrate {ref}", log):
-        batch = rollout(backend, _prompts(cfg, pool, backend), list(pool["answer"]),
-                        samples, params, cfg["seed"], ver)
-    succ, n = per_prompt_rates(batch, len(pool))
-    p = succ / n
+    cache = P.passrate_cache(ref)
+    if cache is not None:
+        p, mean_tokens = _rates_from_cache(cache, pool, samples)
+        timeouts = (read_manifest(cache) or {}).get("verifier", {})
+        log.info(f"passrate {ref}: the first {samples} rollouts per prompt of {cache}")
+    else:
+        backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
+        with open_verifier(cfg) as ver, \
+                rollout_progress(backend, len(pool) * samples, f"passrate {ref}", log):
+            batch = rollout(backend, _prompts(cfg, pool, backend), list(pool["answer"]),
+                            samples, params, cfg["seed"], ver)
+        succ, n = per_prompt_rates(batch, len(pool))
+        p = succ / n
+        mean_tokens = float(batch.response_lengths().mean())
+        timeouts = ver.timeout_counts()
     by_level = pd.DataFrame({"source": pool["source"], "p": p}).groupby("source")["p"].mean()
     out = {
         "policy": ref, "samples_per_prompt": int(pr.get("samples", 16)),
@@ -61,10 +93,11 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
         "frac_zero": float((p == 0).mean()), "frac_one": float((p == 1).mean()),
         "by_level": by_level.round(4).to_dict(),
         "histogram": np.histogram(p, bins=np.linspace(0, 1, 11))[0].tolist(),
-        "mean_response_tokens": float(batch.response_lengths().mean()),
+        "mean_response_tokens": mean_tokens,
+        "rollouts_from": str(cache) if cache is not None else "rolled out for this table",
         "per_prompt": {"id": list(pool["id"]), "p": p.round(4).tolist()},
     }
-    write_json(out, P.passrate(ref), cfg=cfg, extra={"verifier": ver.timeout_counts()})
+    write_json(out, P.passrate(ref), cfg=cfg, extra={"verifier": timeouts})
     log.info(f"passrate {ref}: mean={out['mean_pass_rate']:.3f} mixed={out['frac_mixed']:.3f} "
              f"-> {P.passrate(ref)}")
     return out

@@ -10,6 +10,7 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
+from sparserl.methods.spec import method_run
 from sparserl.figures.registry import FigureError, pyplot, read_single, register_figure
 
 LINESTYLES = ("-", "--", ":", "-.")
@@ -24,8 +25,7 @@ def _runs(cfg: dict) -> list[tuple[str, int]]:
 
 
 def _metrics_tables(cfg: dict) -> list[Path]:
-    P = Paths(cfg)
-    return [P.run(m, s).metrics for m, s in _runs(cfg)]
+    return [method_run(cfg, m, s).metrics for m, s in _runs(cfg)]
 
 
 def _style(i: int) -> dict:

@@ -15,6 +15,7 @@ are read.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,26 @@ def snapshot_steps(rl: dict, method: MethodSpec) -> list[int]:
     """Steps whose intermediate checkpoint is kept for evaluation (`rl.eval_fractions`)."""
     n = total_steps(rl, method)
     return sorted({max(1, round(f * n)) for f in rl.get("eval_fractions", [])} - {n})
+
+
+def run_owners(methods: list[str]) -> dict[str, str]:
+    """Each listed method -> the first listed method with the same spec (every field but the
+    name). Two such methods train the same run to the byte (no seed depends on a name), so the
+    DAG trains the owner once and both names report it; e.g. BASIS's grid cell "GRPO, G=1,
+    vanilla" is `vanilla_g1`."""
+    first: dict[str, str] = {}
+    out = {}
+    for name in methods:
+        d = load_method(name).to_dict()
+        d.pop("name")
+        key = json.dumps(d, sort_keys=True)
+        out[name] = first.setdefault(key, name)
+    return out
+
+
+def method_run(cfg: dict, method: str, seed: int | str):
+    """The `RunPaths` that hold `method`'s run: its owner's (`run_owners` over `rl.methods`)."""
+    from sparserl.core.paths import Paths
+    methods = cfg["rl"]["methods"]
+    owner = run_owners(methods).get(method, method) if method in methods else method
+    return Paths(cfg).run(owner, seed)

@@ -8,6 +8,10 @@ from sparserl.rollout.base import RolloutBackend
 def make_backend(cfg: dict, policy: str, threads: int | None = None) -> RolloutBackend:
     """The backend named by `rollout.backend` for a checkpoint dir or hub name."""
     r = cfg["rollout"]
+    if r["backend"] == "cpu":
+        from sparserl.rollout.cpu_engine import CPUEngine
+        return CPUEngine(policy, batch_size=r.get("batch_size", 512),
+                         threads=threads or cfg.get("threads"))
     if r["backend"] == "hf":
         from sparserl.rollout.hf import HFBackend
         return HFBackend(policy, batch_size=r.get("batch_size", 256),
@@ -15,4 +19,18 @@ def make_backend(cfg: dict, policy: str, threads: int | None = None) -> RolloutB
     if r["backend"] == "vllm":
         from sparserl.rollout.vllm_backend import VLLMBackend
         return VLLMBackend(policy, seed=cfg["seed"], **r.get("vllm", {}))
-    raise ValueError(f"rollout.backend: unknown backend {r['backend']!r}; use 'hf' or 'vllm'")
+    raise ValueError(f"rollout.backend: unknown backend {r['backend']!r}; use 'cpu', 'hf' or 'vllm'")
+
+
+def make_live_backend(cfg: dict, model, tokenizer) -> RolloutBackend:
+    """The backend for a model in memory that is being trained (the local trainer): it reads the
+    model's current weights at every `generate`. vLLM holds its own copy, so it has no live form."""
+    r = cfg["rollout"]
+    if r["backend"] == "cpu":
+        from sparserl.rollout.cpu_engine import CPUEngine
+        return CPUEngine(model, tokenizer, batch_size=r.get("batch_size", 512))
+    if r["backend"] == "hf":
+        from sparserl.rollout.hf import HFBackend
+        return HFBackend(model, tokenizer, batch_size=r.get("batch_size", 256))
+    raise ValueError(f"rollout.backend {r['backend']!r} has no in-memory form for the local trainer; "
+                     "use 'cpu' or 'hf' (vLLM rollouts run under engine: openrlhf)")

@@ -112,6 +112,13 @@ def expand_n(n: int | Sequence[int], num_prompts: int) -> np.ndarray:
 
 
 class RolloutBackend(abc.ABC):
+    #: progress meters set this: called with a row count each time part of a `generate` is done
+    on_rows = None
+
+    def _rows_done(self, k: int) -> None:
+        if self.on_rows is not None:
+            self.on_rows(int(k))
+
     @abc.abstractmethod
     def generate(self, prompts: Sequence[str], n: int | Sequence[int], params: SamplingParams,
                  seed: int) -> RolloutBatch:

@@ -100,6 +100,7 @@ class HFBackend(RolloutBackend):
             chunk = order[start:start + self.batch_size]
             gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + c)
             r, lp, f = self._generate_rows([prompt_ids[index[m]] for m in chunk], params, gen)
+            self._rows_done(len(chunk))
             for j, m in enumerate(chunk):
                 resp[m], lps[m], fin[m] = r[j], lp[j], f[j]
         # no rollouts at all: batch_decode([]) would return one phantom "" text

@@ -50,7 +50,9 @@ class VLLMBackend(RolloutBackend):
         sps = [vllm.SamplingParams(**sampling_kwargs(params, int(n_arr[i]), seed * 100_003 + int(i)))
                for i in keep]
         outs = self.llm.generate([prompts[i] for i in keep], sps, use_tqdm=False) if len(keep) else []
-        return batch_from_outputs(prompts, keep, outs)
+        batch = batch_from_outputs(prompts, keep, outs)
+        self._rows_done(len(batch))
+        return batch
 
 
 def batch_from_outputs(prompts: Sequence[str], keep: np.ndarray, outs) -> RolloutBatch:

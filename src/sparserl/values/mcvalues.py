@@ -27,7 +27,7 @@ from sparserl.evaluation.progress import rollout_progress
 from sparserl.rollout import SamplingParams, make_backend, rollout
 from sparserl.tasks import format_prompt
 
-COLUMNS = ["prompt_id", "n", "successes", "phat", "rewards"]
+COLUMNS = ["prompt_id", "n", "successes", "phat", "rewards", "lengths"]
 _log = get_logger(__name__)
 
 
@@ -40,7 +40,8 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
     params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
                             max_new_tokens=rollout_max_new_tokens(cfg))
     key = {"policy": ref, "n": n, "params": params.__dict__, "pool": len(pool),
-           "seed": cfg["seed"] + seed_offset, "shard_size": shard_size}
+           "seed": cfg["seed"] + seed_offset, "shard_size": shard_size, "columns": COLUMNS,
+           "backend": cfg["rollout"]["backend"]}
     parts = out.with_name(out.name + ".parts")
     stamp = parts / "key.json"
     if parts.exists() and (not stamp.exists() or json.loads(stamp.read_text()) != key):
@@ -65,9 +66,12 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
             b = rollout(backend, prompts, list(sub["answer"]), n, params,
                         cfg["seed"] + seed_offset + 7919 * si, ver)
             rewards = [b.rewards[b.prompt_index == i].astype(np.uint8) for i in range(len(sub))]
+            lengths = b.response_lengths()
             df = pd.DataFrame({"prompt_id": sub["id"].to_numpy(), "n": n,
                                "successes": [int(r.sum()) for r in rewards],
-                               "rewards": [r.tolist() for r in rewards]})
+                               "rewards": [r.tolist() for r in rewards],
+                               "lengths": [lengths[b.prompt_index == i].tolist()
+                                           for i in range(len(sub))]})
             df["phat"] = df["successes"] / n
             write_table(df[COLUMNS], f)
     table = pd.concat([read_table(parts / f"{si:05d}.parquet") for si in range(len(shards))],

@@ -34,7 +34,7 @@ from sparserl.grading.verifier import open_verifier
 from sparserl.methods.sampling import Sampled, make_sampler
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
 from sparserl.methods.spec import load_method, prompts_per_step, snapshot_steps, total_steps
-from sparserl.rollout import SamplingParams, rollout
+from sparserl.rollout import SamplingParams, make_live_backend, rollout
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import format_prompt
 from sparserl.values.priors import prior_for_method
@@ -57,7 +57,6 @@ def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, penalty: fl
 class Trainer:
     def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info):
         from transformers import AutoModelForCausalLM, AutoTokenizer
-        from sparserl.rollout.hf import HFBackend
 
         torch.set_num_threads(threads)
         self.cfg, self.seed, self.log = cfg, seed, log
@@ -73,7 +72,7 @@ class Trainer:
         self.ref_model = None
         if self.m.kl_coef > 0:
             self.ref_model = AutoModelForCausalLM.from_pretrained(policy_path).eval()
-        self.backend = HFBackend(self.model, self.tok, batch_size=cfg["rollout"].get("batch_size", 256))
+        self.backend = make_live_backend(cfg, self.model, self.tok)
         self.pool = read_table(self.P.train_pool())
         self.pool_ids = self.pool["id"].to_numpy()
         self.prompts = [format_prompt(cfg, p, self.tok) for p in self.pool["problem"]]
@@ -171,20 +170,22 @@ class Trainer:
     # advantages ------------------------------------------------------------------------------
     def advantages(self, sampled: Sampled, info: dict) -> np.ndarray:
         idx, batch = sampled.idx, sampled.batch
-        pids = self.pool_ids[idx][batch.prompt_index]
+        # estimators group by integer codes (pool rows: one per prompt id), side data per rollout
+        codes = np.asarray(idx, dtype=np.int64)[batch.prompt_index]
+        step_ids = self.pool_ids[idx]
         side = SideData()
         if "prior" in self.m.needs:
             prior = sampled.prior
             if prior is None:  # fixed k: query the prior now (OSLA did before sampling)
-                step_ids = self.pool_ids[idx]
                 p = self.prior(list(step_ids))
                 info["prior_mean"] = float(p.mean())
                 prior = dict(zip(step_ids, p))
-            side.prior = prior
+            side.prior = np.array([prior[pid] for pid in step_ids], dtype=np.float64)[batch.prompt_index]
         if "reference" in self.m.needs:
-            side.phat = {pid: self.cached_phat[pid] for pid in set(pids)}
+            side.phat = np.array([self.cached_phat[pid] for pid in step_ids],
+                                 dtype=np.float64)[batch.prompt_index]
         est_info: dict = {}
-        adv = advantages(self.m, batch.rewards, pids, side, self.calibration, info=est_info)
+        adv = advantages(self.m, batch.rewards, codes, side, self.calibration, info=est_info)
         info.update(flatten_info(est_info))
         return np.asarray(adv, dtype=np.float32)
 

@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 from openrlhf.models.utils import compute_reward
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
@@ -235,7 +236,9 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         if not hasattr(self, "_calibration"):
             self._calibration, self._step = CalibrationState(), 0
         info: dict = {}
-        adv = advantages(spec, r, uids, side_data(args, spec, labels, uids), self._calibration, info=info)
+        # integer group codes: a hash (factorize), not the sort a string np.unique costs
+        codes = pd.factorize(uids)[0]
+        adv = advantages(spec, r, codes, side_data(args, spec, labels, uids), self._calibration, info=info)
         self.last_estimator_info = info
         self._step += 1
         if spec.prior is not None and not spec.prior.static:
