@@ -85,7 +85,9 @@ def _no_deepspeed_probe():
 def save_hf(model, tokenizer, out_dir: Path, info: dict) -> None:
     """Write an HF checkpoint atomically (temp dir, then rename; `atomic_dir` removes the temp
     dir and names `out_dir` on a full disk, and clears a killed save's leftovers first)."""
-    with atomic_dir(out_dir) as tmp, _no_deepspeed_probe():
+    # only a transformers model goes through accelerate's unwrapping (sparserl.models.qwen3 does not)
+    probe = _no_deepspeed_probe() if "transformers" in sys.modules else contextlib.nullcontext()
+    with atomic_dir(out_dir) as tmp, probe:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "sparserl.json").write_text(json.dumps(info, indent=2, sort_keys=True))

@@ -231,6 +231,7 @@ class _FileTokenizer:
 
     def __init__(self, path: Path, config: dict):
         from tokenizers import Tokenizer
+        self.path = Path(path)
         self._tok = Tokenizer.from_file(str(path / "tokenizer.json"))
 
         def token_id(key):
@@ -245,6 +246,16 @@ class _FileTokenizer:
     def batch_decode(self, seqs, skip_special_tokens: bool = False) -> list[str]:
         return self._tok.decode_batch([list(map(int, s)) for s in seqs],
                                       skip_special_tokens=skip_special_tokens)
+
+    def __len__(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def save_pretrained(self, out) -> None:
+        """The files it was read from, unchanged (a checkpoint saved after RL keeps its tokenizer)."""
+        import shutil
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if (self.path / name).is_file():
+                shutil.copyfile(self.path / name, Path(out) / name)
 
 
 def load_tokenizer(path: Path):

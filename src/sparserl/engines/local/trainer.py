@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import time
@@ -54,10 +55,22 @@ def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, penalty: fl
     return -penalty * np.clip((lengths - start) / max(buffer, 1), 0.0, 1.0)
 
 
+def load_policy(path: str, backend: str):
+    """(model, tokenizer) to train. With the CPU engine a Qwen3 checkpoint loads into our plain
+    torch Qwen3 (`models.qwen3`; same files, same logits) and nothing imports transformers (about
+    3 s a job); the `hf` backend and other architectures load transformers' model."""
+    cfg_file = Path(path) / "config.json"
+    if backend == "cpu" and cfg_file.is_file() and \
+            json.loads(cfg_file.read_text()).get("model_type") == "qwen3":
+        from sparserl.models.qwen3 import Qwen3LM
+        from sparserl.rollout.cpu_engine import load_tokenizer
+        return Qwen3LM.from_dir(path), load_tokenizer(path)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
 class Trainer:
     def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         torch.set_num_threads(threads)
         self.cfg, self.seed, self.log = cfg, seed, log
         self.rl = cfg["rl"]
@@ -67,11 +80,10 @@ class Trainer:
         self.dir = self.run_paths.dir
         policy_path = str(self.P.policy(self.rl["policy"]))
         torch.manual_seed(seed)
-        self.model = AutoModelForCausalLM.from_pretrained(policy_path)
-        self.tok = AutoTokenizer.from_pretrained(policy_path)
+        self.model, self.tok = load_policy(policy_path, cfg["rollout"]["backend"])
         self.ref_model = None
         if self.m.kl_coef > 0:
-            self.ref_model = AutoModelForCausalLM.from_pretrained(policy_path).eval()
+            self.ref_model = load_policy(policy_path, cfg["rollout"]["backend"])[0].eval()
         self.backend = make_live_backend(cfg, self.model, self.tok)
         self.pool = read_table(self.P.train_pool())
         self.pool_ids = self.pool["id"].to_numpy()

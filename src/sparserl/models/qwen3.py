@@ -1,0 +1,205 @@
+"""The Qwen3 decoder of transformers' `Qwen3ForCausalLM` in plain torch, for training tiny policies.
+
+The local RL trainer loads, trains and saves the tiny policies with this module: the same
+parameter names, the same checkpoint files (config.json, model.safetensors, the tokenizer's), so
+transformers, the CPU rollout engine and vLLM read what it writes. It exists for speed: a trainer
+job that imports transformers spends about 3 s on the import alone, more than a tiny RL run's
+updates, and transformers' forward adds a few milliseconds of bookkeeping to each step of a
+model with 0.2M parameters. Tests pin its logits and gradients to transformers' (1e-5).
+
+Scope: causal LM training on right-padded batches (a row's pad tokens come after its tokens, so
+causal attention never lets a real position see one). Pre-training and every other architecture
+keep transformers.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "chat_template.jinja")
+
+
+@dataclass
+class LMOutput:
+    """What a transformers causal LM returns, as far as the trainer reads it."""
+    logits: torch.Tensor
+
+
+class _Config(dict):
+    """config.json as attributes (what the rollout engine and the trainer read)."""
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        # transformers' Qwen3RMSNorm: normalise in float32, cast back, then scale
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class _Attention(nn.Module):
+    def __init__(self, c: _Config):
+        super().__init__()
+        self.nh, self.kvh = c.num_attention_heads, c.num_key_value_heads
+        self.hd = c.get("head_dim") or c.hidden_size // self.nh
+        bias = bool(c.get("attention_bias", False))
+        self.q_proj = nn.Linear(c.hidden_size, self.nh * self.hd, bias=bias)
+        self.k_proj = nn.Linear(c.hidden_size, self.kvh * self.hd, bias=bias)
+        self.v_proj = nn.Linear(c.hidden_size, self.kvh * self.hd, bias=bias)
+        self.o_proj = nn.Linear(self.nh * self.hd, c.hidden_size, bias=bias)
+        self.q_norm = _RMSNorm(self.hd, c.rms_norm_eps)
+        self.k_norm = _RMSNorm(self.hd, c.rms_norm_eps)
+
+    @staticmethod
+    def _rotate(x, cos, sin):
+        h = x.shape[-1] // 2
+        return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.kvh, self.hd)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.kvh, self.hd).transpose(1, 2)
+        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kvh != self.nh)
+        return self.o_proj(att.transpose(1, 2).reshape(B, T, self.nh * self.hd))
+
+
+class _MLP(nn.Module):
+    def __init__(self, c: _Config):
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class _Layer(nn.Module):
+    def __init__(self, c: _Config):
+        super().__init__()
+        self.input_layernorm = _RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = _Attention(c)
+        self.post_attention_layernorm = _RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = _MLP(c)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class _Model(nn.Module):
+    def __init__(self, c: _Config):
+        super().__init__()
+        # transformers' padding_idx: the pad row gets no gradient from the lookup (right padding
+        # feeds pad tokens, and the RMSNorm of a near-zero row has a huge gradient)
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size, padding_idx=c.get("pad_token_id"))
+        self.layers = nn.ModuleList(_Layer(c) for _ in range(c.num_hidden_layers))
+        self.norm = _RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+class Qwen3LM(nn.Module):
+    """`Qwen3ForCausalLM`'s parameters and forward (default RoPE, SwiGLU, q/k norms, tied or untied
+    head). `forward(input_ids, attention_mask=None)` returns `LMOutput(logits [B, T, V])`."""
+
+    def __init__(self, config: dict):
+        super().__init__()
+        c = self.config = _Config(config)
+        rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+        problems = [f"model_type {c.get('model_type')!r}" if c.get("model_type") != "qwen3" else None,
+                    f"rope_type {rope.get('rope_type')!r}" if rope.get("rope_type", "default") != "default" else None,
+                    f"hidden_act {c.get('hidden_act')!r}" if c.get("hidden_act", "silu") != "silu" else None,
+                    "sliding window" if c.get("use_sliding_window") else None]
+        problems = [p for p in problems if p]
+        if problems:
+            raise ValueError(f"Qwen3LM implements transformers' default Qwen3, not {', '.join(problems)}; "
+                             "load this checkpoint with transformers")
+        self.model = _Model(c)
+        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        if c.get("tie_word_embeddings"):
+            self.lm_head.weight = self.model.embed_tokens.weight
+        hd = c.get("head_dim") or c.hidden_size // c.num_attention_heads
+        theta = rope.get("rope_theta", c.get("rope_theta", 10000.0))
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, input_ids, attention_mask=None):
+        if attention_mask is not None:
+            # right padding only: every row's mask is ones, then zeros
+            m = attention_mask.to(torch.bool)
+            if bool((m[:, 1:] & ~m[:, :-1]).any()):
+                raise ValueError("Qwen3LM takes right-padded batches (pad tokens after a row's tokens)")
+        B, T = input_ids.shape
+        freqs = torch.arange(T, dtype=torch.float32)[:, None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        return LMOutput(self.lm_head(self.model.norm(x)))
+
+    # files ---------------------------------------------------------------------------------
+    @classmethod
+    def from_dir(cls, path) -> "Qwen3LM":
+        from safetensors.torch import load_file
+        path = Path(path)
+        files = sorted(path.glob("*.safetensors"))
+        if not (path / "config.json").is_file() or not files:
+            raise FileNotFoundError(f"{path}: not a safetensors checkpoint (config.json and *.safetensors)")
+        model = cls(json.loads((path / "config.json").read_text()))
+        state: dict = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        allowed = {"lm_head.weight"} if model.config.get("tie_word_embeddings") else set()
+        if set(missing) - allowed or unexpected:
+            raise ValueError(f"{path}: weights do not fit Qwen3LM (missing {sorted(set(missing) - allowed)}, "
+                             f"unexpected {sorted(unexpected)})")
+        model.source = path
+        return model
+
+    def save_pretrained(self, out) -> None:
+        """config.json and model.safetensors as transformers writes them (a tied head is not
+        stored), plus the source checkpoint's generation_config.json."""
+        from safetensors.torch import save_file
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        if self.config.get("tie_word_embeddings"):
+            state.pop("lm_head.weight", None)
+        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+        (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n")
+        src = getattr(self, "source", None)
+        if src is not None and (Path(src) / "generation_config.json").is_file():
+            shutil.copyfile(Path(src) / "generation_config.json", out / "generation_config.json")
+
+
+def copy_tokenizer(src, out) -> None:
+    """The tokenizer files of checkpoint `src`, copied into `out` (what save_pretrained of a
+    transformers tokenizer would write for an unchanged tokenizer)."""
+    for name in TOKENIZER_FILES:
+        f = Path(src) / name
+        if f.is_file():
+            shutil.copyfile(f, Path(out) / name)
