@@ -17,6 +17,9 @@ rule reference_cache:
     log:
         str(P.stage("logs", "reference_cache_{policy}.log")),
     threads: T("rollout")
+    # long jobs that the studies and their figures wait on: started first, the short RL jobs fill
+    # the cores around them instead of the DAG's tail waiting on one of them
+    priority: 10
     resources:
         **R("rollout"),
     shell:
@@ -36,6 +39,9 @@ rule oracle_values:
     log:
         str(P.stage("logs", "oracle_values_{policy}.log")),
     threads: T("rollout")
+    # long jobs that the studies and their figures wait on: started first, the short RL jobs fill
+    # the cores around them instead of the DAG's tail waiting on one of them
+    priority: 10
     resources:
         **R("rollout"),
     shell:
