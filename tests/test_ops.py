@@ -306,3 +306,33 @@ def test_methods_with_one_spec_share_one_run(tmp_path, repo):
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-2000:]
     assert "vanilla_g1/seed0" in log and "basis_grid_grpo_g1_vanilla/seed" not in log
+
+
+def test_summary_reads_gains_over_the_start_policy(tmp_path):
+    """Issue 11: gains over the RL start policy's evaluation, in-distribution (benchmarks drawn
+    from a pool level) and harder read apart, and the train-reward gain beside them."""
+    from sparserl.core.paths import Paths
+    from sparserl.engines.report import summarize_runs
+    lv = {"generator": "chain_sum", "params": {"min_terms": 2, "max_terms": 2}}
+    cfg = {"scale": "smoke", "results_dir": str(tmp_path), "rollout": {"backend": "cpu"},
+           "tasks": {"train_pool": {"levels": [{"name": "a", **lv}]},
+                     "benchmarks": [{"name": "a", **lv},
+                                    {"name": "hard", "generator": "chain_sum", "params": {"min_terms": 4}}]},
+           "rl": {"policy": "s", "methods": ["grpo_g8"], "seeds": [0, 1], "steps": 10, "rollouts_per_step": 16}}
+    P = Paths(cfg)
+    write_table(pd.DataFrame({"benchmark": ["a", "hard"], "accuracy": [0.5, 0.1]}), P.eval_table("s"))
+    for seed, (acc_a, acc_h) in enumerate([(0.7, 0.1), (0.8, 0.2)]):
+        run = P.run("grpo_g8", seed)
+        write_table(pd.DataFrame({"step": range(1, 11), "rollouts_generated": 16,
+                                  "rollouts_total": np.arange(1, 11) * 16, "rollouts_per_prompt_mean": 8.0,
+                                  "reward_mean": [0.2] + [0.3] * 7 + [0.6, 0.6], "wall_time_s": 1.0}),
+                    run.metrics)
+        write_table(pd.DataFrame({"checkpoint": ["final", "final"], "benchmark": ["a", "hard"],
+                                  "accuracy": [acc_a, acc_h]}), run.eval)
+    agg = summarize_runs(cfg).set_index("method").loc["grpo_g8"]
+    assert agg["start_eval_accuracy"] == pytest.approx(0.3)
+    assert agg["eval_gain"] == pytest.approx((0.4 + 0.5) / 2 - 0.3)
+    assert agg["eval_gain_in_distribution"] == pytest.approx(0.75 - 0.5)
+    assert agg["eval_gain_harder"] == pytest.approx(0.15 - 0.1)
+    assert agg["train_reward_gain"] == pytest.approx(0.6 - 0.2)   # last fifth - first tenth
+    assert agg["eval_accuracy_se"] == pytest.approx(0.05)          # s.e. over the two seeds

@@ -86,7 +86,9 @@ if RL:
         input:
             # a method whose spec repeats an earlier one's reads that run (methods.spec.run_owners)
             sorted({str(f) for m in RL["methods"] for s in RL["seeds"]
-                    for f in (method_run(CFG, m, s).metrics, method_run(CFG, m, s).eval)}),
+                    for f in (method_run(CFG, m, s).metrics, method_run(CFG, m, s).eval)})
+            # the start policy's evaluation: the summary's gains are over it
+            + ([str(P.eval_table(RL_POLICY))] if RL_POLICY in EVAL_POLICIES else []),
         output:
             runs=str(P.rl_runs()),
             summary=str(P.rl_summary()),

@@ -30,7 +30,11 @@ def cmd_make_tasks(args):
     from sparserl.tasks import procedural
     pool = procedural.make_train_pool(cfg)
     write_table(pool, P.train_pool(), cfg=cfg, extra={"levels": pool.groupby("source").size().to_dict()})
-    write_table(procedural.make_pretrain_corpus(cfg), P.pretrain_corpus(), cfg=cfg)
+    corpus = procedural.make_pretrain_corpus(cfg)
+    write_table(corpus, P.pretrain_corpus(), cfg=cfg,
+                extra={"split": procedural.task_split(cfg["tasks"]),
+                       "noisy_targets": int(corpus["noisy"].sum()),
+                       "pool_problems_in_corpus": int(corpus["problem"].isin(set(pool["problem"])).sum())})
     for name, df in procedural.make_benchmarks(cfg).items():
         write_table(df, P.benchmark(name), cfg=cfg)
     log.info(f"tasks -> {P.stage('tasks')}")

@@ -11,6 +11,7 @@ from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.core.paths import Paths
 from sparserl.methods.spec import load_method, method_run, snapshot_steps
+from sparserl.tasks.procedural import in_distribution
 
 log = get_logger(__name__)
 
@@ -60,11 +61,39 @@ def rollouts_note(steps: float, steps_nominal: int, per_step: int, generated: fl
     return "; ".join(parts) or f"the fixed budget: {per_step} rollouts per step"
 
 
+def _se(x) -> float:
+    """Standard error of the mean over seeds."""
+    return float(np.std(x, ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+
+
+def _groups(ev: pd.DataFrame, in_dist: dict[str, bool]) -> dict:
+    """Mean accuracy over the in-distribution benchmarks (levels of the RL pool) and the harder
+    ones, when the config says which is which."""
+    out = {}
+    for name, flag in (("in_distribution", True), ("harder", False)):
+        sel = ev[ev["benchmark"].map(lambda b: in_dist.get(b) is flag)]
+        if len(sel):
+            out[f"eval_{name}"] = float(sel["accuracy"].mean())
+    return out
+
+
+def _start_accuracy(cfg: dict, in_dist: dict[str, bool]) -> dict:
+    """The RL start policy's evaluation (results/<scale>/eval/<policy>/eval.parquet), if the DAG
+    evaluates it: eval_accuracy and the group means."""
+    path = Paths(cfg).eval_table(cfg["rl"]["policy"])
+    if not path.exists():
+        return {}
+    ev = read_table(path)
+    return {"eval_accuracy": float(ev["accuracy"].mean()), **_groups(ev, in_dist)}
+
+
 def summarize_runs(cfg: dict) -> pd.DataFrame:
     """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used,
     with `rollouts_note` saying why a method's total differs from the common budget."""
     P = Paths(cfg)
     rl = cfg["rl"]
+    in_dist = in_distribution(cfg)
+    start = _start_accuracy(cfg, in_dist)
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:
@@ -73,6 +102,7 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
             ev = read_table(run.eval)
             fin = ev[ev["checkpoint"] == "final"]
             tail = met.tail(max(1, len(met) // 5))
+            head = met.head(max(1, len(met) // 10))
             generated = int(met["rollouts_total"].iloc[-1])
             trained = int(met["rollouts_trained"].sum()) if "rollouts_trained" in met else generated
             rows.append({"method": method, "seed": seed, "steps": int(met["step"].max()),
@@ -86,8 +116,16 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
                          "rollouts_generated": generated, "rollouts_trained": trained,
                          "osla_rounds_mean": float(met["osla_rounds"].mean())
                          if "osla_rounds" in met else np.nan,
-                         "run": run.method})
+                         "run": run.method,
+                         "train_reward_first10pct": float(head["reward_mean"].mean()),
+                         **_groups(fin, in_dist), **{f"start_{k}": v for k, v in start.items()}})
     runs = pd.DataFrame(rows)
+    if start:  # gains over the policy RL starts from, on the same benchmarks and protocol
+        runs["eval_gain"] = runs["eval_accuracy_final"] - runs["start_eval_accuracy"]
+        for g in ("in_distribution", "harder"):
+            if f"eval_{g}" in runs and f"start_eval_{g}" in runs:
+                runs[f"eval_gain_{g}"] = runs[f"eval_{g}"] - runs[f"start_eval_{g}"]
+    runs["train_reward_gain"] = runs["train_reward_last20pct"] - runs["train_reward_first10pct"]
     notes = [rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
                            r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)
              for r in runs.itertuples()]
@@ -102,7 +140,10 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
         wall_time_s=("wall_time_s", "mean"),
         steps=("steps", "mean"), rollouts_generated=("rollouts_generated", "mean"),
         rollouts_trained=("rollouts_trained", "mean"),
-        osla_rounds_mean=("osla_rounds_mean", "mean"), run=("run", "first")).reset_index()
+        osla_rounds_mean=("osla_rounds_mean", "mean"), run=("run", "first"),
+        **{c: (c, "mean") for c in ("eval_gain", "eval_gain_in_distribution", "eval_gain_harder",
+                                    "train_reward_gain", "start_eval_accuracy") if c in runs},
+        eval_accuracy_se=("eval_accuracy_final", _se)).reset_index()
     agg["rollouts_note"] = [
         rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
                       r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)

@@ -182,7 +182,8 @@ class Qwen3LM(nn.Module):
 
     def save_pretrained(self, out) -> None:
         """config.json and model.safetensors as transformers writes them (a tied head is not
-        stored), plus the source checkpoint's generation_config.json."""
+        stored), plus generation_config.json (the source checkpoint's, or the one it was built
+        with)."""
         from safetensors.torch import save_file
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
@@ -194,6 +195,9 @@ class Qwen3LM(nn.Module):
         src = getattr(self, "source", None)
         if src is not None and (Path(src) / "generation_config.json").is_file():
             shutil.copyfile(Path(src) / "generation_config.json", out / "generation_config.json")
+        elif getattr(self, "generation_config", None):
+            (out / "generation_config.json").write_text(
+                json.dumps(self.generation_config, indent=2, sort_keys=True) + "\n")
 
 
 def copy_tokenizer(src, out) -> None:
