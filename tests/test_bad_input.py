@@ -127,8 +127,8 @@ def test_snakemake_default_config_with_a_syntax_error_names_file_and_line(repo, 
 def test_snakemake_rejects_a_step_smaller_than_a_group(repo, tmp_path):
     cfg = tmp_path / "cfg.yaml"
     text = (repo / "configs/tiny.yaml").read_text()
-    assert "rollouts_per_step: 64 " in text
-    cfg.write_text(text.replace("rollouts_per_step: 64 ", "rollouts_per_step: 8 "))
+    assert "\n  rollouts_per_step: 256\n" in text
+    cfg.write_text(text.replace("\n  rollouts_per_step: 256\n", "\n  rollouts_per_step: 8\n"))
     out = snakemake(repo / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n", "--configfile", str(cfg))
     log = out.stdout + out.stderr
     assert out.returncode != 0

@@ -80,8 +80,9 @@ def _groups(ev: pd.DataFrame, in_dist: dict[str, bool]) -> dict:
 def _start_accuracy(cfg: dict, in_dist: dict[str, bool]) -> dict:
     """The RL start policy's evaluation (results/<scale>/eval/<policy>/eval.parquet), if the DAG
     evaluates it: eval_accuracy and the group means."""
-    path = Paths(cfg).eval_table(cfg["rl"]["policy"])
-    if not path.exists():
+    policy = cfg["rl"].get("policy")
+    path = Paths(cfg).eval_table(policy) if policy else None
+    if path is None or not path.exists():
         return {}
     ev = read_table(path)
     return {"eval_accuracy": float(ev["accuracy"].mean()), **_groups(ev, in_dist)}

@@ -156,7 +156,7 @@ def make_benchmarks(cfg: dict) -> dict[str, pd.DataFrame]:
 def in_distribution(cfg: dict) -> dict[str, bool]:
     """Benchmark name -> whether it draws from a level of the RL pool (same generator and params):
     its held-out problems are the pool's distribution, the others are harder or other tasks."""
-    t = cfg["tasks"]
+    t = cfg.get("tasks") or {}
     pool = [(lv["generator"], lv.get("params", {})) for lv in t.get("train_pool", {}).get("levels", [])]
     return {b["name"]: (b["generator"], b.get("params", {})) in pool
             for b in t.get("benchmarks", []) if isinstance(b, dict)}
