@@ -61,11 +61,6 @@ def rollouts_note(steps: float, steps_nominal: int, per_step: int, generated: fl
     return "; ".join(parts) or f"the fixed budget: {per_step} rollouts per step"
 
 
-def _se(x) -> float:
-    """Standard error of the mean over seeds."""
-    return float(np.std(x, ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
-
-
 def _groups(ev: pd.DataFrame, in_dist: dict[str, bool]) -> dict:
     """Mean accuracy over the in-distribution benchmarks (levels of the RL pool) and the harder
     ones, when the config says which is which."""
@@ -143,8 +138,8 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
         rollouts_trained=("rollouts_trained", "mean"),
         osla_rounds_mean=("osla_rounds_mean", "mean"), run=("run", "first"),
         **{c: (c, "mean") for c in ("eval_gain", "eval_gain_in_distribution", "eval_gain_harder",
-                                    "train_reward_gain", "start_eval_accuracy") if c in runs},
-        eval_accuracy_se=("eval_accuracy_final", _se)).reset_index()
+                                    "train_reward_gain", "start_eval_accuracy") if c in runs}).reset_index()
+    agg["eval_accuracy_se"] = agg["eval_accuracy_sd"] / np.sqrt(agg["seeds"])  # over seeds
     agg["rollouts_note"] = [
         rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
                       r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)

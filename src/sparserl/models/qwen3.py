@@ -22,9 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "chat_template.jinja")
-
 
 @dataclass
 class LMOutput:
@@ -199,11 +196,3 @@ class Qwen3LM(nn.Module):
             (out / "generation_config.json").write_text(
                 json.dumps(self.generation_config, indent=2, sort_keys=True) + "\n")
 
-
-def copy_tokenizer(src, out) -> None:
-    """The tokenizer files of checkpoint `src`, copied into `out` (what save_pretrained of a
-    transformers tokenizer would write for an unchanged tokenizer)."""
-    for name in TOKENIZER_FILES:
-        f = Path(src) / name
-        if f.is_file():
-            shutil.copyfile(f, Path(out) / name)
