@@ -26,6 +26,8 @@ STUDY_FIGURES = {
     "v05/c_sweep": "c_sweep", "v05/stopping_hist": "stopping_hist",
 }
 RL_FIGURES = ["rl/learning_curves", "rl/final_accuracy"]
+V0_FIGURES = ["v0/table1_sequential", "v0/table2_strict", "v0/tracking", "v0/robustness",
+              "v0/table6_ablations", "v0/routing"]  # smoke has v0.harvest
 METHODS, SEEDS = ["grpo_g8", "rloo_g8", "reinforce_pp_g1"], [0, 1]
 
 
@@ -97,8 +99,38 @@ def write_rl_tables(cfg) -> pd.DataFrame:
     return runs
 
 
+def write_v0_tables(cfg) -> None:
+    """V0's metrics and predictions tables (`sparserl v0-table`), two policies, three checkpoints."""
+    P = Paths(cfg)
+    rng = np.random.default_rng(0)
+    methods = ["v0", "knn_contextual", "outcome_model"]
+    for protocol in ("sequential", "strict"):
+        metrics = pd.DataFrame([{"protocol": protocol, "method": m, "model": pol, "intra_auc": 0.6 + 0.05 * i,
+                                 "calibration_mse": 0.1, "head": "gp", "embedder": "toy"}
+                                for i, m in enumerate(methods) for pol in ("s", "m", "all")])
+        write_table(metrics, P.value_eval(f"v0_{protocol}"), cfg=cfg)
+        rows = []
+        for m in methods:
+            for pol, base in (("s", 0.2), ("m", 0.4)):
+                for step in (0, 4, 8):
+                    v = rng.uniform(size=24)
+                    rows += [{"method": m, "model": pol, "step": step, "value": x, "p": x + rng.normal(0, 0.3),
+                              "split": "onpolicy" if protocol == "sequential" else "heldout",
+                              "domain": "harder" if j % 3 == 0 else "in-domain"} for j, x in enumerate(v * 0 + base + v / 2)]
+        write_table(pd.DataFrame(rows), P.value_eval(f"v0_{protocol}_predictions"), cfg=cfg)
+    write_table(pd.DataFrame({"variant": ["v0", "static queries", "rank only"], "intra_auc": [0.7, 0.65, 0.6],
+                              "calibration_mse": [0.1, 0.12, 0.2], "head": "gp", "embedder": "toy"}),
+                P.value_eval("v0_ablations"), cfg=cfg)
+    routing = [{"router": r, "tau": t, "cost": 1e5 + 1e6 * t, "accuracy": 0.3 + 0.4 * t} for r in ("v0", "oracle")
+               for t in (0.2, 0.5, 0.8)]
+    routing += [{"router": f"always_{m}", "tau": np.nan, "cost": c, "accuracy": a}
+                for m, c, a in (("s", 1e5, 0.3), ("m", 1e6, 0.6))]
+    write_table(pd.DataFrame(routing), P.value_eval("v0_routing"), cfg=cfg)
+
+
 def write_all_tables(cfg) -> None:
     P = Paths(cfg)
+    write_v0_tables(cfg)
     for name, df in _study_tables().items():
         paper = "v05" if name in ("bias_mse_by_k", "budget_by_offset", "c_sweep", "stopping_hist") else "basis"
         write_table(df, P.figure_dir(paper) / f"{name}.parquet", cfg=cfg)
@@ -107,7 +139,7 @@ def write_all_tables(cfg) -> None:
 
 def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
     figs = {f.id: f for f in list_figures(cfg)}
-    assert list(figs) == list(STUDY_FIGURES) + RL_FIGURES
+    assert list(figs) == list(STUDY_FIGURES) + RL_FIGURES + V0_FIGURES
     for fig_id, table in STUDY_FIGURES.items():
         group, name = fig_id.split("/")
         f = figs[fig_id]
@@ -122,10 +154,13 @@ def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
 
 
 def test_figures_follow_the_config(cfg):
-    no_rl = {k: v for k, v in cfg.items() if k != "rl"}
+    no_rl = {k: v for k, v in cfg.items() if k not in ("rl", "v0")}
     assert [f.id for f in list_figures(no_rl)] == list(STUDY_FIGURES)
     no_study = {**cfg, "basis": {k: v for k, v in cfg["basis"].items() if k != "study_oracle"}}
-    assert [f.id for f in list_figures(no_study)] == RL_FIGURES
+    assert [f.id for f in list_figures(no_study)] == RL_FIGURES + V0_FIGURES
+    assert [f.id for f in list_figures({**no_study, "v0": {}})] == RL_FIGURES
+    with pytest.raises(FigureError, match="v0.harvest"):
+        make_figure("v0/tracking", no_rl)
     with pytest.raises(FigureError, match="`rl` section"):
         make_figure("rl/learning_curves", no_rl)
 
@@ -135,7 +170,8 @@ def test_every_registered_figure_draws_from_cached_tables(cfg, tmp_path):
     for f in list_figures(cfg):
         out = make_figure(f.id, cfg)
         assert out == f.output(cfg) and out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, f.id
-    assert len(list((tmp_path / "paper_figures" / "smoke").rglob("*.png"))) == len(STUDY_FIGURES) + len(RL_FIGURES)
+    assert len(list((tmp_path / "paper_figures" / "smoke").rglob("*.png"))) == \
+        len(STUDY_FIGURES) + len(RL_FIGURES) + len(V0_FIGURES)
     # --out writes elsewhere; matplotlib stays on Agg (no display needed)
     other = make_figure("v05/stopping_hist", cfg, tmp_path / "x" / "h.png")
     assert other.exists() and matplotlib.get_backend().lower() == "agg"

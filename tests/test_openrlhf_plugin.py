@@ -951,3 +951,104 @@ def test_paper_scale_evaluation_finds_openrlhf_checkpoints(orl, tmp_path):
     got = run_checkpoints(cfg, "grpo_g16", 0)
     assert [label for label, _ in got] == ["step00025", "step00050", "final"]
     assert got[0][1] == Path(f["ckpt.path"]) / "global_step25_hf" and got[-1][1] == run.final
+
+
+# --------------------------------------------------------------------------- V0 as the live prior
+
+def _toy_v0(tmp_path):
+    """A small trained-shaped V0 and an EmbeddingTable of prompts 'a', 'b', 'c' on disk."""
+    import torch
+    from sparserl.values.v0.embedder import EmbeddingTable
+    from sparserl.values.v0.model import V0, save_v0
+    torch.manual_seed(0)
+    model = V0(16, {"n_static": 12, "d_attn": 24, "d_residual": 16}, {"kind": "gp"}, "toy")
+    states = torch.randn(3, 4, 16)
+    states[0, :, :4] += 3
+    states[1, :, 4:8] += 3
+    states[2, :, :4] += 3
+    EmbeddingTable(["a", "b", "c"], states.half(), torch.ones(3, 4, dtype=torch.bool), "toy").save(tmp_path / "emb.pt")
+    return str(save_v0(model, tmp_path / "v0.pt")), str(tmp_path / "emb.pt")
+
+
+def test_v0_method_flags_name_the_model_and_the_config(orl, tmp_path):
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.parser import parse_args
+    from sparserl.methods.spec import load_method
+    cfgfile = tmp_path / "c.json"
+    argv = openrlhf_argv(_cfg(tmp_path, openrlhf={"v0_gpus": 0.25}), load_method("v05_osla_v0"), 0,
+                         tmp_path / "run" / "final", policy_path="/models/q", config_paths=[str(cfgfile)])
+    f = _flags(argv)
+    assert f["sparserl.v0_model"].endswith("values/models/v0/v0.sequential.seed0.pt")
+    assert json.loads(f["sparserl.config"]) == [str(cfgfile.absolute())] and f["sparserl.v0_gpus"] == "0.25"
+    args = parse_args(argv)
+    assert args.sparserl.v0_model == f["sparserl.v0_model"] and args.sparserl.v0_gpus == 0.25
+    plain = _flags(openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, tmp_path / "f", policy_path="p"))
+    assert "sparserl.v0_model" not in plain
+    from sparserl.core.config import ConfigError
+    with pytest.raises(ConfigError, match="local trainer only"):
+        openrlhf_argv(_cfg(tmp_path), load_method("grpo_budget_v0"), 0, tmp_path / "f", policy_path="p")
+
+
+def test_v0_prior_server_answers_like_the_in_process_prior(orl, tmp_path):
+    from sparserl.engines.openrlhf.v0_server import V0PriorServer
+    from sparserl.values.v0.embedder import EmbeddingTable
+    from sparserl.values.v0.model import load_v0
+    from sparserl.values.v0.prior import V0Prior
+    model, emb = _toy_v0(tmp_path)
+    server = V0PriorServer(model, embeddings=emb)
+    ctx = [["a", 1.0], ["b", 0.0], ["a", 1.0], ["b", 0.0]]
+    local = V0Prior(load_v0(model), EmbeddingTable.load(emb))
+    np.testing.assert_allclose(server.predict(["c", "b"], ctx), local(["c", "b"], [tuple(c) for c in ctx]))
+    assert server.predict(["a"], []) == [0.5]
+
+
+def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_path):
+    from sparserl.engines.openrlhf import experience, v0_server
+    calls = []
+
+    class FakeHandle:  # stands in for the Ray actor handle: .predict.remote(...) -> the server's answer
+        def __init__(self, server):
+            self.predict = SimpleNamespace(remote=lambda ids, ctx: calls.append((ids, ctx)) or server.predict(ids, ctx))
+    model, emb = _toy_v0(tmp_path)
+    monkeypatch.setattr(v0_server, "v0_server", lambda m, c, gpus, embeddings: FakeHandle(
+        v0_server.V0PriorServer(m, embeddings=embeddings)))
+    import ray
+    monkeypatch.setattr(ray, "get", lambda x: x)
+    experience._LIVE_PRIORS.clear()
+    spec = {"estimator": "v05_fusion", "group_size": 4, "prior": {"kind": "v0"},
+            "support_buffer": {"size": 512, "context": 256}}
+    maker = _maker(experience.SparseRLExperienceMaker, "v05_fusion", spec=spec)
+    maker.strategy.args.sparserl.v0_model = model
+    maker.strategy.args.sparserl.v0_embeddings = emb
+    lp = experience.live_prior(maker.strategy.args, experience.method_spec(maker.strategy.args))
+    assert isinstance(lp.prior, v0_server.RemoteV0Prior)
+    lp.observe(["a", "b"], [1.0, 0.0])
+    p = lp(["c", "a"])
+    assert p.shape == (2,) and calls and calls[-1][0] == ["c", "a"] and len(calls[-1][1]) == 2
+    experience._LIVE_PRIORS.clear()
+    maker.strategy.args.sparserl.v0_model = None
+    with pytest.raises(ValueError, match="--sparserl.v0_model"):
+        experience.live_prior(maker.strategy.args, experience.method_spec(maker.strategy.args))
+    experience._LIVE_PRIORS.clear()
+
+
+def test_v0_prior_server_as_a_real_ray_actor(orl, tmp_path):
+    import ray
+    from sparserl.engines.openrlhf.v0_server import RemoteV0Prior, V0PriorServer, v0_server
+    if ray.is_initialized():
+        pytest.skip("Ray already initialised by another test")
+    import os
+    model, emb = _toy_v0(tmp_path)
+    path = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
+    try:
+        a = RemoteV0Prior(v0_server(model, [], embeddings=emb))
+        b = RemoteV0Prior(v0_server(model, [], embeddings=emb))  # found by name, not a second actor
+        ctx = [("a", 1.0), ("b", 0.0)]
+        want = V0PriorServer(model, embeddings=emb).predict(["c"], [list(c) for c in ctx])
+        np.testing.assert_allclose(a(["c"], ctx), want)
+        np.testing.assert_allclose(b(["c"], ctx), want)
+        assert ray.get(a.handle.describe.remote()) == ray.get(b.handle.describe.remote())
+        assert len([x for x in ray.util.list_named_actors() if x == "sparserl_v0_prior"]) == 1
+    finally:
+        ray.shutdown()

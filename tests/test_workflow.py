@@ -92,6 +92,12 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     assert set(rates["policies"]) == {"s", "m"}
     assert (res / "policies" / "s@p50" / "config.json").exists()
     assert (res / "eval" / "s" / "eval.parquet.manifest.json").exists()
+    harvest = pd.read_parquet(res / "values" / "harvest.parquet")  # V0's harvest, both policies
+    assert set(harvest["model"]) == {"s", "m"} and set(harvest["split"]) == {"heldout", "onpolicy"}
+    assert set(harvest.loc[harvest.split == "heldout", "step"]) == {0, 2, 4}
+    for protocol in ("sequential", "strict"):
+        table = pd.read_parquet(res / "values" / "eval" / f"v0_{protocol}.parquet")
+        assert {"v0", "knn_contextual", "vanilla_value_model"} <= set(table["method"])
     figs = sorted((tmp_path / "paper_figures" / "smoke").rglob("*.png"))
     assert len(figs) >= 13, figs
     # a figure regenerates from its cached table alone, with every other output on disk

@@ -50,6 +50,9 @@ def all_targets():
     study = globals().get("study_targets")  # workflow/rules/studies.smk (needs basis.study_reference/oracle)
     if study:
         t += study()
+    v0 = globals().get("v0_targets")  # workflow/rules/values.smk (needs v0.harvest)
+    if v0:
+        t += v0()
     figures = globals().get("figure_targets")  # workflow/rules/figures.smk: every registered figure
     if figures:
         t += figures()

@@ -13,8 +13,11 @@ if RL:
     def rl_inputs(w):
         from sparserl.methods.spec import load_method
         ins = policy_input(RL_POLICY) + [str(P.train_pool())]
-        if load_method(w.method).needs_reference_cache:
+        m = load_method(w.method)
+        if m.needs_reference_cache:
             ins.append(str(P.reference_cache(RL_POLICY)))
+        if m.needs_v0_model:  # V0 as the prior: trained on the harvest (workflow/rules/values.smk)
+            ins.append(str(P.v0_prior_model()))
         return ins
 
     if rl_engine(CFG) == "local":

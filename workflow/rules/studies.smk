@@ -76,9 +76,16 @@ if STUDY_REFS:
         shell:
             "{SPARSERL} study-basis-summary --config {CONFIGS} --batches {input} --out {output} > {log} 2>&1"
 
+    def v05_study_inputs(w):
+        """The caches, and the trained V0 when the study compares its prior (basis.study.v05.v0_prior)."""
+        ins = dict(STUDY_CACHES)
+        if (((CFG.get("basis") or {}).get("study") or {}).get("v05") or {}).get("v0_prior"):
+            ins["v0"] = str(P.v0_prior_model())
+        return ins
+
     rule study_v05_bias:
         input:
-            **STUDY_CACHES,
+            unpack(v05_study_inputs),
         output:
             table=str(SP.table("v05", "bias_mse_by_k")),
             csv=str(SP.csv("v05", "bias_mse_by_k")),
@@ -92,7 +99,7 @@ if STUDY_REFS:
 
     rule study_v05_osla:
         input:
-            **STUDY_CACHES,
+            unpack(v05_study_inputs),
         output:
             str(SP.v05_runs()),
         log:

@@ -29,6 +29,12 @@ def _caches(cfg, args):
     return load_study_data(ref, orc)
 
 
+def _learned_priors(cfg, data, v) -> dict:
+    """The learned priors' values for the V0.5 study (the trained V0 when v05.v0_prior is set)."""
+    from sparserl.studies import study_seed, v05_stats
+    return {"v0": v05_stats.v0_prior_values(cfg, data, study_seed(cfg))} if v.get("v0_prior") else {}
+
+
 def _data_info(cfg, data) -> dict:
     b = cfg.get("basis") or {}
     return {"reference": data.ref_path, "oracle": data.oracle_path, "study_reference": b.get("study_reference"),
@@ -100,7 +106,7 @@ def cmd_v05_bias(args):
     cfg = _cfg(args)
     data = _caches(cfg, args)
     v = settings(cfg)["v05"]
-    df = v05_stats.bias_table(data, v, study_seed(cfg))
+    df = v05_stats.bias_table(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
     _write(df, args.out or StudyPaths(cfg).table("v05", "bias_mse_by_k"), cfg,
            {"study": "v05", "settings": v, "data": _data_info(cfg, data)})
 
@@ -111,7 +117,7 @@ def cmd_v05_osla(args):
     cfg = _cfg(args)
     data = _caches(cfg, args)
     v = settings(cfg)["v05"]
-    runs = v05_stats.osla_runs(data, v, study_seed(cfg))
+    runs = v05_stats.osla_runs(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
     out = args.out or StudyPaths(cfg).v05_runs()
     write_table(runs, out, cfg=cfg, extra={"study": "v05", "settings": v, "data": _data_info(cfg, data)})
     print(f"{len(runs)} prompt runs -> {out}")

@@ -205,11 +205,27 @@ class Paths:
     def harvest(self, name: str) -> Path:
         return self.stage("values", "harvest", f"{name}.parquet")
 
+    def harvest_table(self) -> Path:
+        """Every harvested policy in one long table (V0's training and evaluation data)."""
+        return self.stage("values", "harvest.parquet")
+
+    def harvest_run(self, policy: str) -> Path:
+        """The GRPO run of `policy` that V0's harvest checkpoints (a RunPaths root)."""
+        return self.stage("values", "harvest", "runs", policy)
+
     def value_model(self, name: str) -> Path:
         return self.stage("values", "models", name)
 
+    def v0_prior_model(self) -> Path:
+        """The trained V0 that the 'v0' prior of V0.5's methods loads (sequential protocol, seed 0)."""
+        return self.value_model("v0") / "v0.sequential.seed0.pt"
+
     def value_eval(self, name: str) -> Path:
         return self.stage("values", "eval", f"{name}.parquet")
+
+    def v0_official(self, name: str = "metrics.parquet") -> Path:
+        """V0 and its baselines on the V0 paper's released sample (`sparserl v0-official`)."""
+        return self.stage("values", "v0_official", name)
 
     # RL runs
     def run(self, method: str, seed: int | str) -> RunPaths:

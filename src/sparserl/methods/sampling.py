@@ -4,6 +4,8 @@
   dynamic_sampling  DAPO: draw gen_batch_factor x the prompts, keep groups whose rewards differ,
                     repeat until the batch is full (at most 8 draws; a short batch trains as is);
   osla              V0.5: the prior before any rollout, then OSLA rounds (`osla_sampler.run_osla`).
+  budget            V0's allocation: rollouts_per_step / G prompts, B_i rollouts each with
+                    sum B_i = rollouts_per_step maximising sum U(B_i, p_i) (`estimators.budget`).
 
 A sampler is engine-agnostic: it gets `generate(prompt_indices, n, salt) -> RolloutBatch` (scored
 rollouts, `n` an int or one count per prompt, `salt` makes each call's seed distinct), the run's
@@ -129,7 +131,30 @@ class OslaSampler(Sampler):
         return Sampled(idx, merged, dict(zip(pids, p)))
 
 
-SAMPLERS: dict[str, type[Sampler]] = {c.name: c for c in (PlainSampler, DynamicSampler, OslaSampler)}
+class BudgetSampler(Sampler):
+    name = "budget"
+
+    def sample(self, info):
+        from sparserl.estimators.budget import allocate_budget, budget_utility
+        a = self.m.budget
+        idx = self.draw(self.n_prompts)
+        pids = self.pool_ids[idx]
+        p = np.clip(np.asarray(self.prior_fn(list(pids)), dtype=float), 0.0, 1.0)
+        total = self.n_prompts * self.m.group_size
+        B = allocate_budget(p, total, b_min=a.b_min, b_max=a.b_max)
+        if B.sum() < total:  # U adds nothing for the rest (all p near 0 or 1): spread it evenly
+            B = B + np.bincount(np.arange(total - B.sum()) % len(B), minlength=len(B))
+        keep = np.flatnonzero(B >= 1)
+        b = self.generate(idx[keep], B[keep], 500)
+        info["rollouts_generated"] = len(b)
+        info["budget_prompts_dropped"] = int(len(idx) - len(keep))
+        info["budget_k_mean"], info["budget_k_max"] = float(B[keep].mean()), int(B.max())
+        info["budget_utility"] = float(budget_utility(B, p).sum())
+        info["prior_mean"] = float(p.mean())
+        return Sampled(idx[keep], b, dict(zip(pids, p)))
+
+
+SAMPLERS: dict[str, type[Sampler]] = {c.name: c for c in (PlainSampler, DynamicSampler, OslaSampler, BudgetSampler)}
 
 
 def make_sampler(method: MethodSpec, **kw) -> Sampler:

@@ -32,7 +32,7 @@ OSLA_C, OSLA_K_STEP, OSLA_GLOBAL_STOP = C_PAPER, K_STEP_PAPER, GLOBAL_STOP_PAPER
 SUPPORT_SIZE = 512  # V0.5: the 512 most recent (prompt, reward) pairs ...
 SUPPORT_CONTEXT = 256  # ... of which 256 are the prior's context each step
 CLIP = {"ppo_clip": (0.2, 0.2), "gspo": (3e-4, 4e-4), "gpg": (None, None)}  # (low, high) defaults
-SAMPLERS = ("plain", "dynamic_sampling", "osla")
+SAMPLERS = ("plain", "dynamic_sampling", "osla", "budget")
 
 _loss = {
     "type": "object", "additionalProperties": False, "required": ["type"],
@@ -69,6 +69,8 @@ METHOD_SCHEMA = {
         "prior": {"type": "object", "additionalProperties": False, "required": ["kind"], "properties": {
             "kind": {"type": "string"}, "p": {"type": "number", "minimum": 0, "maximum": 1},
             "offset": {"type": "number", "minimum": 0}, "pseudo_count": {"type": "number", "minimum": 0}}},
+        "budget": {"type": "object", "additionalProperties": False, "properties": {
+            "b_min": {"type": "integer", "minimum": 0}, "b_max": {"type": "integer", "minimum": 2}}},
         "support_buffer": {"type": "object", "additionalProperties": False, "properties": {
             "size": {"type": "integer", "minimum": 1},
             "context": {"type": "integer", "minimum": 1}}},
@@ -135,6 +137,14 @@ class DynamicSamplingSpec:
 
 
 @dataclass(frozen=True)
+class BudgetSpec:
+    """V0's dynamic budget allocation (V0 §5): per step, rollouts per prompt B_i maximise
+    sum_i U(B_i, p_i) under the step's total (`estimators.budget.allocate_budget`), p_i from the prior."""
+    b_min: int = 0
+    b_max: int = 32
+
+
+@dataclass(frozen=True)
 class OverlongSpec:
     enabled: bool = False
     buffer_fraction: float = 0.25
@@ -173,6 +183,7 @@ class MethodSpec:
     prior: PriorSpec | None = None
     support: SupportSpec = field(default_factory=SupportSpec)
     basis: BasisSpec = field(default_factory=BasisSpec)
+    budget: BudgetSpec | None = None
 
     @property
     def needs(self) -> frozenset:
@@ -185,12 +196,19 @@ class MethodSpec:
         """How a step samples: 'osla' rounds, DAPO's 'dynamic_sampling', or 'plain'."""
         if self.osla is not None:
             return "osla"
+        if self.budget is not None:
+            return "budget"
         return "dynamic_sampling" if self.dynamic_sampling.enabled else "plain"
 
     @property
     def needs_prior(self) -> bool:
-        """The estimator fuses a prior, or OSLA allocates rollouts with one."""
-        return "prior" in self.needs or self.osla is not None
+        """The estimator fuses a prior, or OSLA or the budget allocation spends rollouts by one."""
+        return "prior" in self.needs or self.osla is not None or self.budget is not None
+
+    @property
+    def needs_v0_model(self) -> bool:
+        """The 'v0' prior loads the trained V0 (`Paths.v0_prior_model`)."""
+        return self.prior is not None and self.prior.kind == "v0"
 
     @property
     def needs_reference_cache(self) -> bool:
@@ -202,8 +220,12 @@ class MethodSpec:
         return {"inactive": self.basis.inactive} if "reference" in self.needs else {}
 
     def to_dict(self) -> dict:
-        """JSON-able, with every default filled in (OpenRLHF's --sparserl.spec, hashes)."""
-        return dataclasses.asdict(self)
+        """JSON-able, with every default filled in (OpenRLHF's --sparserl.spec, hashes). A method
+        without a budget allocation leaves the key out, so its hash is what it was before it existed."""
+        d = dataclasses.asdict(self)
+        if d["budget"] is None:
+            del d["budget"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "MethodSpec":
@@ -232,7 +254,8 @@ def _build(name: str, raw: dict) -> MethodSpec:
         kl_coef=float(raw.get("kl_coef", 0.0)), steps_factor=float(raw.get("steps_factor", 1.0)),
         dynamic_sampling=sub(DynamicSamplingSpec, "dynamic_sampling") or DynamicSamplingSpec(),
         overlong=sub(OverlongSpec, "overlong") or OverlongSpec(), osla=osla, prior=sub(PriorSpec, "prior"),
-        support=sub(SupportSpec, "support") or SupportSpec(), basis=sub(BasisSpec, "basis") or BasisSpec())
+        support=sub(SupportSpec, "support") or SupportSpec(), basis=sub(BasisSpec, "basis") or BasisSpec(),
+        budget=sub(BudgetSpec, "budget"))
 
 
 def method_names(methods_dir: Path | None = None) -> list[str]:
@@ -272,6 +295,11 @@ def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
     if m.prior is not None and m.prior.kind not in PRIOR_REGISTRY and m.prior.kind not in PLANNED_PRIORS:
         raise ConfigError(f"{where}: key 'prior.kind': unknown prior {m.prior.kind!r}; "
                           f"known: {', '.join(sorted(PRIOR_REGISTRY))}")
+    if m.budget is not None and m.osla is not None:
+        raise ConfigError(f"{where}: 'budget' and 'osla' are two ways to spend a step's rollouts; keep one")
+    if m.budget is not None and not m.budget.b_min <= m.group_size <= m.budget.b_max:
+        raise ConfigError(f"{where}: budget: group_size {m.group_size} (the mean rollouts per prompt) must lie "
+                          f"in [b_min, b_max] = [{m.budget.b_min}, {m.budget.b_max}]")
     if m.osla is not None and m.osla.k_init != m.group_size:
         raise ConfigError(f"{where}: osla.k_init ({m.osla.k_init}) must equal group_size "
                           f"({m.group_size}), which sizes the prompt batch")

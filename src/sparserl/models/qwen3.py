@@ -143,6 +143,10 @@ class Qwen3LM(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, input_ids, attention_mask=None):
+        return LMOutput(self.lm_head(self.hidden(input_ids, attention_mask)))
+
+    def hidden(self, input_ids, attention_mask=None):
+        """The final (normed) hidden states [B, T, d], what the LM head reads; V0's policy embedder."""
         if attention_mask is not None:
             # right padding only: every row's mask is ones, then zeros
             m = attention_mask.to(torch.bool)
@@ -155,7 +159,7 @@ class Qwen3LM(nn.Module):
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
         for layer in self.model.layers:
             x = layer(x, cos, sin)
-        return LMOutput(self.lm_head(self.model.norm(x)))
+        return self.model.norm(x)
 
     # files ---------------------------------------------------------------------------------
     @classmethod

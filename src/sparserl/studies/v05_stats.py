@@ -58,12 +58,39 @@ def prior_specs(v: dict, data: StudyData) -> list[dict]:
             specs.append(dict(name=f"constant {float(c):g}", kind="constant", p=float(c), offset=np.nan))
     if v.get("reference_prior", False):
         specs.append(dict(name="reference", kind="reference", offset=np.nan))
+    if v.get("v0_prior", False):  # the trained V0 (values.v0.prior), values from `v0_prior_values`
+        specs.append(dict(name="v0", kind="v0", offset=np.nan))
     return specs
 
 
-def prior_values(spec: dict, data: StudyData, seed: int) -> np.ndarray:
-    """p of the spec's prior for every prompt of `data` (context unused by these priors)."""
+def v0_prior_values(cfg: dict, data: StudyData, seed: int, context: int = 256) -> np.ndarray:
+    """The V0 prior's p for every prompt of the study, as V0.5 would query it: a context of
+    `context` (prompt, reward) pairs of the current policy, one rollout each (the last oracle
+    column). The prompts are split in two halves and each half is predicted from a context drawn
+    from the other, so no prompt sees its own reward."""
+    from sparserl.values.v0.prior import make_v0_prior
+    prior = make_v0_prior({"kind": "v0"}, seed, cfg)
+    ids = [str(i) for i in data.ids]
+    rng = np.random.default_rng([seed, 5])
+    half = rng.permutation(len(ids)) % 2
+    out = np.empty(len(ids))
+    for h in (0, 1):
+        pool = np.flatnonzero(half != h)
+        ctx = rng.choice(pool, min(context, len(pool)), replace=False)
+        tgt = np.flatnonzero(half == h)
+        out[tgt] = prior([ids[i] for i in tgt], [(ids[i], float(data.oracle[i, -1])) for i in ctx])
+    return out
+
+
+def prior_values(spec: dict, data: StudyData, seed: int, extra: dict | None = None) -> np.ndarray:
+    """p of the spec's prior for every prompt of `data` (context unused by these priors; a learned
+    prior's values come precomputed in `extra`, e.g. {'v0': v0_prior_values(...)})."""
     ids = list(data.ids)
+    if spec["kind"] == "v0":
+        if not extra or "v0" not in extra:
+            raise ValueError("basis.study.v05.v0_prior needs the V0 prior's values (v0_prior_values; "
+                             "the study command computes them from the trained V0)")
+        return np.asarray(extra["v0"], dtype=np.float64)
     if spec["kind"] == "oracle":
         prior = make_prior("oracle", values=dict(zip(ids, data.p)), offset=spec["offset"], sign=spec["sign"], seed=seed)
     elif spec["kind"] == "constant":
@@ -112,7 +139,7 @@ def fixed_k_moments(N: int, S: np.ndarray, k: int, prior_v: np.ndarray) -> dict:
     return out
 
 
-def bias_table(data: StudyData, v: dict, seed: int) -> pd.DataFrame:
+def bias_table(data: StudyData, v: dict, seed: int, extra: dict | None = None) -> pd.DataFrame:
     """Per prior x k x estimator x difficulty bin (and 'all'): mean MSE, mean bias, max |bias|,
     the bound 1/sqrt(k), max |bias| sqrt(k), whether inside the bound, rejection probability."""
     N = data.oracle.shape[1]
@@ -122,7 +149,7 @@ def bias_table(data: StudyData, v: dict, seed: int) -> pd.DataFrame:
     labels = bin_labels(edges)
     rows = []
     for spec in prior_specs(v, data):
-        pv = 2.0 * prior_values(spec, data, seed) - 1.0
+        pv = 2.0 * prior_values(spec, data, seed, extra) - 1.0
         for k in v["ks"]:
             if k > N:
                 continue
@@ -173,14 +200,14 @@ def oracle_k(delta2_true: np.ndarray, c: float, k_init: int, k_step: int, k_max:
     return k_cont, grid[j], R[np.arange(len(d)), j]
 
 
-def osla_runs(data: StudyData, v: dict, seed: int) -> pd.DataFrame:
+def osla_runs(data: StudyData, v: dict, seed: int, extra: dict | None = None) -> pd.DataFrame:
     """One row per (prior, c, repeat, prompt of the batch). Batches and reward orders are shared by
     every prior and c (common random numbers)."""
     P, N = data.oracle.shape
     B = min(int(v["B"]), P)
     S = data.oracle.sum(axis=1)
     specs = prior_specs(v, data)
-    pri = {s["name"]: prior_values(s, data, seed) for s in specs}
+    pri = {s["name"]: prior_values(s, data, seed, extra) for s in specs}
     k_init, k_step = int(v["k_init"]), int(v["k_step"])
     p_rej = {}
     for s in specs:  # exact P(Delta2 > 0) at the first test (k = k_init)

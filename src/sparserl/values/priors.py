@@ -19,6 +19,7 @@ Priors here:
   or 'inward' (towards the middle, s = -sign(V), +1 at V = 0: never clipped while delta <= 1).
   `realized_offset(prompt_ids)` returns V' - V after clipping.
 - `ConstantPrior`: the same p for every prompt (0.5 = "knows nothing"; the pool mean).
+- 'v0': the trained V0 model, conditioned on the run's support buffer (`values.v0.prior`).
 
 `make_prior(kind, **kw)` builds one from the registry (`register_prior` adds kinds, e.g. V0).
 """
@@ -128,7 +129,7 @@ class ConstantPrior:
 
 
 PRIOR_REGISTRY: dict[str, Callable[..., Prior]] = {}
-PLANNED_PRIORS = ("v0",)  # accepted by method specs now; registered when the V0 model lands
+PLANNED_PRIORS: tuple = ()  # kinds method specs may name before their factory is registered
 
 
 def register_prior(kind: str, factory: Callable[..., Prior]) -> None:
@@ -192,5 +193,12 @@ def prior_for_method(spec: Mapping, reference: pd.DataFrame | None, seed: int,
     return make_prior(spec["kind"], spec=dict(spec), seed=seed, **kw)
 
 
+def _v0_prior(**kw) -> Prior:
+    """The trained V0 model as a prior (sparserl.values.v0.prior; imports torch when built)."""
+    from sparserl.values.v0.prior import make_v0_prior
+    return make_v0_prior(**kw)
+
+
 register_prior("oracle", OraclePrior)
 register_prior("constant", ConstantPrior)
+register_prior("v0", _v0_prior)

@@ -71,13 +71,15 @@ def load_policy(path: str, backend: str):
 
 
 class Trainer:
-    def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info):
+    def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info,
+                 run_paths=None):
         torch.set_num_threads(threads)
         self.cfg, self.seed, self.log = cfg, seed, log
         self.rl = cfg["rl"]
         self.m = load_method(method_name)
         self.P = Paths(cfg)
-        self.run_paths = self.P.run(method_name, seed)
+        # run_paths: where the run lives, if not rl/<method>/seed<s> (V0's harvest runs)
+        self.run_paths = run_paths or self.P.run(method_name, seed)
         self.dir = self.run_paths.dir
         policy_path = str(self.P.policy(self.rl["policy"]))
         torch.manual_seed(seed)
@@ -337,5 +339,5 @@ class Trainer:
 
 
 def train(cfg: dict, method: str, seed: int, threads: int = 1, stop_after: int | None = None,
-          log=_log.info) -> Path:
-    return Trainer(cfg, method, seed, threads=threads, log=log).run(stop_after=stop_after)
+          log=_log.info, run_paths=None) -> Path:
+    return Trainer(cfg, method, seed, threads=threads, log=log, run_paths=run_paths).run(stop_after=stop_after)

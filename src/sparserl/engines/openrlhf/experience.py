@@ -156,7 +156,11 @@ def live_prior(args, spec: MethodSpec) -> LivePrior:
     key = (spec.name, json.dumps(spec.to_dict(), sort_keys=True))
     if key not in _LIVE_PRIORS:
         seed = int(getattr(getattr(args, "sparserl", None), "seed", 0) or 0)
-        prior = prior_for_method(dataclasses.asdict(spec.prior), None, seed)
+        if spec.prior.kind == "v0":  # one Ray actor holds V0 for every process (v0_server)
+            from sparserl.engines.openrlhf.v0_server import remote_prior_from_args
+            prior = remote_prior_from_args(args)
+        else:
+            prior = prior_for_method(dataclasses.asdict(spec.prior), None, seed)
         rng = np.random.default_rng(seed)
         _LIVE_PRIORS[key] = LivePrior(prior, SupportBuffer(spec.support.size, spec.support.context, rng))
     return _LIVE_PRIORS[key]

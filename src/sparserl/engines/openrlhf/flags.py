@@ -46,7 +46,7 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "logger.logging_steps": 1,
     "ckpt.save_hf": True,
 }
-LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port")
+LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port", "v0_gpus")
 AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
 LOSS_TYPE = {"ppo_clip": "ppo", "gspo": "gspo", "gpg": "gpg"}
 
@@ -64,9 +64,12 @@ def save_steps(rl: dict, method: MethodSpec) -> int:
 
 
 def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
-                   policy_path: str | None = None) -> dict[str, Any]:
+                   policy_path: str | None = None, config_paths: list | None = None) -> dict[str, Any]:
     """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`)."""
     rl = cfg["rl"]
+    if method.sampler == "budget":
+        raise ConfigError(f"method {method.name}: V0's budget allocation runs in the local trainer only; the "
+                          "OpenRLHF engine has no budget samples generator yet (drop it from rl.methods at paper scale)")
     over = dict(rl.get("openrlhf") or {})
     run = run_files(method, seed, out_dir)
     if policy_path is None:
@@ -153,6 +156,11 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     f["sparserl.spec"] = json.dumps(method.to_dict(), sort_keys=True)
     f["sparserl.run_dir"] = str(run.dir)  # the experience maker appends harvested rollouts there
     f["sparserl.seed"] = int(seed)
+    if method.needs_v0_model:  # the V0 prior actor (engines.openrlhf.v0_server)
+        f["sparserl.v0_model"] = str(Path(Paths(cfg).v0_prior_model()).absolute())
+        f["sparserl.v0_gpus"] = float(over.get("v0_gpus", 0.0))
+        if config_paths:
+            f["sparserl.config"] = json.dumps([str(Path(c).absolute()) for c in config_paths])
 
     # free-form overrides (dotted OpenRLHF flags)
     for k, v in over.items():

@@ -33,12 +33,13 @@ def launch(argv: list[str], *, address: str | None = None, extra_env: dict | Non
 def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str | Path, *,
         dry_run: bool = False, log=print) -> list[str]:
     """`openrlhf-launch`: dataset + argv, Ray on the SLURM allocation (or local), training, metrics."""
-    cfg = load_config(list(config_paths))
+    config_paths = list(config_paths)
+    cfg = load_config(config_paths)
     if "rl" not in cfg:
         raise ConfigError("the config has no 'rl' section")
     method = load_method(method_name)
     run_paths = run_files(method, seed, out_dir)
-    argv = openrlhf_argv(cfg, method, seed, out_dir)
+    argv = openrlhf_argv(cfg, method, seed, out_dir, config_paths=config_paths)
     parse_args(argv)  # OpenRLHF's own checks fail here, before any GPU work
     if dry_run:
         return argv

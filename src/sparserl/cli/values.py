@@ -1,0 +1,105 @@
+"""`python -m sparserl v0-*`: the V0 value model's commands.
+
+    sparserl v0-official --sample ../shared/data/v0_official_sample   # V0 + baselines on the paper's sample
+    sparserl v0-harvest-run --policy s      # the trajectory harvest (workflow/rules/values.smk)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def cmd_v0_official(args):
+    from sparserl.core.config import load_config
+    from sparserl.core.logs import get_logger
+    from sparserl.core.paths import Paths
+    from sparserl.values.v0.official import run_official, summarize
+    from sparserl.values.v0.settings import v0_settings
+    cfg = load_config(args.config)
+    over = {}
+    if args.epochs is not None:
+        over["train"] = {"epochs": args.epochs}
+    if args.head:
+        over["head"] = {"kind": args.head, **({"model_path": args.model_path} if args.model_path else {})}
+    s = v0_settings(cfg, **over)
+    sample = args.sample or s.get("official_sample")
+    if not sample:
+        raise SystemExit("v0-official: pass --sample <folder> or set v0.official_sample")
+    out = Path(args.out) if args.out else Paths(cfg).v0_official().parent
+    log = get_logger("sparserl.v0").info
+    table = run_official(sample, out, s, seeds=tuple(range(args.seeds)), threads=args.threads, log=log)
+    with __import__("pandas").option_context("display.width", 200, "display.max_columns", 30):
+        print(summarize(table).round(3).to_string())
+    log(f"V0 official sample -> {out}")
+
+
+def cmd_v0_harvest_run(args):
+    from sparserl.core.config import load_config
+    from sparserl.engines.harvest import run_harvest
+    rp = run_harvest(load_config(args.config), args.policy, threads=args.threads)
+    print(f"harvest run {args.policy} -> {rp.dir}")
+
+
+def cmd_v0_harvest_values(args):
+    from sparserl.core.config import load_config
+    from sparserl.engines.harvest import harvest_values
+    harvest_values(load_config(args.config), args.policy, threads=args.threads)
+
+
+def cmd_v0_harvest_all(args):
+    from sparserl.core.config import load_config
+    from sparserl.engines.harvest import harvest_all
+    harvest_all(load_config(args.config))
+
+
+def cmd_v0_table(args):
+    from sparserl.core.config import load_config
+    from sparserl.core.logs import get_logger
+    from sparserl.values.v0.experiments import run_protocol
+    t = run_protocol(load_config(args.config), args.protocol, seed=args.seed, threads=args.threads,
+                     log=get_logger("sparserl.v0").info)
+    cols = ["method", "intra_auc", "calibration_mse", "pairwise_acc", "pairs", "rows"]
+    print(t[t["model"] == "all"][cols].round(3).to_string(index=False))
+
+
+def cmd_v0_ablations(args):
+    from sparserl.core.config import load_config
+    from sparserl.core.logs import get_logger
+    from sparserl.values.v0.experiments import run_ablations
+    t = run_ablations(load_config(args.config), args.protocol, seed=args.seed, threads=args.threads,
+                      log=get_logger("sparserl.v0").info)
+    print(t[["variant", "intra_auc", "calibration_mse", "pairwise_acc"]].round(3).to_string(index=False))
+
+
+def cmd_v0_routing(args):
+    from sparserl.core.config import load_config
+    from sparserl.core.logs import get_logger
+    from sparserl.values.v0.routing import run_routing
+    t = run_routing(load_config(args.config), log=get_logger("sparserl.v0").info)
+    print(t.round(3).to_string(index=False))
+
+
+def register(sub, add):
+    add("v0-harvest-run", cmd_v0_harvest_run, "V0 harvest: a GRPO run of one policy with a checkpoint "
+        "every v0.harvest.checkpoint_samples samples (resumable)", policy=True, threads=True)
+    add("v0-harvest-values", cmd_v0_harvest_values, "V0 harvest: avg@k of the policy and each of its "
+        "harvest checkpoints on the held-out queries, plus its on-policy rollouts (one long table)",
+        policy=True, threads=True)
+    add("v0-harvest-all", cmd_v0_harvest_all, "V0 harvest: one long table of every harvested policy")
+    p = add("v0-table", cmd_v0_table, "V0 against every baseline on the harvest under one protocol "
+            "(Table 1: sequential, Table 2: strict)", threads=True)
+    p.add_argument("--protocol", choices=["sequential", "strict"], required=True)
+    p.add_argument("--seed", type=int, default=0)
+    add("v0-routing", cmd_v0_routing, "Figure 5 (right): route each query to the cheapest policy V0 "
+        "predicts will solve it; accuracy-cost frontier against matrix factorisation and single policies")
+    p = add("v0-ablations", cmd_v0_ablations, "Table 6: V0 with one piece changed at a time "
+            "(connector, loss, frozen vs tuned head)", threads=True)
+    p.add_argument("--protocol", choices=["sequential", "strict"], default="strict")
+    p.add_argument("--seed", type=int, default=0)
+    p = add("v0-official", cmd_v0_official, "train and evaluate V0 and its baselines on the V0 paper's "
+            "released sample (intra-context AUC, calibration MSE, pairwise calibration)", threads=True)
+    p.add_argument("--sample", default=None, help="the sample folder (default: v0.official_sample)")
+    p.add_argument("--out", default=None, help="output folder (default: results/<scale>/values/v0_official)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--head", choices=["gp", "tabpfn"], default=None)
+    p.add_argument("--model-path", default=None, help="TabPFN checkpoint for --head tabpfn")

@@ -1,0 +1,180 @@
+"""V0's figures, from the cached tables of `sparserl v0-table` only (never a model, never training):
+Tables 1 and 2 (every method's intra-context AUC and calibration MSE, per policy), Figure 3
+(tracking: intra-AUC at each checkpoint of the sequential protocol) and Figure 4 (robustness:
+early vs late steps, weak vs strong policy, in-domain vs harder benchmarks). Each names its head
+(`gp` at tiny scale is not TabPFN) in the title."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sparserl.core.paths import Paths
+from sparserl.figures.registry import pyplot, read_single, register_figure, row, single
+from sparserl.values.v0.metrics import auc
+
+ORDER = ["v0", "v0_untrained", "knn_contextual", "vanilla_value_model", "stepwise_retrain",
+         "outcome_model", "context_mean", "head_only"]
+
+
+def _no_v0(cfg: dict) -> str:
+    return "" if (cfg.get("v0") or {}).get("harvest") is not None else "V0 figures need v0.harvest in the config"
+
+
+def _methods(df: pd.DataFrame) -> list[str]:
+    have = list(dict.fromkeys(df["method"]))
+    return [m for m in ORDER if m in have] + [m for m in have if m not in ORDER]
+
+
+def _head(df: pd.DataFrame) -> str:
+    h = sorted(set(df["head"])) if "head" in df else ["?"]
+    e = sorted(set(df["embedder"])) if "embedder" in df else ["?"]
+    return f"head {'/'.join(h)}, embedder {'/'.join(e)}"
+
+
+def _table_figure(df: pd.DataFrame, axes, title: str) -> None:
+    methods = _methods(df)
+    models = [m for m in dict.fromkeys(df["model"]) if m != "all"] + ["all"]
+    w = 0.8 / len(models)
+    for ax, metric, label in zip(axes, ("intra_auc", "calibration_mse"), ("intra-context AUC", "calibration MSE")):
+        for j, model in enumerate(models):
+            d = df[df["model"] == model].set_index("method").reindex(methods)
+            ax.bar(np.arange(len(methods)) + (j - (len(models) - 1) / 2) * w, d[metric].to_numpy(), w,
+                   label=f"policy {model}" if model != "all" else "all policies", color=f"C{j}",
+                   alpha=0.9 if model == "all" else 0.6)
+        ax.set_xticks(np.arange(len(methods)), methods, rotation=40, ha="right", fontsize=7)
+        ax.set_ylabel(label)
+        if metric == "intra_auc":
+            ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
+    axes[0].legend(fontsize=7)
+    axes[0].set_title(f"{title} ({_head(df)})", fontsize=9, loc="left")
+
+
+for _protocol, _name, _title in (("sequential", "table1_sequential", "Table 1: sequential alignment"),
+                                 ("strict", "table2_strict", "Table 2: strict generalisation")):
+    def _draw(df, axes, _t=_title):
+        _table_figure(df, axes, _t)
+
+    register_figure(
+        f"v0/{_name}", tables=lambda cfg, _p=_protocol: [Paths(cfg).value_eval(f"v0_{_p}")],
+        layout=row(2, (12, 4.6)), built_by=f"rule v0_table (`sparserl v0-table --protocol {_protocol}`)",
+        unavailable=_no_v0,
+        caption=f"{_title}: intra-context AUC (label = value >= 0.5, per checkpoint, averaged) and "
+                "calibration MSE against avg@k, per method and policy.")(_draw)
+
+
+def _auc_by(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Intra-context AUC of each method within each checkpoint, then averaged over `keys` groups."""
+    cols = ["method", "model", "step"] + [c for c in keys if c not in ("model", "step")]
+    rows = []
+    for k, g in df.groupby(cols, sort=True, dropna=False):
+        a = auc(g["value"] >= 0.5, g["p"])
+        if np.isfinite(a):
+            rows.append(dict(zip(cols, k), auc=a))
+    return pd.DataFrame(rows, columns=cols + ["auc"])
+
+
+def _nothing(ax, what: str) -> None:
+    """A panel with no AUC to show: every checkpoint's queries have one label (e.g. smoke scale)."""
+    ax.text(0.5, 0.5, f"no {what} has queries of both labels:\nintra-context AUC is undefined",
+            ha="center", va="center", fontsize=8, transform=ax.transAxes)
+
+
+@register_figure("v0/tracking", tables=lambda cfg: [Paths(cfg).value_eval("v0_sequential_predictions")],
+                 layout=lambda df: pyplot().subplots(1, df["model"].nunique(), figsize=(4.2 * df["model"].nunique(), 4),
+                                                     squeeze=False),
+                 built_by="rule v0_table (`sparserl v0-table --protocol sequential`)", unavailable=_no_v0,
+                 caption="Figure 3: intra-context AUC of the on-policy rollouts at each checkpoint of the "
+                         "harvest runs (sequential alignment), one panel per policy.")
+def _tracking(df, axes):
+    a = _auc_by(df, ["model", "step"])
+    for ax, model in zip(axes[0], sorted(df["model"].unique())):
+        g = a[a["model"] == model]
+        if g.empty:
+            _nothing(ax, f"checkpoint of policy {model}")
+            continue
+        for i, m in enumerate(_methods(g)):
+            d = g[g["method"] == m].sort_values("step")
+            ax.plot(d["step"], d["auc"], marker=".", lw=1.2 if m == "v0" else 0.8, color=f"C{i}", label=m)
+        ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
+        ax.set_title(f"policy {model}", fontsize=9)
+        ax.set_xlabel("RL step of the checkpoint")
+    axes[0][0].set_ylabel("intra-context AUC")
+    axes[0][0].legend(fontsize=6)
+
+
+@register_figure("v0/robustness",
+                 tables=lambda cfg: [Paths(cfg).value_eval("v0_sequential_predictions"),
+                                     Paths(cfg).value_eval("v0_strict_predictions")],
+                 read=lambda cfg, tables: tuple(read_single(cfg, [t]) for t in tables),
+                 layout=row(3, (13, 4.2)), built_by="rule v0_table (`sparserl v0-table`)", unavailable=_no_v0,
+                 caption="Figure 4: intra-context AUC by early vs late checkpoints (first and second half of "
+                         "the steps) and weak vs strong policy (sequential alignment), and in-domain vs "
+                         "harder benchmarks (strict generalisation, the held-out queries).")
+def _robustness(data, axes):
+    seq, strict = data
+    a = _auc_by(seq, ["model", "step"])
+    mid = a.groupby("model")["step"].transform(lambda s: s.max() / 2)
+    a["phase"] = np.where(a["step"] <= mid, "early", "late")
+    # weak and strong: the policies with the lowest and highest held-out value at the start
+    start = strict[strict["step"] == strict["step"].min()].groupby("model")["value"].mean()
+    weak, strong = (start.idxmin(), start.idxmax()) if len(start) else ("?", "?")
+    ws = a[a["model"].isin([weak, strong])].assign(
+        model=lambda d: d["model"].map({weak: f"weak ({weak})", strong: f"strong ({strong})"}))
+    panels = [(a.groupby(["method", "phase"])["auc"].mean().unstack(), "early vs late steps"),
+              (ws.groupby(["method", "model"])["auc"].mean().unstack(), "weak vs strong policy")]
+    b = _auc_by(strict, ["model", "step", "domain"])
+    panels.append((b.groupby(["method", "domain"])["auc"].mean().unstack(), "in-domain vs harder"))
+    for ax, (t, title) in zip(axes, panels):
+        if t.empty:
+            _nothing(ax, "checkpoint")
+            ax.set_title(title, fontsize=9)
+            continue
+        t = t.reindex([m for m in _methods(t.reset_index()) if m in t.index])
+        w = 0.8 / max(1, t.shape[1])
+        for j, col in enumerate(t.columns):
+            ax.bar(np.arange(len(t)) + (j - (t.shape[1] - 1) / 2) * w, t[col].to_numpy(), w, label=str(col), color=f"C{j}")
+        ax.set_xticks(np.arange(len(t)), t.index, rotation=40, ha="right", fontsize=7)
+        ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("intra-context AUC")
+
+
+
+@register_figure("v0/table6_ablations", tables=lambda cfg: [Paths(cfg).value_eval("v0_ablations")],
+                 layout=row(2, (11, 4.4)), built_by="rule v0_ablations (`sparserl v0-ablations`)",
+                 unavailable=_no_v0,
+                 caption="Table 6: V0 with one piece changed at a time (connector, loss, frozen vs tuned "
+                         "head), strict generalisation: intra-context AUC and calibration MSE.")
+def _ablations(df, axes):
+    y = np.arange(len(df))
+    for ax, metric, label in zip(axes, ("intra_auc", "calibration_mse"), ("intra-context AUC", "calibration MSE")):
+        ax.barh(y, df[metric].to_numpy(), color=["C3"] + ["C0"] * (len(df) - 1))
+        ax.set_yticks(y, df["variant"], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(label)
+    axes[0].axvline(0.5, color="0.5", lw=0.8, ls=":")
+    axes[1].set_yticks(y, [""] * len(df))
+    axes[0].set_title(f"Table 6 ({_head(df)})", fontsize=9, loc="left")
+
+
+@register_figure("v0/routing", tables=lambda cfg: [Paths(cfg).value_eval("v0_routing")],
+                 layout=single((6.5, 4.6)), built_by="rule v0_routing (`sparserl v0-routing`)", unavailable=_no_v0,
+                 caption="Figure 5 (right): routing each held-out query to the cheapest policy whose predicted "
+                         "success clears a threshold (swept): mean accuracy vs mean cost (parameters) for V0, a "
+                         "matrix-factorisation router, the oracle, and each single policy.")
+def _routing(df, ax):
+    curves = df[df["tau"].notna()]
+    for i, (router, d) in enumerate(curves.groupby("router", sort=False)):
+        d = d.sort_values("cost")
+        ax.plot(d["cost"], d["accuracy"], marker=".", lw=1.4 if router == "v0" else 0.9, color=f"C{i}",
+                ls="--" if router == "oracle" else "-", label=router)
+    single_ = df[df["tau"].isna()]
+    ax.scatter(single_["cost"], single_["accuracy"], color="k", marker="s", s=22, zorder=3)
+    for _, r in single_.iterrows():
+        ax.annotate(r["router"], (r["cost"], r["accuracy"]), fontsize=7, xytext=(4, -8), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("mean cost per query (parameters of the chosen policy)")
+    ax.set_ylabel("accuracy (avg@k of the chosen policy)")
+    ax.set_title("Routing across the policy fleet", fontsize=9)
+    ax.legend(fontsize=7)

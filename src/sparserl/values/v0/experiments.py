@@ -1,0 +1,161 @@
+"""V0's Tables 1 and 2 on the harvest: V0 against every baseline, under one protocol.
+
+`run_protocol(cfg, protocol)` reads the harvest table, builds the protocol's timeline
+(`protocols`), embeds every prompt once (cached beside the outputs), trains V0 on the train rows
+of every policy and checkpoint, and scores the test rows with V0 and the baselines:
+v0, v0_untrained, head_only (the head on mean-pooled embeddings), knn_contextual (a FIFO of the
+policy's last 2048 context pairs, k = 64), outcome_model (prompt only), context_mean, and the
+coupled value models (vanilla, step-wise retrain; `coupled`). Writes the predictions and one
+metrics row per method (overall and per policy) under `Paths.value_eval`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from sparserl.values.v0 import metrics
+from sparserl.values.v0.baselines import KNNContextual, OutcomeModel
+from sparserl.values.v0.embedder import EmbeddingTable, embed_texts
+from sparserl.values.v0.model import V0, save_v0
+from sparserl.values.v0.protocols import PROTOCOLS
+from sparserl.values.v0.settings import make_embedder, v0_settings
+from sparserl.values.v0.train import GROUP, draw_context, fit_v0, predict_v0
+from sparserl.core.logs import get_logger
+
+_log = get_logger(__name__)
+
+
+def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=_log.info) -> EmbeddingTable:
+    """Every prompt's token states, cached at `path` (rebuilt when the prompts differ)."""
+    ids = sorted(texts)
+    if path.is_file():
+        t = EmbeddingTable.load(path)
+        if sorted(t.ids) == ids:
+            return t
+    policy_dir = None
+    if s["embedder"]["kind"] == "policy":
+        from sparserl.core.paths import Paths
+        policy_dir = Paths(cfg).policy(s["embedder"]["path"])
+    t = embed_texts(make_embedder(s, policy_dir), ids, [texts[i] for i in ids], log=log)
+    t.save(path)
+    return t
+
+
+def knn_predictions(timeline: pd.DataFrame, pooled: np.ndarray, table: EmbeddingTable,
+                    window: int = 2048, k: int = 64) -> pd.DataFrame:
+    """Per policy, in step order: the FIFO holds the context pairs seen so far; test rows of a
+    checkpoint are scored after its context pairs enter the buffer."""
+    out = []
+    for _, g in timeline.groupby("model", sort=True):
+        knn = KNNContextual(k=k, window=window)
+        for _, c in g.groupby("step", sort=True):
+            ctx = c[c["role"] == "context"]
+            knn.observe(pooled[table.rows(ctx["query_id"].tolist())], ctx["value"].to_numpy())
+            test = c[c["role"] == "test"]
+            out.append(test.assign(p=knn.predict(pooled[table.rows(test["query_id"].tolist())])))
+    return pd.concat(out)
+
+
+def _score(pred: pd.DataFrame, hist: pd.Series) -> dict:
+    return metrics.score_table(pred.assign(query_mean=pred["query_id"].map(hist)))
+
+
+def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, log=_log.info,
+                 coupled: bool = True) -> pd.DataFrame:
+    from sparserl.core.artifacts import read_table, write_table
+    from sparserl.core.paths import Paths
+    from sparserl.tasks import format_prompt
+    from sparserl.values.v0.coupled import coupled_predictions
+    torch.set_num_threads(threads)
+    P = Paths(cfg)
+    s = v0_settings(cfg)
+    harvest = read_table(P.harvest_table())
+    tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
+    texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
+    out_dir = P.value_model("v0")
+    table = embedding_table(cfg, s, texts, out_dir / f"embeddings.{s['embedder']['kind']}.pt", log=log)
+    hist = harvest.groupby("query_id")["value"].mean()
+    test = tl[tl["role"] == "test"]
+    preds = {}
+    torch.manual_seed(seed)
+    model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
+    preds["v0_untrained"] = predict_v0(model, table, tl, test, s, seed)
+    history = fit_v0(model, table, tl, s, seed, log=log)
+    save_v0(model, out_dir / f"v0.{protocol}.seed{seed}.pt", extra={"protocol": protocol,
+                                                                    "history": history.to_dict("records")})
+    preds["v0"] = predict_v0(model, table, tl, test, s, seed)
+    pooled = table.pooled("mean")
+    preds["knn_contextual"] = knn_predictions(tl, pooled, table)
+    fit = tl[tl["role"].isin(["context", "train"])]
+    om = OutcomeModel().fit(pooled[table.rows(fit["query_id"].tolist())], fit["value"].to_numpy())
+    preds["outcome_model"] = test.assign(p=om.predict(pooled[table.rows(test["query_id"].tolist())]))
+    rng = np.random.default_rng([seed, 7])
+    pools = {k: g for k, g in tl[tl["role"] == "context"].groupby(GROUP, sort=True)}
+    preds["context_mean"] = pd.concat(
+        g.assign(p=float(draw_context(pools[k], int(s["train"]["context"]), rng)["value"].mean()))
+        for k, g in test.groupby(GROUP, sort=True))
+    if coupled:
+        b = (cfg.get("v0") or {}).get("baselines") or {}
+        dirs = {m: str(P.policy(m)) for m in tl["model"].unique()}
+        kw = dict(epochs=int(b.get("vm_epochs", 5)), lr=float(b.get("vm_lr", 1e-4)), seed=seed)
+        preds["vanilla_value_model"] = coupled_predictions(tl, texts, dirs, **kw)
+        preds["stepwise_retrain"] = coupled_predictions(tl, texts, dirs, stepwise=True, **kw)
+    rows = []
+    for name, pr in preds.items():
+        pr = pr.loc[test.index] if len(pr) == len(test) else pr
+        rows.append({"protocol": protocol, "method": name, "model": "all", "seed": seed,
+                     "head": s["head"]["kind"], "embedder": table.embedder, **_score(pr, hist)})
+        for m, g in pr.groupby("model", sort=True):
+            rows.append({"protocol": protocol, "method": name, "model": m, "seed": seed,
+                         "head": s["head"]["kind"], "embedder": table.embedder, **_score(g, hist)})
+    allp = pd.concat([p.assign(method=n) for n, p in preds.items()], ignore_index=True)
+    write_table(allp, P.value_eval(f"v0_{protocol}_predictions"), cfg=cfg)
+    result = pd.DataFrame(rows)
+    write_table(result, P.value_eval(f"v0_{protocol}"), cfg=cfg,
+                extra={"protocol": protocol, "head": s["head"]["kind"], "embedder": table.embedder,
+                       "rows": {r: int((tl["role"] == r).sum()) for r in ("context", "train", "test")}})
+    return result
+
+
+# Table 6: what each piece of V0 contributes (one setting changed at a time)
+ABLATIONS = {
+    "v0 (residual queries, both losses, frozen head)": {},
+    "connector: static queries": {"adapter": {"connector": "static"}},
+    "connector: mean-pool + linear": {"adapter": {"connector": "pool"}},
+    "loss: rank only": {"train": {"loss": "rank"}},
+    "loss: softCE only": {"train": {"loss": "ce"}},
+    "head: tuned with the adapter": {"head": {"tune": True}},
+}
+
+
+def run_ablations(cfg: dict, protocol: str = "strict", *, seed: int = 0, threads: int = 2,
+                  log=_log.info) -> pd.DataFrame:
+    """Table 6 under one protocol (the paper's is zero-shot): V0 retrained per variant, same data."""
+    from sparserl.core.artifacts import read_table, write_table
+    from sparserl.core.paths import Paths
+    from sparserl.tasks import format_prompt
+    torch.set_num_threads(threads)
+    P = Paths(cfg)
+    base = v0_settings(cfg)
+    harvest = read_table(P.harvest_table())
+    tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
+    texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
+    table = embedding_table(cfg, base, texts, P.value_model("v0") / f"embeddings.{base['embedder']['kind']}.pt", log=log)
+    hist = harvest.groupby("query_id")["value"].mean()
+    test = tl[tl["role"] == "test"]
+    rows = []
+    for name, over in ABLATIONS.items():
+        s = v0_settings(cfg, **over)
+        torch.manual_seed(seed)
+        model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
+        fit_v0(model, table, tl, s, seed, log=log)
+        pred = predict_v0(model, table, tl, test, s, seed)
+        rows.append({"protocol": protocol, "variant": name, "seed": seed, "head": s["head"]["kind"],
+                     "embedder": table.embedder, **_score(pred, hist)})
+        log(f"ablation {name}: intra AUC {rows[-1]['intra_auc']:.3f}, MSE {rows[-1]['calibration_mse']:.3f}")
+    out = pd.DataFrame(rows)
+    write_table(out, P.value_eval("v0_ablations"), cfg=cfg, extra={"protocol": protocol})
+    return out

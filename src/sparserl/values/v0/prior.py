@@ -1,0 +1,73 @@
+"""V0 as V0.5's prior (prior kind 'v0'): p(x | C) for a step's prompts, where C is the run's
+support buffer (the 512 most recent (prompt, reward) pairs, 256 sampled per step; values.support).
+
+The adapter is frozen once trained, so a prompt's features never change: they are computed once
+per prompt and cached, and a call costs the head's solve over the context (perf/v0_latency.py).
+Context rewards are single rollouts in {0, 1}, the labels the head takes. With an empty buffer
+(the first step) the prior knows nothing and says 0.5 for every prompt.
+
+`make_v0_prior(spec, seed, cfg)` is the registered factory: it loads the trained V0 of the
+config (`Paths.v0_prior_model`, or `spec['model']`) and embeds the RL pool's prompts with V0's
+embedder (cached beside the model).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from sparserl.values.v0.embedder import EmbeddingTable
+from sparserl.values.v0.model import V0, load_v0
+
+
+class V0Prior:
+    def __init__(self, model: V0, table: EmbeddingTable, *, batch: int = 512):
+        self.model, self.table, self.batch = model.eval(), table, int(batch)
+        self._feat: dict[Any, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def features(self, ids: Sequence) -> torch.Tensor:
+        missing = list(dict.fromkeys(i for i in ids if i not in self._feat))
+        for s in range(0, len(missing), self.batch):
+            chunk = missing[s:s + self.batch]
+            f = self.model.features(*self.table.get(chunk))
+            self._feat.update(zip(chunk, f))
+        return torch.stack([self._feat[i] for i in ids]) if len(ids) else torch.zeros(0)
+
+    @torch.no_grad()
+    def __call__(self, prompt_ids: Sequence, context: Any = None) -> np.ndarray:
+        ids = list(prompt_ids)
+        pairs = list(context or [])
+        if not pairs:
+            return np.full(len(ids), 0.5)
+        cids, rewards = zip(*pairs)
+        cf = self.features(list(cids))
+        qf = self.features(ids)
+        logits = self.model.predict_from_features(cf, torch.tensor(rewards, dtype=cf.dtype), qf)
+        return torch.sigmoid(logits).double().numpy()
+
+    def __repr__(self) -> str:
+        return f"V0Prior({self.model.config['embedder']}, head {self.model.config['head'].get('kind')})"
+
+
+def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, **_) -> V0Prior:
+    from sparserl.core.artifacts import read_table
+    from sparserl.core.paths import Paths
+    from sparserl.tasks import format_prompt
+    from sparserl.values.v0.experiments import embedding_table
+    from sparserl.values.v0.settings import v0_settings
+    if cfg is None:
+        raise ValueError("the v0 prior needs the run's config (cfg=...) to find the trained V0")
+    P = Paths(cfg)
+    path = Path((spec or {}).get("model") or P.v0_prior_model())
+    model = load_v0(path)
+    pool = read_table(P.train_pool())
+    texts = {i: format_prompt(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
+    s = v0_settings(cfg)
+    table = embedding_table(cfg, s, texts, path.with_name(f"pool_embeddings.{s['embedder']['kind']}.pt"))
+    if table.embedder != model.config["embedder"]:
+        raise ValueError(f"{path} was trained on {model.config['embedder']} embeddings but v0.embedder "
+                         f"gives {table.embedder}; retrain V0 (rule v0_table) or fix v0.embedder")
+    return V0Prior(model, table)

@@ -1,0 +1,50 @@
+"""V0's settings: `v0:` in a config (schema: core/config.schema.yaml), over these defaults.
+
+Defaults are the paper's (V0 §4.1): 168 static queries x 6 numbers, 3 heads, AdamW 2e-4, context
+256, query batch 8, batch 2, alpha 0.25. The tiny-scale head is the offline GP (`gp`); the paper's
+is TabPFN-v2.5 (`tabpfn`, `head.model_path`). The embedder is MiniLM from its PyPI package at
+tiny scale, Qwen3-Embedding-0.6B from `embedder.path` at paper scale.
+"""
+from __future__ import annotations
+
+import copy
+
+DEFAULTS = {
+    "embedder": {"kind": "minilm", "path": None, "max_length": 256},
+    "adapter": {"n_static": 168, "proj_dim": 6, "n_heads": 3, "d_attn": 48, "d_residual": 64,
+                "connector": "residual"},
+    "head": {"kind": "gp", "model_path": None, "noise": 0.5, "tune": False},
+    "train": {"lr": 2e-4, "weight_decay": 0.01, "epochs": 10, "context": 256, "query_batch": 8,
+              "batch_size": 2, "alpha": 0.25, "loss": "both", "val_fraction": 0.0, "patience": 10},
+    "official_sample": None,
+}
+
+
+def v0_settings(cfg: dict | None = None, **overrides) -> dict:
+    """DEFAULTS merged with cfg['v0'], then with `overrides` ({section: {key: value}})."""
+    out = copy.deepcopy(DEFAULTS)
+    for layer in ((cfg or {}).get("v0") or {}, overrides):
+        for k, v in layer.items():
+            if isinstance(v, dict) and isinstance(out.get(k), dict):
+                out[k].update(v)
+            else:
+                out[k] = v
+    return out
+
+
+def make_embedder(s: dict, policy_dir=None):
+    """The embedder `s['embedder']` names ('minilm', 'hf' + path, 'policy' + a policy directory)."""
+    from sparserl.values.v0.embedder import HFEmbedder, PolicyEmbedder, minilm_path
+    e = s["embedder"]
+    if e["kind"] == "minilm":
+        return HFEmbedder(minilm_path(), max_length=e["max_length"], name="all-MiniLM-L6-v2")
+    if e["kind"] == "hf":
+        if not e.get("path"):
+            raise ValueError("v0.embedder.kind 'hf' needs v0.embedder.path (a local model directory, "
+                             "e.g. Qwen3-Embedding-0.6B)")
+        return HFEmbedder(e["path"], max_length=e["max_length"])
+    if e["kind"] == "policy":
+        if policy_dir is None:
+            raise ValueError("v0.embedder.kind 'policy' needs a policy checkpoint (v0.embedder.path: a policy ref)")
+        return PolicyEmbedder(policy_dir)
+    raise ValueError(f"v0.embedder.kind must be minilm, hf or policy, got {e['kind']!r}")

@@ -1,0 +1,151 @@
+# Stage: value models. V0 on the V0 paper's released sample: a target of its own, outside `all`
+# (the sample is local data that CI and a fresh clone lack):
+#   snakemake --cores 2 v0_official --configfile configs/tiny.yaml configs/overlays/v0_sample.yaml
+
+V0_SAMPLE = (CFG.get("v0") or {}).get("official_sample")
+
+
+def v0_sample_input(w):
+    if not V0_SAMPLE:
+        raise WorkflowError("v0_official needs v0.official_sample: the folder of the V0 paper's "
+                            "released sample; layer configs/overlays/v0_sample.yaml on the scale config "
+                            "(--configfile configs/tiny.yaml configs/overlays/v0_sample.yaml)")
+    if not os.path.isdir(V0_SAMPLE):
+        raise WorkflowError(f"v0.official_sample {V0_SAMPLE} is not a folder; the sample is local "
+                            "data (../shared/data/v0_official_sample on our machines)")
+    return [os.path.join(V0_SAMPLE, f) for f in
+            ("context.jsonl", "train.jsonl", "test.jsonl", "validity.jsonl", "prompt_dict.json")]
+
+
+rule v0_official:
+    input:
+        v0_sample_input,
+    output:
+        str(P.v0_official("metrics.parquet")),
+        str(P.v0_official("predictions.parquet")),
+    params:
+        key=cfg_key("v0"),
+    log:
+        str(P.stage("logs", "v0_official.log")),
+    threads: T("cpu_small", 2)
+    resources:
+        **R("cpu_small"),
+    shell:
+        "{SPARSERL} v0-official --config {CONFIGS} --threads {threads} > {log} 2>&1"
+
+
+# V0's trajectory harvest (sparserl.engines.harvest): per policy a GRPO run with a checkpoint every
+# v0.harvest.checkpoint_samples samples, avg@k of each checkpoint on the held-out benchmarks, and
+# the run's on-policy rollouts, in one long table (`sparserl show results/<scale>/values/harvest.parquet`).
+V0_HARVEST = (CFG.get("v0") or {}).get("harvest")
+
+if V0_HARVEST is not None:
+    from sparserl.engines.harvest import harvest_run_paths, harvest_settings
+
+    V0_POLICIES = harvest_settings(CFG)["policies"]
+
+    rule v0_harvest_run:
+        input:
+            policy=lambda w: policy_input(w.policy),
+            pool=str(P.train_pool()),
+        output:
+            final=directory(str(P.harvest_run("{policy}") / "final")),
+            rollouts=str(P.harvest_run("{policy}") / "rollouts.parquet"),
+        wildcard_constraints:
+            policy="[^/@]+",
+        params:
+            key=cfg_key("v0", "rl", "rollout"),
+        log:
+            str(P.stage("logs", "v0_harvest_run_{policy}.log")),
+        threads: T("rl")
+        resources:
+            **R("rl"),
+        shell:
+            "{SPARSERL} v0-harvest-run --config {CONFIGS} --policy {wildcards.policy} "
+            "--threads {threads} > {log} 2>&1"
+
+    rule v0_harvest_values:
+        input:
+            final=str(P.harvest_run("{policy}") / "final"),
+            rollouts=str(P.harvest_run("{policy}") / "rollouts.parquet"),
+            benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
+        output:
+            str(P.harvest("{policy}")),
+        wildcard_constraints:
+            policy="[^/@]+",
+        params:
+            key=cfg_key("v0", "evaluation", "rollout"),
+        log:
+            str(P.stage("logs", "v0_harvest_values_{policy}.log")),
+        threads: T("rollout")
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} v0-harvest-values --config {CONFIGS} --policy {wildcards.policy} "
+            "--threads {threads} > {log} 2>&1"
+
+    rule v0_harvest:
+        input:
+            [str(P.harvest(p)) for p in V0_POLICIES],
+        output:
+            str(P.harvest_table()),
+        localrule: True
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} v0-harvest-all --config {CONFIGS}"
+
+    rule v0_table:
+        # Table 1 (sequential alignment) and Table 2 (strict generalisation): V0 and its baselines
+        input:
+            str(P.harvest_table()),
+        output:
+            str(P.value_eval("v0_{protocol}")),
+            str(P.value_eval("v0_{protocol}_predictions")),
+            str(P.value_model("v0") / "v0.{protocol}.seed0.pt"),  # the sequential one is the RL prior
+        wildcard_constraints:
+            protocol="sequential|strict",
+        params:
+            key=cfg_key("v0"),
+        log:
+            str(P.stage("logs", "v0_table_{protocol}.log")),
+        threads: T("cpu_small", 2)
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} v0-table --config {CONFIGS} --protocol {wildcards.protocol} "
+            "--threads {threads} > {log} 2>&1"
+
+    rule v0_ablations:
+        # Table 6: connector variants, rank / CE / both losses, frozen vs tuned head (strict protocol)
+        input:
+            str(P.harvest_table()),
+        output:
+            str(P.value_eval("v0_ablations")),
+        params:
+            key=cfg_key("v0"),
+        log:
+            str(P.stage("logs", "v0_ablations.log")),
+        threads: T("cpu_small", 2)
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} v0-ablations --config {CONFIGS} --threads {threads} > {log} 2>&1"
+
+    rule v0_routing:
+        # Figure 5 (right): the accuracy-cost frontier of routing across the policy fleet
+        input:
+            str(P.harvest_table()),
+            str(P.value_eval("v0_strict_predictions")),
+        output:
+            str(P.value_eval("v0_routing")),
+        log:
+            str(P.stage("logs", "v0_routing.log")),
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} v0-routing --config {CONFIGS} > {log} 2>&1"
+
+    def v0_targets():
+        return [str(P.value_eval(f"v0_{p}")) for p in ("sequential", "strict")] + \
+            [str(P.value_eval("v0_ablations")), str(P.value_eval("v0_routing"))]
