@@ -63,22 +63,29 @@ def _score(pred: pd.DataFrame, hist: pd.Series) -> dict:
     return metrics.score_table(pred.assign(query_mean=pred["query_id"].map(hist)))
 
 
-def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, log=_log.info,
-                 coupled: bool = True) -> pd.DataFrame:
-    from sparserl.core.artifacts import read_table, write_table
+def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log):
+    """What every V0 experiment on the harvest starts from: settings, harvest, the protocol's
+    timeline, prompt texts, their embeddings, each query's mean value over the history, the test rows."""
+    from sparserl.core.artifacts import read_table
     from sparserl.core.paths import Paths
     from sparserl.tasks import format_prompt
-    from sparserl.values.v0.coupled import coupled_predictions
     torch.set_num_threads(threads)
     P = Paths(cfg)
     s = v0_settings(cfg)
     harvest = read_table(P.harvest_table())
     tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
     texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
-    out_dir = P.value_model("v0")
-    table = embedding_table(cfg, s, texts, out_dir / f"embeddings.{s['embedder']['kind']}.pt", log=log)
+    table = embedding_table(cfg, s, texts, P.value_model("v0") / f"embeddings.{s['embedder']['kind']}.pt", log=log)
     hist = harvest.groupby("query_id")["value"].mean()
-    test = tl[tl["role"] == "test"]
+    return P, s, harvest, tl, texts, table, hist, tl[tl["role"] == "test"]
+
+
+def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, log=_log.info,
+                 coupled: bool = True) -> pd.DataFrame:
+    from sparserl.core.artifacts import write_table
+    from sparserl.values.v0.coupled import coupled_predictions
+    P, s, _, tl, texts, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log)
+    out_dir = P.value_model("v0")
     preds = {}
     torch.manual_seed(seed)
     model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
@@ -134,18 +141,8 @@ ABLATIONS = {
 def run_ablations(cfg: dict, protocol: str = "strict", *, seed: int = 0, threads: int = 2,
                   log=_log.info) -> pd.DataFrame:
     """Table 6 under one protocol (the paper's is zero-shot): V0 retrained per variant, same data."""
-    from sparserl.core.artifacts import read_table, write_table
-    from sparserl.core.paths import Paths
-    from sparserl.tasks import format_prompt
-    torch.set_num_threads(threads)
-    P = Paths(cfg)
-    base = v0_settings(cfg)
-    harvest = read_table(P.harvest_table())
-    tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
-    texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
-    table = embedding_table(cfg, base, texts, P.value_model("v0") / f"embeddings.{base['embedder']['kind']}.pt", log=log)
-    hist = harvest.groupby("query_id")["value"].mean()
-    test = tl[tl["role"] == "test"]
+    from sparserl.core.artifacts import write_table
+    P, _, _, tl, _, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log)
     rows = []
     for name, over in ABLATIONS.items():
         s = v0_settings(cfg, **over)
