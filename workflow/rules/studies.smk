@@ -5,7 +5,7 @@
 #   snakemake --cores 2 paper_figures/tiny/basis/mse_by_method.png # one figure
 # Settings: config `basis.study` (defaults in sparserl.studies.DEFAULTS).
 
-from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES, StudyPaths, study_refs
+from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES, StudyPaths, settings, study_refs
 
 SP = StudyPaths(CFG)
 STUDY_REFS = study_refs(CFG)
@@ -79,7 +79,7 @@ if STUDY_REFS:
     def v05_study_inputs(w):
         """The caches, and the trained V0 when the study compares its prior (basis.study.v05.v0_prior)."""
         ins = dict(STUDY_CACHES)
-        if (((CFG.get("basis") or {}).get("study") or {}).get("v05") or {}).get("v0_prior"):
+        if settings(CFG)["v05"].get("v0_prior"):  # as the study command reads it
             ins["v0"] = str(P.v0_prior_model())
         return ins
 

@@ -47,6 +47,12 @@ class Sampler:
     def draw(self, n: int) -> np.ndarray:
         return self.rng.choice(len(self.pool_ids), n, replace=False)
 
+    def draw_with_prior(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The step's prompts (pool indices), their ids and the prior's p for them, before any rollout."""
+        idx = self.draw(self.n_prompts)
+        pids = self.pool_ids[idx]
+        return idx, pids, np.asarray(self.prior_fn(list(pids)), dtype=float)
+
     def sample(self, info: dict) -> Sampled:
         raise NotImplementedError
 
@@ -96,9 +102,7 @@ class OslaSampler(Sampler):
 
     def sample(self, info):
         o = self.m.osla
-        idx = self.draw(self.n_prompts)
-        pids = self.pool_ids[idx]
-        p = np.asarray(self.prior_fn(list(pids)), dtype=float)
+        idx, pids, p = self.draw_with_prior()
         batches: list[RolloutBatch] = []
         round_no = [0]
 
@@ -137,9 +141,8 @@ class BudgetSampler(Sampler):
     def sample(self, info):
         from sparserl.estimators.budget import allocate_budget, budget_utility
         a = self.m.budget
-        idx = self.draw(self.n_prompts)
-        pids = self.pool_ids[idx]
-        p = np.clip(np.asarray(self.prior_fn(list(pids)), dtype=float), 0.0, 1.0)
+        idx, pids, p = self.draw_with_prior()
+        p = np.clip(p, 0.0, 1.0)
         total = self.n_prompts * self.m.group_size
         B = allocate_budget(p, total, b_min=a.b_min, b_max=a.b_max)
         if B.sum() < total:  # U adds nothing for the rest (all p near 0 or 1): spread it evenly
