@@ -59,10 +59,6 @@ def knn_predictions(timeline: pd.DataFrame, pooled: np.ndarray, table: Embedding
     return pd.concat(out)
 
 
-def _score(pred: pd.DataFrame, hist: pd.Series) -> dict:
-    return metrics.score_table(pred.assign(query_mean=pred["query_id"].map(hist)))
-
-
 def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log):
     """What every V0 experiment on the harvest starts from: settings, harvest, the protocol's
     timeline, prompt texts, their embeddings, each query's mean value over the history, the test rows."""
@@ -114,10 +110,10 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
     for name, pr in preds.items():
         pr = pr.loc[test.index] if len(pr) == len(test) else pr
         rows.append({"protocol": protocol, "method": name, "model": "all", "seed": seed,
-                     "head": s["head"]["kind"], "embedder": table.embedder, **_score(pr, hist)})
+                     "head": s["head"]["kind"], "embedder": table.embedder, **metrics.score_against_history(pr, hist)})
         for m, g in pr.groupby("model", sort=True):
             rows.append({"protocol": protocol, "method": name, "model": m, "seed": seed,
-                         "head": s["head"]["kind"], "embedder": table.embedder, **_score(g, hist)})
+                         "head": s["head"]["kind"], "embedder": table.embedder, **metrics.score_against_history(g, hist)})
     allp = pd.concat([p.assign(method=n) for n, p in preds.items()], ignore_index=True)
     write_table(allp, P.value_eval(f"v0_{protocol}_predictions"), cfg=cfg)
     result = pd.DataFrame(rows)
@@ -151,7 +147,7 @@ def run_ablations(cfg: dict, protocol: str = "strict", *, seed: int = 0, threads
         fit_v0(model, table, tl, s, seed, log=log)
         pred = predict_v0(model, table, tl, test, s, seed)
         rows.append({"protocol": protocol, "variant": name, "seed": seed, "head": s["head"]["kind"],
-                     "embedder": table.embedder, **_score(pred, hist)})
+                     "embedder": table.embedder, **metrics.score_against_history(pred, hist)})
         log(f"ablation {name}: intra AUC {rows[-1]['intra_auc']:.3f}, MSE {rows[-1]['calibration_mse']:.3f}")
     out = pd.DataFrame(rows)
     write_table(out, P.value_eval("v0_ablations"), cfg=cfg, extra={"protocol": protocol})

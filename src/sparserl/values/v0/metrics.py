@@ -80,3 +80,8 @@ def score_table(df: pd.DataFrame, **kw) -> dict:
         if z in df:
             out[name] = residual_spearman(df, z)
     return out
+
+
+def score_against_history(pred: pd.DataFrame, history_mean: pd.Series) -> dict:
+    """`score_table` with each query's mean value over the whole history (query_id -> D_x)."""
+    return score_table(pred.assign(query_mean=pred["query_id"].map(history_mean)))

@@ -81,11 +81,6 @@ def load_sample(folder: str | Path) -> tuple[pd.DataFrame, dict]:
     return tl, prompts
 
 
-def _score(pred: pd.DataFrame, timeline: pd.DataFrame) -> dict:
-    hist = timeline.groupby("query_id")["value"].mean()
-    return metrics.score_table(pred.assign(query_mean=pred["query_id"].map(hist)))
-
-
 def _baselines(tl, table, s, seed) -> dict:
     rng = np.random.default_rng([seed, 7])  # the same context draw as predict_v0 with this seed
     pooled = table.pooled("mean")
@@ -143,12 +138,13 @@ def run_official(sample: str | Path, out_dir: str | Path, s: dict, *, seeds=(0, 
         table.save(emb_file)
     log(f"{len(ids)} prompts embedded by {table.embedder}: states {tuple(table.states.shape)}")
     test = tl[tl.role == "test"]
+    query_mean = tl.groupby("query_id")["value"].mean()
     preds, rows = [], []
 
     def add(method, seed, pred):
         preds.append(pred.assign(method=method, seed=seed))
         rows.append({"method": method, "head": s["head"]["kind"], "embedder": table.embedder,
-                     "seed": seed, **_score(pred, tl)})
+                     "seed": seed, **metrics.score_against_history(pred, query_mean)})
         log(f"{method} seed {seed}: " + ", ".join(f"{k} {v:.3f}" for k, v in rows[-1].items()
                                                    if isinstance(v, float)))
 
