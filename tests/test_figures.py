@@ -27,7 +27,7 @@ STUDY_FIGURES = {
 }
 RL_FIGURES = ["rl/learning_curves", "rl/final_accuracy"]
 V0_FIGURES = ["v0/table1_sequential", "v0/table2_strict", "v0/tracking", "v0/robustness",
-              "v0/table6_ablations", "v0/routing"]  # smoke has v0.harvest
+              "v0/table6_ablations", "v0/routing"]  # smoke and tiny have v0.harvest
 METHODS, SEEDS = ["grpo_g8", "rloo_g8", "reinforce_pp_g1"], [0, 1]
 
 
@@ -266,7 +266,7 @@ def test_cli_draws_and_lists(cfg, tmp_path, capsys):
 
 
 def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
-    """The default (tiny) config has RL runs and the studies: every figure gets its own rule."""
+    """The default (tiny) config has RL runs, the studies and V0: every figure gets its own rule."""
     cmd = [sys.executable, "-m", "snakemake", "figures", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n"]
     out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -274,7 +274,7 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     from sparserl.core.config import load_config
     tiny = load_config([str(repo / "configs/tiny.yaml")])
     figs = list_figures(tiny)
-    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES)
+    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES) | set(V0_FIGURES)
     for f in figs:
         block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
         assert f"output: {f.output(tiny)}" in block, block

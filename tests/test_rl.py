@@ -331,3 +331,17 @@ def test_tensorboard_scalars_and_progress_change_no_metric(world, monkeypatch):
     ev = acc.Scalars("reward_mean")
     assert [e.step for e in ev] == list(range(1, len(met) + 1))
     assert np.allclose([e.value for e in ev], met["reward_mean"])
+
+
+def test_run_lists_are_not_part_of_a_runs_identity(world):
+    """Adding a method or a seed to rl.methods / rl.seeds must not void the runs already there:
+    their resume state is keyed on methods.spec.run_settings (as the DAG's rule params are)."""
+    from sparserl.methods.spec import run_settings
+    cfg = copy.deepcopy(world)
+    cfg["rl"]["methods"] = list(cfg["rl"].get("methods") or []) + ["grpo_g8", "v05_osla"]
+    cfg["rl"]["seeds"] = [0, 1, 2, 7]
+    assert Trainer(cfg, "grpo_g4", 0)._key() == Trainer(world, "grpo_g4", 0)._key()
+    other = copy.deepcopy(world)
+    other["rl"]["steps"] += 1  # a setting of the run itself still counts
+    assert Trainer(other, "grpo_g4", 0)._key() != Trainer(world, "grpo_g4", 0)._key()
+    assert "methods" not in run_settings(cfg["rl"]) and "seeds" not in run_settings(cfg["rl"])

@@ -48,6 +48,13 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
         block = next(b for b in blocks if f"method={m}," in b)
         assert "gpu=8" in block and "runtime=2880" in block, block
         assert "openrlhf-launch" in block and f"--method {m} " in block
+    # V0's harvest: one GPU job per architecture the config names, then the V0 tables on the harvest
+    cfg = load_config(repo / "configs/paper.yaml")
+    harvest = [b for b in log.split("\n\n") if "rule v0_harvest_run:" in b]
+    assert sorted(re.search(r"wildcards: policy=(\S+)", b).group(1) for b in harvest) == \
+        sorted(cfg["v0"]["harvest"]["policies"])
+    assert all("gpu=8" in b for b in harvest)
+    assert log.count("rule v0_table:") == 2 and "rule v0_ablations:" in log
 
 
 def test_tiny_dry_run_is_the_default(repo, tmp_path):

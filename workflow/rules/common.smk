@@ -19,20 +19,23 @@ def T(group, default=1):
 
 
 def cfg_key(*sections):
-    """A hash of config sections: as a rule's `params`, a change to them reruns the rule."""
+    """A hash of config sections: as a rule's `params`, a change to them reruns the rule. The rl
+    section enters without its run lists (methods.spec.run_settings)."""
     from sparserl.core.artifacts import config_hash
-    return config_hash({s: CFG.get(s) for s in sections})
+    from sparserl.methods.spec import run_settings
+    return config_hash({s: run_settings(CFG["rl"]) if s == "rl" and CFG.get("rl") else CFG.get(s)
+                        for s in sections})
 
 
 def method_key(w):
     from sparserl.core.artifacts import config_hash
     from sparserl.core.config import ConfigError
-    from sparserl.methods.spec import load_method
+    from sparserl.methods.spec import load_method, run_settings
     try:
         method = load_method(w.method).to_dict()
     except ConfigError:  # not a method: the rule's own command reports it
         method = w.method
-    return config_hash({"rl": CFG["rl"], "rollout": CFG["rollout"], "method": method})
+    return config_hash({"rl": run_settings(CFG["rl"]), "rollout": CFG["rollout"], "method": method})
 
 
 def policy_input(ref):

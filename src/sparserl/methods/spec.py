@@ -307,6 +307,16 @@ def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
     return m
 
 
+# rl keys that choose which runs exist, not what a run does
+RUN_LIST_KEYS = ("methods", "seeds")
+
+
+def run_settings(rl: dict) -> dict:
+    """The rl section as one run sees it: without the method and seed lists, so that adding a
+    method to `rl.methods` neither reruns nor voids the resume state of the runs already there."""
+    return {k: v for k, v in rl.items() if k not in RUN_LIST_KEYS}
+
+
 def total_steps(rl: dict, method: MethodSpec) -> int:
     """RL steps of a method (BASIS's grid entries train for a fraction of them)."""
     return max(1, round(rl["steps"] * float(method.steps_factor)))

@@ -35,7 +35,7 @@ from sparserl.engines.local.losses import LOSSES, kl_k3, token_logprobs
 from sparserl.grading.verifier import open_verifier
 from sparserl.methods.sampling import Sampled, make_sampler
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
-from sparserl.methods.spec import load_method, prompts_per_step, snapshot_steps, total_steps
+from sparserl.methods.spec import load_method, prompts_per_step, run_settings, snapshot_steps, total_steps
 from sparserl.rollout import SamplingParams, make_live_backend, rollout
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import format_prompt
@@ -122,7 +122,7 @@ class Trainer:
         return self.run_paths.state
 
     def _key(self) -> str:
-        return config_hash({"rl": self.rl, "method": self.m.to_dict(), "seed": self.seed,
+        return config_hash({"rl": run_settings(self.rl), "method": self.m.to_dict(), "seed": self.seed,
                             "policy": str(self.P.policy(self.rl["policy"]))})
 
     def save_state(self) -> None:
