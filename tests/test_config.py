@@ -17,6 +17,18 @@ def test_overlay_validates(repo):
     assert cfg["evaluation"]["default"]["protocol"] == "greedy"
 
 
+def test_small_v0_overlay_extends_the_small_stage(repo):
+    """The overlay repeats small.yaml's method list (a list replaces, never merges) and adds V0's
+    methods: the small stage's runs stay the same runs under it."""
+    small = load_config(repo / "configs/small.yaml")
+    cfg = load_config([repo / "configs/small.yaml", repo / "configs/overlays/small_v0.yaml"])
+    n = len(small["rl"]["methods"])
+    assert cfg["rl"]["methods"][:n] == small["rl"]["methods"]
+    assert set(cfg["rl"]["methods"][n:]) == {"v05_osla_v0", "grpo_budget_v0", "grpo_budget_oracle"}
+    assert cfg["v0"]["harvest"]["policies"] == ["s", "m", "l"] and "v0" not in small
+    assert cfg["basis"]["study"]["v05"]["B"] == small["basis"]["study"]["v05"]["B"]  # merged, not replaced
+
+
 def _bad(tmp_path, repo, text):
     p = tmp_path / "override.yaml"
     p.write_text(text)

@@ -150,7 +150,7 @@ def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
     assert figs["rl/learning_curves"].tables(cfg) == [Path(f"results/smoke/rl/{m}/seed{s}/metrics.parquet")
                                                       for m in METHODS for s in SEEDS]
     assert figs["rl/final_accuracy"].tables(cfg) == [Path("results/smoke/rl/runs.parquet")]
-    assert {f.id for f in registered()} == set(figs)
+    assert {f.id for f in registered()} == set(figs) | {"v0/budget"}  # needs the budget runs
 
 
 def test_figures_follow_the_config(cfg):
@@ -282,3 +282,28 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     curves = log.split("rule figure_rl_learning_curves:\n    input: ")[1].split("\n")[0]
     assert curves.count("metrics.parquet") == len(tiny["rl"]["methods"]) * len(tiny["rl"]["seeds"])
     assert "rule rl_train:" in log and "rule rl_summary:" in log
+
+
+def test_budget_figure_needs_its_runs_and_draws_seed_means(cfg, tmp_path):
+    """Figure 5 (left) exists only when rl.methods has the uniform and both allocation runs; its
+    bars are the seeds' mean final accuracy."""
+    from sparserl.figures.v0 import BUDGET
+    assert "v0/budget" not in {f.id for f in list_figures(cfg)}
+    with pytest.raises(FigureError, match="grpo_budget_oracle, grpo_budget_v0 in rl.methods"):
+        make_figure("v0/budget", {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g8"]}})
+    cfg = {**cfg, "rl": {**cfg["rl"], "methods": METHODS + list(BUDGET)[1:]}}
+    assert "v0/budget" in {f.id for f in list_figures(cfg)}
+    rows = [{"method": m, "seed": s, "eval_accuracy_final": 0.3 + 0.05 * i + 0.01 * s, "start_eval_accuracy": 0.25,
+             "eval_gain_in_distribution": 0.1 * i, "eval_gain_harder": 0.02}
+            for i, m in enumerate(["rloo_g8", *BUDGET]) for s in (0, 1, 2)]
+    write_table(pd.DataFrame(rows), Paths(cfg).rl_runs(), cfg=cfg)
+    fig = get_figure("v0/budget")
+    data = fig.read(cfg, fig.tables(cfg))
+    assert list(dict.fromkeys(data["method"])) == list(BUDGET)  # the other runs are not drawn
+    f, axes = fig.layout(data)
+    fig.draw(data, axes)
+    bars = [p for p in axes[0].patches]
+    assert [round(b.get_height(), 6) for b in bars] == [round(0.3 + 0.05 * i + 0.01, 6) for i in (1, 2, 3)]
+    out = make_figure("v0/budget", cfg)
+    assert out.read_bytes()[:4] == b"\x89PNG"
+

@@ -2,7 +2,8 @@
 Tables 1 and 2 (every method's intra-context AUC and calibration MSE, per policy), Figure 3
 (tracking: intra-AUC at each checkpoint of the sequential protocol) and Figure 4 (robustness:
 early vs late steps, weak vs strong policy, in-domain vs harder benchmarks). Each names its head
-(`gp` at tiny scale is not TabPFN) in the title."""
+(`gp` at tiny scale is not TabPFN) in the title. Figure 5: routing (from `sparserl v0-routing`)
+and budget allocation (from the RL summary's runs table, when rl.methods has the budget runs)."""
 from __future__ import annotations
 
 import numpy as np
@@ -178,3 +179,58 @@ def _routing(df, ax):
     ax.set_ylabel("accuracy (avg@k of the chosen policy)")
     ax.set_title("Routing across the policy fleet", fontsize=9)
     ax.legend(fontsize=7)
+
+
+# Figure 5 (left): V0's budget allocation against uniform GRPO at the same step total
+BUDGET = {"grpo_g8": "uniform, G = 8", "grpo_budget_oracle": "allocation on cached\npass rates (no V0)",
+          "grpo_budget_v0": "allocation on V0"}
+
+
+def _no_budget(cfg: dict) -> str:
+    missing = [m for m in BUDGET if m not in set((cfg.get("rl") or {}).get("methods") or [])]
+    return f"Figure 5 (left) needs {', '.join(missing)} in rl.methods" if missing else ""
+
+
+def _read_budget(cfg: dict, tables) -> pd.DataFrame:
+    df = read_single(cfg, tables)
+    return df[df["method"].isin(list(BUDGET))]
+
+
+@register_figure("v0/budget", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_budget,
+                 layout=row(2, (11, 4.4)), built_by="rule rl_summary (`sparserl rl-summary`)",
+                 unavailable=_no_budget,
+                 caption="Figure 5 (left): GRPO whose rollouts per prompt maximise sum_i U(B_i, p_i) under G=8's "
+                         "step total, p_i from V0 or from the start policy's cached pass rates, against uniform "
+                         "G=8: final held-out accuracy (bar: mean over seeds, error bar: s.e., dots: seeds) and "
+                         "its gain over the start policy, in-distribution and on the harder benchmarks.")
+def _budget(df, axes):
+    ax, ax2 = axes
+    methods = [m for m in BUDGET if m in set(df["method"])]
+    acc = df.groupby("method")["eval_accuracy_final"]
+    mean, n = acc.mean().reindex(methods), acc.size().reindex(methods)
+    se = (acc.std(ddof=1).reindex(methods) / np.sqrt(n)).fillna(0.0)  # one seed: no error bar
+    x = np.arange(len(methods))
+    ax.bar(x, mean.to_numpy(), yerr=se.to_numpy(), color=[f"C{i}" for i in range(len(methods))], alpha=0.75, capsize=3)
+    ax.plot(df["method"].map({m: i for i, m in enumerate(methods)}).to_numpy(), df["eval_accuracy_final"].to_numpy(),
+            ".", color="k", ms=5)
+    if "start_eval_accuracy" in df:
+        ax.axhline(df["start_eval_accuracy"].iloc[0], color="0.5", lw=0.8, ls="--", label="start policy")
+        ax.legend(fontsize=7)
+    lo = min(df["eval_accuracy_final"].min(), df.get("start_eval_accuracy", df["eval_accuracy_final"]).min())
+    ax.set_ylim(max(0.0, lo - 0.05), min(1.0, df["eval_accuracy_final"].max() + 0.05))
+    ax.set_xticks(x, [BUDGET[m] for m in methods], fontsize=7)
+    ax.set_ylabel("final held-out accuracy")
+    ax.set_title(f"same rollouts per step; seeds: {int(n.min())}-{int(n.max())}", fontsize=9, loc="left")
+    cols = [c for c in ("eval_gain_in_distribution", "eval_gain_harder") if c in df]
+    if not cols:
+        ax2.text(0.5, 0.5, "the runs table has no gains over the start policy", ha="center", va="center",
+                 fontsize=8, transform=ax2.transAxes)
+        return
+    w = 0.8 / len(cols)
+    for j, c in enumerate(cols):
+        g = df.groupby("method")[c].mean().reindex(methods)
+        ax2.bar(x + (j - (len(cols) - 1) / 2) * w, g.to_numpy(), w, label=c.replace("eval_gain_", "").replace("_", "-"))
+    ax2.axhline(0, color="0.3", lw=0.8)
+    ax2.set_xticks(x, [BUDGET[m] for m in methods], fontsize=7)
+    ax2.set_ylabel("gain over the start policy")
+    ax2.legend(fontsize=7)
