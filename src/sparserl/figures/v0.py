@@ -220,7 +220,8 @@ def _budget(df, axes):
     ax.set_ylim(max(0.0, lo - 0.05), min(1.0, df["eval_accuracy_final"].max() + 0.05))
     ax.set_xticks(x, [BUDGET[m] for m in methods], fontsize=7)
     ax.set_ylabel("final held-out accuracy")
-    ax.set_title(f"same rollouts per step; seeds: {int(n.min())}-{int(n.max())}", fontsize=9, loc="left")
+    seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())}-{int(n.max())}"
+    ax.set_title(f"the same rollouts per step; {seeds} seeds a method", fontsize=9, loc="left")
     cols = [c for c in ("eval_gain_in_distribution", "eval_gain_harder") if c in df]
     if not cols:
         ax2.text(0.5, 0.5, "the runs table has no gains over the start policy", ha="center", va="center",
