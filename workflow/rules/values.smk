@@ -40,7 +40,7 @@ rule v0_official:
 V0_HARVEST = (CFG.get("v0") or {}).get("harvest")
 
 if V0_HARVEST is not None:
-    from sparserl.engines.harvest import harvest_run_paths, harvest_settings
+    from sparserl.engines.harvest import harvest_settings
 
     V0_POLICIES = harvest_settings(CFG)["policies"]
 

@@ -84,19 +84,30 @@ def _accuracy_layout(df):
     return pyplot().subplots(figsize=(max(7.0, 2 + 0.32 * df["method"].nunique()), 4.6))
 
 
+def seed_bars(ax, df: pd.DataFrame, methods: list[str], *, err: str = "sd", color="C0", dots="C1",
+              label: str | None = None):
+    """Final accuracy per method, in `methods`' order: bar = mean over seeds, error bar = the seeds'
+    sd or the mean's s.e. (`err`), dots = single seeds. Returns the bars' x and the seeds a method."""
+    acc = df.groupby("method", sort=False)["eval_accuracy_final"]
+    mean, n = acc.mean().reindex(methods), acc.size().reindex(methods)
+    spread = acc.std(ddof=1).reindex(methods)
+    if err == "se":
+        spread = spread / np.sqrt(n)
+    spread = spread.fillna(0.0)  # one seed: no spread to show
+    x = np.arange(len(methods))
+    ax.bar(x, mean.to_numpy(), yerr=spread.to_numpy(), color=color, alpha=0.7, capsize=3)
+    pos = {m: i for i, m in enumerate(methods)}
+    ax.plot(df["method"].map(pos).to_numpy(), df["eval_accuracy_final"].to_numpy(), ".", color=dots, ms=5, label=label)
+    return x, n
+
+
 @register_figure("rl/final_accuracy", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_runs,
                  layout=_accuracy_layout, built_by="rule rl_summary (`sparserl rl-summary`)", unavailable=_no_rl,
                  caption="Final-checkpoint eval accuracy (mean over benchmarks) per method: bar = mean over "
                          "seeds, error bar = standard deviation across seeds, dots = single seeds.")
 def _final_accuracy(df, ax):
     methods = list(dict.fromkeys(df["method"]))
-    acc = df.groupby("method", sort=False)["eval_accuracy_final"]
-    mean = acc.mean().reindex(methods)
-    sd = acc.std(ddof=1).reindex(methods).fillna(0.0)  # one seed: no spread to show
-    x = np.arange(len(methods))
-    ax.bar(x, mean.to_numpy(), yerr=sd.to_numpy(), color="C0", alpha=0.7, capsize=3)
-    pos = {m: i for i, m in enumerate(methods)}
-    ax.plot(df["method"].map(pos).to_numpy(), df["eval_accuracy_final"].to_numpy(), ".", color="C1", ms=5, label="one seed")
+    x, _ = seed_bars(ax, df, methods, label="one seed")
     ax.set_xticks(x, methods, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("final eval accuracy")
     ax.set_title("Final accuracy by method (mean ± sd over seeds)")

@@ -11,6 +11,7 @@ import pandas as pd
 
 from sparserl.core.paths import Paths
 from sparserl.figures.registry import pyplot, read_single, register_figure, row, single
+from sparserl.figures.rl import seed_bars
 from sparserl.values.v0.metrics import auc
 
 ORDER = ["v0", "v0_untrained", "knn_contextual", "vanilla_value_model", "stepwise_retrain",
@@ -206,13 +207,7 @@ def _read_budget(cfg: dict, tables) -> pd.DataFrame:
 def _budget(df, axes):
     ax, ax2 = axes
     methods = [m for m in BUDGET if m in set(df["method"])]
-    acc = df.groupby("method")["eval_accuracy_final"]
-    mean, n = acc.mean().reindex(methods), acc.size().reindex(methods)
-    se = (acc.std(ddof=1).reindex(methods) / np.sqrt(n)).fillna(0.0)  # one seed: no error bar
-    x = np.arange(len(methods))
-    ax.bar(x, mean.to_numpy(), yerr=se.to_numpy(), color=[f"C{i}" for i in range(len(methods))], alpha=0.75, capsize=3)
-    ax.plot(df["method"].map({m: i for i, m in enumerate(methods)}).to_numpy(), df["eval_accuracy_final"].to_numpy(),
-            ".", color="k", ms=5)
+    x, n = seed_bars(ax, df, methods, err="se", color=[f"C{i}" for i in range(len(methods))], dots="k")
     if "start_eval_accuracy" in df:
         ax.axhline(df["start_eval_accuracy"].iloc[0], color="0.5", lw=0.8, ls="--", label="start policy")
         ax.legend(fontsize=7)
