@@ -48,3 +48,16 @@ def test_iter_jsonl_names_file_and_line(tmp_path):
     p.write_text(json.dumps({"a": 1}) + "\n{oops\n")
     with pytest.raises(ValueError, match=r"bad.jsonl:2"):
         list(iter_jsonl(p))
+
+
+def test_atomic_torch_save_is_byte_deterministic(tmp_path):
+    """Two identical saves give the same bytes (torch names the archive after the file it writes,
+    and atomic_file's temp name is random): the tiny DAG's .pt artifacts agree across runs."""
+    import torch
+    from sparserl.core.artifacts import atomic_torch_save
+    obj = {"w": torch.arange(6.0).reshape(2, 3), "extra": {"epochs": 1}}
+    a = atomic_torch_save(obj, tmp_path / "a.pt").read_bytes()
+    b = atomic_torch_save(obj, tmp_path / "a.pt").read_bytes()
+    assert a == b
+    assert torch.equal(torch.load(tmp_path / "a.pt")["w"], obj["w"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt"]  # no temp file left

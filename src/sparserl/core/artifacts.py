@@ -163,6 +163,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
 
 
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+    """torch.save, atomically. Through an open file: given a path, torch names the zip archive
+    after the file, so the random temp name would make two identical saves differ in bytes."""
+    import torch
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+    return Path(path)
+
+
 def _jsonable(x: Any) -> Any:
     if isinstance(x, dict):
         return {str(k): _jsonable(v) for k, v in x.items()}

@@ -131,10 +131,9 @@ class EmbeddingTable:
         return self.states[torch.arange(len(self.ids)), last].float().numpy()
 
     def save(self, path: str | Path) -> None:
-        from sparserl.core.artifacts import atomic_file
-        with atomic_file(path) as tmp:
-            torch.save({"ids": list(self.ids), "states": self.states, "mask": self.mask,
-                        "embedder": self.embedder}, tmp)
+        from sparserl.core.artifacts import atomic_torch_save
+        atomic_torch_save({"ids": list(self.ids), "states": self.states, "mask": self.mask,
+                           "embedder": self.embedder}, path)
 
     @classmethod
     def load(cls, path: str | Path) -> "EmbeddingTable":

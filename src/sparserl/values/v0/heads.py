@@ -111,7 +111,7 @@ def make_random_tabpfn_checkpoint(path: str | Path, *, emsize: int = 48, nlayers
     `tabpfn.model_loading.load_model` reads). reinit_zero: draw the layers TabPFN zero-initialises
     from N(0, std) too, or no gradient reaches the input features."""
     from tabpfn.architectures import tabpfn_v2_5 as arch
-    from sparserl.core.artifacts import atomic_file
+    from sparserl.core.artifacts import atomic_torch_save
     torch.manual_seed(seed)
     config, _ = arch.parse_config({"emsize": emsize, "nlayers": nlayers, "nhead": nhead,
                                    "features_per_group": 3, "num_thinking_rows": num_thinking_rows,
@@ -122,7 +122,5 @@ def make_random_tabpfn_checkpoint(path: str | Path, *, emsize: int = 48, nlayers
             for p in model.parameters():
                 if p.ndim == 2 and not p.abs().sum():
                     p.normal_(0.0, std)
-    with atomic_file(path) as tmp:
-        torch.save({"state_dict": model.state_dict(), "config": asdict(config),
-                    "architecture_name": "tabpfn_v2_5"}, tmp)
-    return Path(path)
+    return atomic_torch_save({"state_dict": model.state_dict(), "config": asdict(config),
+                              "architecture_name": "tabpfn_v2_5"}, path)

@@ -63,12 +63,10 @@ def _pad(x: torch.Tensor, t: int) -> torch.Tensor:
 
 
 def save_v0(model: V0, path: str | Path, extra: dict | None = None) -> Path:
-    from sparserl.core.artifacts import atomic_file
-    with atomic_file(path) as tmp:
-        torch.save({"config": model.config, "adapter": model.adapter.state_dict(),
-                    "head": model.head.state_dict() if model.tune_head else None,
-                    "extra": extra or {}}, tmp)
-    return Path(path)
+    from sparserl.core.artifacts import atomic_torch_save
+    return atomic_torch_save({"config": model.config, "adapter": model.adapter.state_dict(),
+                              "head": model.head.state_dict() if model.tune_head else None,
+                              "extra": extra or {}}, path)
 
 
 def load_v0(path: str | Path) -> V0:
