@@ -58,6 +58,7 @@ include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/rl.smk"
 include: "workflow/rules/studies.smk"
 include: "workflow/rules/values.smk"
+include: "workflow/rules/critique.smk"
 include: "workflow/rules/figures.smk"
 
 

@@ -89,3 +89,32 @@ def missing_requirements() -> list[str]:
     """The OpenRLHF pieces the tests need that are not installed."""
     need = ["openrlhf", "ray", "deepspeed", "peft", "torchdata", "pylatexenc", "datasets", "aiohttp"]
     return [n for n in need if importlib.util.find_spec(n) is None]
+
+
+def skip_without_openrlhf() -> None:
+    """Skip the calling test module (at import) when the OpenRLHF CPU install is absent."""
+    import pytest
+    missing = missing_requirements()
+    if missing:
+        pytest.skip(f"OpenRLHF CPU test install absent ({', '.join(missing)} missing): "
+                    "pip install -r requirements-openrlhf-cpu.txt && pip install --no-deps openrlhf==0.11.2",
+                    allow_module_level=True)
+
+
+def imported(modules: dict):
+    """Generator for a module-scoped fixture: the modules {attr: dotted name} imported with the
+    vllm/flash_attn placeholders as a namespace; placeholders and our post-import patcher removed
+    afterwards."""
+    import importlib
+    import sys
+    from types import SimpleNamespace
+    added = install()
+    mods = SimpleNamespace()
+    try:
+        for attr, name in modules.items():
+            setattr(mods, attr, importlib.import_module(name))
+        yield mods
+    finally:
+        from sparserl.engines.openrlhf.patches import _PostImportPatcher
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PostImportPatcher)]
+        remove(added)

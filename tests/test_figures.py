@@ -28,6 +28,8 @@ STUDY_FIGURES = {
 RL_FIGURES = ["rl/learning_curves", "rl/final_accuracy"]
 V0_FIGURES = ["v0/table1_sequential", "v0/table2_strict", "v0/tracking", "v0/robustness",
               "v0/table6_ablations", "v0/routing"]  # smoke and tiny have v0.harvest
+LE_CRITIQUE_FIGURES = ["le_critique/" + n for n in ("f3_pvf_rewards", "f5_tether_rewards", "f6_tether_rho",
+                                                    "f8_lambda_sweep", "f4_explained_variance", "f7_final_rewards")]
 METHODS, SEEDS = ["grpo_g8", "rloo_g8", "reinforce_pp_g1"], [0, 1]
 
 
@@ -150,7 +152,8 @@ def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
     assert figs["rl/learning_curves"].tables(cfg) == [Path(f"results/smoke/rl/{m}/seed{s}/metrics.parquet")
                                                       for m in METHODS for s in SEEDS]
     assert figs["rl/final_accuracy"].tables(cfg) == [Path("results/smoke/rl/runs.parquet")]
-    assert {f.id for f in registered()} == set(figs) | {"v0/budget"}  # needs the budget runs
+    # v0/budget needs the budget runs, Le Critique's figures a critique section (smoke has neither)
+    assert {f.id for f in registered()} == set(figs) | {"v0/budget"} | set(LE_CRITIQUE_FIGURES)
 
 
 def test_figures_follow_the_config(cfg):
@@ -274,7 +277,7 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     from sparserl.core.config import load_config
     tiny = load_config([str(repo / "configs/tiny.yaml")])
     figs = list_figures(tiny)
-    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES) | set(V0_FIGURES)
+    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES) | set(V0_FIGURES) | set(LE_CRITIQUE_FIGURES)
     for f in figs:
         block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
         assert f"output: {f.output(tiny)}" in block, block

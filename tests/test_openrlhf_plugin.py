@@ -18,11 +18,7 @@ import pytest
 
 import openrlhf_stubs
 
-_MISSING = openrlhf_stubs.missing_requirements()
-if _MISSING:
-    pytest.skip(f"OpenRLHF CPU test install absent ({', '.join(_MISSING)} missing): "
-                "pip install -r requirements-openrlhf-cpu.txt && pip install --no-deps openrlhf==0.11.2",
-                allow_module_level=True)
+openrlhf_stubs.skip_without_openrlhf()
 
 import torch  # noqa: E402
 
@@ -39,28 +35,21 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module", autouse=True)
 def orl():
     """OpenRLHF's modules, imported with the vllm/flash_attn placeholders (removed afterwards)."""
-    added = openrlhf_stubs.install()
-    mods = SimpleNamespace()
-    try:
-        for attr, name in [("em", "openrlhf.trainer.ppo_utils.experience_maker"),
-                           ("exp", "openrlhf.trainer.ppo_utils.experience"),
-                           ("sg", "openrlhf.trainer.ppo_utils.samples_generator"),
-                           ("loss", "openrlhf.models.loss"),
-                           ("ppo_trainer", "openrlhf.trainer.ppo_trainer"),
-                           ("ppo_trainer_async", "openrlhf.trainer.ppo_trainer_async"),
-                           ("ppo_actor", "openrlhf.trainer.ray.ppo_actor"),
-                           ("train_ppo_ray", "openrlhf.cli.train_ppo_ray"),
-                           ("plugin_exp", "sparserl.engines.openrlhf.experience"),
-                           ("plugin_samples", "sparserl.engines.openrlhf.samples"),
-                           ("plugin_losses", "sparserl.engines.openrlhf.losses"),
-                           ("launcher", "sparserl.engines.openrlhf.launcher"),
-                           ("patches", "sparserl.engines.openrlhf.patches")]:
-            setattr(mods, attr, importlib.import_module(name))
-        yield mods
-    finally:
-        from sparserl.engines.openrlhf.patches import _PostImportPatcher
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PostImportPatcher)]
-        openrlhf_stubs.remove(added)
+    yield from openrlhf_stubs.imported({
+        "em": "openrlhf.trainer.ppo_utils.experience_maker",
+        "exp": "openrlhf.trainer.ppo_utils.experience",
+        "sg": "openrlhf.trainer.ppo_utils.samples_generator",
+        "loss": "openrlhf.models.loss",
+        "ppo_trainer": "openrlhf.trainer.ppo_trainer",
+        "ppo_trainer_async": "openrlhf.trainer.ppo_trainer_async",
+        "ppo_actor": "openrlhf.trainer.ray.ppo_actor",
+        "train_ppo_ray": "openrlhf.cli.train_ppo_ray",
+        "plugin_exp": "sparserl.engines.openrlhf.experience",
+        "plugin_samples": "sparserl.engines.openrlhf.samples",
+        "plugin_losses": "sparserl.engines.openrlhf.losses",
+        "launcher": "sparserl.engines.openrlhf.launcher",
+        "patches": "sparserl.engines.openrlhf.patches",
+    })
 
 
 # --------------------------------------------------------------------------- helpers

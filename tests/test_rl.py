@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sparserl.core.artifacts import read_table, write_table
-from sparserl.core.config import load_config
+from sparserl.core.config import ConfigError, load_config
 from sparserl.estimators import EstimatorContext, get_estimator
 from sparserl.core.paths import Paths
 from sparserl.engines.local.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
@@ -131,6 +131,11 @@ def test_every_method_loads_and_matches_the_rollout_budget():
     assert load_method("basis_grid_gspo_g1_basis").steps_factor == 0.5
 
 
+def test_the_math_trainer_refuses_a_critic_method_by_name(world):
+    with pytest.raises(ConfigError, match="critique.experiments"):
+        Trainer(world, "lc_tether", seed=0)
+
+
 # a trainer wired to a tiny world in tmp_path ------------------------------------------------
 @pytest.fixture()
 def world(tmp_path, tiny_lm, repo):
@@ -163,7 +168,7 @@ def _fixed_batch(n_prompts, G, seed=0):
                         rewards=rng.integers(0, 2, M).astype(np.float32))
 
 
-@pytest.mark.parametrize("name", method_names())
+@pytest.mark.parametrize("name", [n for n in method_names() if not load_method(n).needs_critic])
 def test_each_method_advantages_are_the_registrys(world, name, monkeypatch):
     """The trainer's advantages are the registry estimator's, with the side data built by hand
     from the reference cache (the methods layer must reach the same numbers). A 'v0' prior with

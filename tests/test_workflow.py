@@ -55,6 +55,30 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
         sorted(cfg["v0"]["harvest"]["policies"])
     assert all("gpu=8" in b for b in harvest)
     assert log.count("rule v0_table:") == 2 and "rule v0_ablations:" in log
+    # Le Critique on OpenRLHF: one 8-GPU job per (experiment, method, seed), one 1-GPU start
+    # evaluation per env, from the hub policy: no world, no pre-training
+    from sparserl.envs.world import experiments, seeds
+    runs = {(e.name, m, s) for e in experiments(cfg) for m in e.methods for s in seeds(cfg, e.name)}
+    assert len(runs) == 45 and ("rg_k1", "lc_vf", 1) in runs and ("rg_k1", "lc_vf", 2) not in runs
+    train = [b for b in log.split("\n\n") if "rule critique_train:" in b]
+    got = {tuple(re.search(r"wildcards: exp=(\S+), method=(\S+), seed=(\d+)", b).groups()) for b in train}
+    assert got == {(e, m, str(s)) for e, m, s in runs} and len(train) == len(runs)
+    for b in train:
+        res = re.search(r"resources: (.*)", b).group(1)
+        for want in ("gpu=8", "runtime=2880", "cpus_per_task=64", "slurm_partition=gpu", "mem_mb=960000"):
+            assert want in res, (want, res)
+        exp, method, seed = re.search(r"wildcards: exp=(\S+), method=(\S+), seed=(\d+)", b).groups()
+        assert "critique-openrlhf --config " in b and f"--experiment {exp} --method {method} --seed {seed} " in b
+        assert "critique-train" not in b and "input:" not in b  # a hub policy: nothing to build first
+    starts = [b for b in log.split("\n\n") if "rule critique_start:" in b]
+    assert sorted(re.search(r"wildcards: env=(\S+)", b).group(1) for b in starts) == \
+        sorted(cfg["critique"]["envs"])
+    for b in starts:
+        res = re.search(r"resources: (.*)", b).group(1)
+        assert "gpu=1" in res and "slurm_partition=gpu" in res and "critique-start" in b
+    assert "rule critique_world:" not in log and "rule critique_pretrain:" not in log
+    summ = next(b for b in log.split("\n\n") if re.search(r"^(?:local)?rule critique_summary:", b, re.M))
+    assert "gpu=" not in re.search(r"resources: (.*)", summ).group(1)
 
 
 def test_tiny_dry_run_is_the_default(repo, tmp_path):

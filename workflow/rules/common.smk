@@ -56,6 +56,9 @@ def all_targets():
     v0 = globals().get("v0_targets")  # workflow/rules/values.smk (needs v0.harvest)
     if v0:
         t += v0()
+    critique = globals().get("critique_targets")  # workflow/rules/critique.smk (needs critique)
+    if critique:
+        t += critique()
     figures = globals().get("figure_targets")  # workflow/rules/figures.smk: every registered figure
     if figures:
         t += figures()

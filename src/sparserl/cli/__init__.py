@@ -187,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.grading import register as register_grading; register_grading(sub, add)
     from sparserl.cli.values import register as register_values
     register_values(sub, add)
+    from sparserl.cli.critique import register as register_critique
+    register_critique(sub, add)
     p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
     p.add_argument("paths", nargs="+")
     p.add_argument("--head", type=int, default=3)

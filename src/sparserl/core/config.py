@@ -194,6 +194,13 @@ def _check_semantics(cfg: dict, layers) -> None:
             if k not in cfg["tasks"]:
                 raise ConfigError(f"{_origin(['tasks'], layers)}: tasks.{k} is required when "
                                   "tasks.source is 'procedural'")
+    crit = cfg.get("critique")
+    if crit:  # method files are checked where the DAG parses (critique.smk), a layer above
+        for name, e in crit.get("experiments", {}).items():
+            where = _origin(["critique", "experiments", name], layers)
+            if e["env"] not in crit["envs"]:
+                raise ConfigError(f"{where}: critique.experiments.{name}.env '{e['env']}' is not under "
+                                  f"critique.envs ({', '.join(crit['envs'])}); add it or fix the name")
 
 
 def rollout_max_new_tokens(cfg: dict) -> int:

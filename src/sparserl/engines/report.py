@@ -20,14 +20,24 @@ def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]
     """(label, dir) of the run's intermediate checkpoints (those its config asks for) and the
     final one, in training order; wherever the run's engine saved them (`Paths.run`)."""
     run = Paths(cfg).run(method, seed)
-    steps = snapshot_steps(cfg["rl"], load_method(method))
-    out = [(run.checkpoint_label(s), run.checkpoint(s)) for s in steps] + [("final", run.final)]
+    spec = load_method(method)
+    steps = snapshot_steps(cfg["rl"], spec)
+    # OpenRLHF counts a critic's W warm-up steps: policy step s is its global step s + W
+    offset = openrlhf_step_offset(spec) if run.engine == "openrlhf" else 0
+    out = [(run.checkpoint_label(s), run.checkpoint(s + offset)) for s in steps] + [("final", run.final)]
     missing = [str(c) for _, c in out if not c.is_dir()]
     if missing:
         cmd = "rl-train" if run.engine == "local" else "openrlhf-launch"
         raise FileNotFoundError(f"{method} seed {seed}: checkpoints {missing} are missing; rerun "
                                 f"`sparserl {cmd} --method {method} --seed {seed}` with this config")
     return out
+
+
+def openrlhf_step_offset(method) -> int:
+    """OpenRLHF's global step minus the policy step: the critic's warm-up steps W (0 without a
+    critic; `engines.openrlhf.flags.critic_warmup_steps`, which imports no OpenRLHF)."""
+    from sparserl.engines.openrlhf.flags import critic_warmup_steps
+    return critic_warmup_steps(method)
 
 
 def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.DataFrame:

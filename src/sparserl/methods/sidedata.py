@@ -78,11 +78,13 @@ def build_context(method: MethodSpec, side: SideData, state: CalibrationState | 
 
 
 def advantages(method: MethodSpec, rewards: np.ndarray, prompt_ids, side: SideData,
-               state: CalibrationState | None = None, info: dict | None = None) -> np.ndarray:
-    """Advantages of one step (float64, one per rollout; (N, T) for token-level estimators)."""
+               state: CalibrationState | None = None, info: dict | None = None,
+               response_length: int | None = None) -> np.ndarray:
+    """Advantages of one step (float64, one per rollout; (N, T) for token-level estimators).
+    `response_length`: the run's max new tokens (GAE's lambda "auto", Tether's buckets)."""
     ctx = build_context(method, side, state)
     info = {} if info is None else info
-    kw: dict[str, Any] = dict(method.estimator_options())
+    kw: dict[str, Any] = dict(method.estimator_options(response_length))
     if "values" in method.needs:
         kw.update(values=_need(side.values, "per-token values", method),
                   mask=_need(side.mask, "a response mask", method))

@@ -79,6 +79,14 @@ METHOD_SCHEMA = {
             "calibrate_on": {"enum": ["current", "previous"]},
             "inactive": {"enum": ["zero", "vhat", "formula"]},
             "beta": {"type": ["number", "string"]}}},
+        "critic": {"type": "object", "additionalProperties": False, "properties": {
+            "privileged": {"enum": ["none", "answer", "loo_group"]},
+            "lam_gae": {"type": ["number", "string"]},
+            "lam_target": {"type": "number", "minimum": 0, "maximum": 1},
+            "warmup_updates": {"type": "integer", "minimum": 0},
+            "replay_reuse": {"type": "integer", "minimum": 1},
+            "lr": {"type": "number", "exclusiveMinimum": 0},
+            "updates_per_step": {"type": "integer", "minimum": 1}}},
     },
 }
 
@@ -170,6 +178,36 @@ class BasisSpec:
 
 
 @dataclass(frozen=True)
+class CriticSpec:
+    """Le Critique's trained value model (Section 4.1, Appendix B): a copy of the policy with a new
+    scalar head, trained by binary cross-entropy on p in [0, 1] from a FIFO replay of evaluated
+    trajectories (each used at most `replay_reuse` times), after `warmup_updates` value updates
+    before the first policy update. Values are computed before the batch enters the replay, so no
+    advantage comes from a critic trained on its own trajectories.
+
+    lam_gae / lam_target: Monte Carlo (1.0) by default; lam_gae "auto" is 0.4^(1/L) with L the
+    run's response length (the paper's 0.999888 = 0.4^(1/8192), Section 7.2)."""
+    privileged: str = "none"  # none (VF) | answer | loo_group (Pvf), `values.critic_inputs`
+    lam_gae: float | str = 1.0
+    lam_target: float = 1.0
+    warmup_updates: int = 20
+    replay_reuse: int = 2
+    lr: float = 1e-4  # [our choice] tiny: the policy's RL lr; the paper's table is lost (Table 2)
+    updates_per_step: int = 1
+
+    def gae_lambda(self, response_length: int) -> float:
+        """lam_gae as a number: "auto" -> 0.4 ** (1 / response_length)."""
+        lam = self.lam_gae
+        if isinstance(lam, str):
+            if lam.strip().lower() != "auto":
+                raise ConfigError(f"critic.lam_gae: {lam!r} is neither a number in [0, 1] nor 'auto'")
+            return 0.4 ** (1.0 / max(1, int(response_length)))
+        if not 0.0 <= float(lam) <= 1.0:
+            raise ConfigError(f"critic.lam_gae: {lam!r} must lie in [0, 1] (or be 'auto')")
+        return float(lam)
+
+
+@dataclass(frozen=True)
 class MethodSpec:
     name: str
     estimator: str
@@ -184,6 +222,7 @@ class MethodSpec:
     support: SupportSpec = field(default_factory=SupportSpec)
     basis: BasisSpec = field(default_factory=BasisSpec)
     budget: BudgetSpec | None = None
+    critic: CriticSpec | None = None
 
     @property
     def needs(self) -> frozenset:
@@ -215,16 +254,30 @@ class MethodSpec:
         """BASIS and the oracle prior read the starting policy's cached reference pass rates."""
         return "reference" in self.needs or (self.prior is not None and self.prior.kind == "oracle")
 
-    def estimator_options(self) -> dict:
-        """Keyword options the method passes to its registry estimator (both engines)."""
-        return {"inactive": self.basis.inactive} if "reference" in self.needs else {}
+    @property
+    def needs_critic(self) -> bool:
+        """A token-level estimator reads per-token values: the engine trains a critic."""
+        return "values" in self.needs
+
+    def estimator_options(self, response_length: int | None = None) -> dict:
+        """Keyword options the method passes to its registry estimator (both engines); GAE's
+        lambda needs the run's response length when lam_gae is "auto"."""
+        if "reference" in self.needs:
+            return {"inactive": self.basis.inactive}
+        if self.estimator == "gae" and self.critic is not None:
+            return {"gamma": 1.0, "lam": self.critic.gae_lambda(response_length or 1)}
+        if self.estimator == "tether_bucketed" and response_length:
+            return {"edges": bucket_edges(response_length)}
+        return {}
 
     def to_dict(self) -> dict:
         """JSON-able, with every default filled in (OpenRLHF's --sparserl.spec, hashes). A method
-        without a budget allocation leaves the key out, so its hash is what it was before it existed."""
+        without a budget allocation or a critic leaves the key out, so its hash is what it was
+        before they existed."""
         d = dataclasses.asdict(self)
-        if d["budget"] is None:
-            del d["budget"]
+        for k in ("budget", "critic"):
+            if d[k] is None:
+                del d[k]
         return d
 
     @classmethod
@@ -255,7 +308,7 @@ def _build(name: str, raw: dict) -> MethodSpec:
         dynamic_sampling=sub(DynamicSamplingSpec, "dynamic_sampling") or DynamicSamplingSpec(),
         overlong=sub(OverlongSpec, "overlong") or OverlongSpec(), osla=osla, prior=sub(PriorSpec, "prior"),
         support=sub(SupportSpec, "support") or SupportSpec(), basis=sub(BasisSpec, "basis") or BasisSpec(),
-        budget=sub(BudgetSpec, "budget"))
+        budget=sub(BudgetSpec, "budget"), critic=sub(CriticSpec, "critic"))
 
 
 def method_names(methods_dir: Path | None = None) -> list[str]:
@@ -286,9 +339,9 @@ def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
     from sparserl.estimators import list_estimators
     from sparserl.values.priors import PLANNED_PRIORS, PRIOR_REGISTRY
 
-    if m.estimator not in list_estimators():
+    if m.estimator not in list_estimators(None):
         raise ConfigError(f"{where}: key 'estimator': unknown estimator {m.estimator!r}; "
-                          f"known: {', '.join(list_estimators())}")
+                          f"known: {', '.join(list_estimators(None))}")
     if m.needs_prior and m.prior is None:
         raise ConfigError(f"{where}: estimator {m.estimator!r} (or OSLA) needs a 'prior' "
                           f"(kind: {' | '.join(sorted(PRIOR_REGISTRY))}); add one")
@@ -304,7 +357,28 @@ def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
         raise ConfigError(f"{where}: osla.k_init ({m.osla.k_init}) must equal group_size "
                           f"({m.group_size}), which sizes the prompt batch")
     m.basis.fixed_beta()  # a bad beta fails here, not mid-run
+    if m.needs_critic and m.critic is None:
+        raise ConfigError(f"{where}: estimator {m.estimator!r} reads critic values; add a 'critic' "
+                          f"mapping (e.g. critic: {{privileged: none}})")
+    if m.critic is not None:
+        if not m.needs_critic:
+            raise ConfigError(f"{where}: 'critic' is set but estimator {m.estimator!r} reads no values "
+                              f"(token-level: {', '.join(_token_estimators())}); drop it or change the estimator")
+        m.critic.gae_lambda(1)  # a bad lambda fails here
     return m
+
+
+def _token_estimators() -> list[str]:
+    from sparserl.estimators import list_estimators
+    return list_estimators("token")
+
+
+def bucket_edges(response_length: int) -> tuple[int, ...]:
+    """Token-bucketed Tether's edges at a response length L: the default edges' fractions of the
+    paper's 8192 tokens (1/32, 1/16, ..., 1/2, `estimators.tether.DEFAULT_BUCKET_EDGES`) times L,
+    as distinct positive integers [our choice: the paper gives no edges]."""
+    from sparserl.estimators.tether import DEFAULT_BUCKET_EDGES
+    return tuple(sorted({max(1, round(e * response_length / 8192)) for e in DEFAULT_BUCKET_EDGES}))
 
 
 # rl keys that choose which runs exist, not what a run does

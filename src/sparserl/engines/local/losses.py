@@ -1,11 +1,18 @@
 """Policy losses of the local trainer: PPO-clip (GRPO/DAPO clip-higher), GSPO, GPG, and a KL term.
 
-All take per-token tensors of shape (N, T) with a 0/1 `mask` over response tokens and one
-advantage per sequence (outcome rewards: every token of a response shares its advantage).
+All take per-token tensors of shape (N, T) with a 0/1 `mask` over response tokens, and either one
+advantage per sequence (N,) (outcome rewards: every token of a response shares it) or one per
+token (N, T') from a token-level estimator (Le Critique's critics; T' >= T, cut to T).
 """
 from __future__ import annotations
 
 import torch
+
+
+def token_advantages(adv: torch.Tensor, T: int) -> torch.Tensor:
+    """(N, T) advantages: a sequence advantage broadcast over its tokens, or token-level ones cut
+    to the micro-batch's longest response."""
+    return adv[:, None] if adv.ndim == 1 else adv[:, :T]
 
 
 def aggregate(loss_t: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tensor:
@@ -25,7 +32,7 @@ def aggregate(loss_t: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.Tenso
 def ppo_clip_loss(logp, old_logp, adv, mask, clip_low=0.2, clip_high=0.2, agg="seq_mean_token_mean"):
     """-min(r A, clip(r, 1 - eps_low, 1 + eps_high) A); eps_high > eps_low is DAPO's clip-higher."""
     ratio = torch.exp(logp - old_logp)
-    a = adv[:, None]
+    a = token_advantages(adv, logp.shape[1])
     loss_t = -torch.minimum(ratio * a, ratio.clamp(1 - clip_low, 1 + clip_high) * a)
     clipped = ((ratio < 1 - clip_low) | (ratio > 1 + clip_high)).to(logp.dtype)
     return aggregate(loss_t, mask, agg), aggregate(clipped, mask, "token_mean")
@@ -40,7 +47,7 @@ def gspo_loss(logp, old_logp, adv, mask, clip_low=3e-4, clip_high=4e-4, agg="seq
     seq_log_ratio = ((logp - old_logp) * m).sum(-1) / m.sum(-1).clamp(min=1)
     s = torch.exp(seq_log_ratio)
     s_t = s.detach()[:, None] * torch.exp(logp - logp.detach())
-    a = adv[:, None]
+    a = token_advantages(adv, logp.shape[1])
     loss_t = -torch.minimum(s_t * a, s_t.clamp(1 - clip_low, 1 + clip_high) * a)
     clipped = ((s < 1 - clip_low) | (s > 1 + clip_high)).to(logp.dtype)
     return aggregate(loss_t, mask, agg), clipped.mean()
@@ -49,7 +56,7 @@ def gspo_loss(logp, old_logp, adv, mask, clip_low=3e-4, clip_high=4e-4, agg="seq
 def gpg_loss(logp, old_logp, adv, mask, agg="seq_mean_token_mean", **_):
     """GPG: plain policy gradient -A log pi, no ratio, no clip. The B/B_valid scale is already in
     the advantages (the `gpg` estimator multiplies it in)."""
-    return aggregate(-adv[:, None] * logp, mask, agg), torch.zeros((), dtype=logp.dtype)
+    return aggregate(-token_advantages(adv, logp.shape[1]) * logp, mask, agg), torch.zeros((), dtype=logp.dtype)
 
 
 LOSSES = {"ppo_clip": ppo_clip_loss, "gspo": gspo_loss, "gpg": gpg_loss}

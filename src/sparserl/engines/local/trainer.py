@@ -77,6 +77,11 @@ class Trainer:
         self.cfg, self.seed, self.log = cfg, seed, log
         self.rl = cfg["rl"]
         self.m = load_method(method_name)
+        if self.m.needs_critic:
+            from sparserl.core.config import ConfigError
+            raise ConfigError(f"method {method_name!r} trains a critic (estimator {self.m.estimator!r}): it "
+                              "runs in Le Critique's experiments (critique.experiments, "
+                              "`sparserl critique-train`), not in rl.methods")
         self.P = Paths(cfg)
         # run_paths: where the run lives, if not rl/<method>/seed<s> (V0's harvest runs)
         self.run_paths = run_paths or self.P.run(method_name, seed)
@@ -135,17 +140,26 @@ class Trainer:
         os.replace(tmp, self.state_file)
         self.write_metrics()
 
-    def try_resume(self) -> bool:
+    def read_state(self, tag: str = "rl") -> dict | None:
+        """The resume state if it belongs to this setting (its key), with the model, optimiser,
+        RNG, step and metrics restored from it; None to start over."""
         if not self.state_file.exists():
-            return False
+            return None
         st = torch.load(self.state_file, weights_only=False)
         if st.get("key") != self._key():
-            self.log(f"[rl] {self.state_file} belongs to another setting; starting over")
-            return False
+            self.log(f"[{tag}] {self.state_file} belongs to another setting; starting over")
+            return None
         self.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["opt"])
         self.rng.bit_generator.state = st["rng"]
-        self.step, self.metrics, self.harvest = st["step"], st["metrics"], st["harvest"]
+        self.step, self.metrics = st["step"], st["metrics"]
+        return st
+
+    def try_resume(self) -> bool:
+        st = self.read_state()
+        if st is None:
+            return False
+        self.harvest = st["harvest"]
         self.support.extend(st["support"])
         self.calibration = st["calibration"]
         self.log(f"[rl] resumed {self.dir} at step {self.step}/{self.steps}")

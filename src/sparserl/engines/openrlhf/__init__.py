@@ -15,6 +15,8 @@ Modules, one concern each (importing this package imports none of OpenRLHF; the 
   slurm       Ray on a SLURM allocation (head on the first node, workers via srun)
   metrics     TensorBoard scalars -> metrics.parquet; harvested rollouts -> rollouts.parquet
   launcher    `run`: dataset, argv, Ray, OpenRLHF's own `train(args)`, metrics
+  envs        Le Critique's experiments: env datasets, the env reward function and multi-turn
+              agent OpenRLHF loads from that file, a run's argv, `run_critique`
 
 CPU install for the tests: requirements-openrlhf-cpu.txt, then ``pip install --no-deps openrlhf==0.11.2``.
 """

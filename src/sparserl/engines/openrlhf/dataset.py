@@ -1,5 +1,7 @@
 """The run's prompt dataset: one JSONL row {"input", "label"} per prompt of every step, the label
-carrying uid, answer and the static side data (`experience.encode_label`)."""
+carrying uid, answer and the static side data (`experience.encode_label`); a Le Critique method
+adds its critic warm-up steps' prompts, and a pool column "privileged" (an env's critic context,
+`envs.base.Problem.privileged`) travels in the labels of `critic.privileged: answer` methods."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,6 +14,7 @@ from sparserl.core.artifacts import atomic_write_text, read_table
 from sparserl.core.config import ConfigError
 from sparserl.core.paths import Paths
 from sparserl.engines.openrlhf.experience import encode_label
+from sparserl.engines.openrlhf.flags import critic_warmup_steps
 from sparserl.methods.spec import MethodSpec, prompts_per_step, total_steps
 from sparserl.tasks.prompts import PAPER_INSTRUCTION, format_prompt
 from sparserl.values.priors import prior_for_method
@@ -53,7 +56,10 @@ def build_prompt_dataset(cfg: dict, method: MethodSpec, seed: int, out_path: str
     side = prompt_side_data(cfg, method, ids, seed)
     chat = bool(cfg["tasks"].get("chat_template"))
     tmpl = cfg["tasks"]["prompt_template"]
-    n = total_steps(cfg["rl"], method) * prompts_per_step(method, int(cfg["rl"]["rollouts_per_step"]))
+    privileged = method.critic is not None and method.critic.privileged == "answer" and "privileged" in pool
+    # a critic's warm-up steps (Le Critique B.3) consume prompts before the first policy update
+    n = (total_steps(cfg["rl"], method) + critic_warmup_steps(method)) \
+        * prompts_per_step(method, int(cfg["rl"]["rollouts_per_step"]))
     rng = np.random.default_rng(seed)
     order = np.concatenate([rng.permutation(len(pool)) for _ in range(-(-n // max(len(pool), 1)))])[:n]
     lines = []
@@ -62,5 +68,7 @@ def build_prompt_dataset(cfg: dict, method: MethodSpec, seed: int, out_path: str
         text = (tmpl.format(problem=row["problem"], instruction=PAPER_INSTRUCTION) if chat
                 else format_prompt(cfg, row["problem"]))
         extra = {k: v[int(j)] for k, v in side.items()}
+        if privileged and isinstance(row.get("privileged"), str) and row["privileged"]:
+            extra["privileged"] = row["privileged"]  # the critic's reference context (else the answer)
         lines.append(json.dumps({"input": text, "label": encode_label(ids[int(j)], row["answer"], **extra)}))
     return atomic_write_text(out_path, "\n".join(lines) + "\n")

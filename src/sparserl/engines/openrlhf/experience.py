@@ -10,9 +10,25 @@ Dispatch (`compute_advantages_and_returns`):
   * the estimator name (``--algo.advantage.estimator``) is one of ours
     (`sparserl.estimators.list_estimators()`: grpo, dr_grpo, rloo, vanilla, reinforce_pp, gpg,
     v05_*, basis_*) -> registry path below;
+  * the method trains Le Critique's critic (a token-level estimator: gae, tether,
+    tether_bucketed, evpo, with a ``critic`` mapping; `critic.critic_method`) -> the token path
+    below;
   * any other name (OpenRLHF's gae, reinforce, reinforce_baseline, group_norm, flash_reinforce)
     -> ``super()``, untouched. rloo and dr_grpo exist in both; ours wins (same formula on equal
-    groups, and it also handles uneven groups and any order).
+    groups, and it also handles uneven groups and any order). "gae" without our critic spec is
+    OpenRLHF's own GAE with its MSE critic.
+
+Token path (Le Critique; `critic` has the layout, the loss, the replay and the warm-up):
+  make_experience  OpenRLHF's, except that the critic group is dispatched the critic's own rows
+                   (prompt + privileged context + response; the actor, the reference and the
+                   reward model get OpenRLHF's sequences untouched) and its values are mapped
+                   back to the actor's action positions as p = sigmoid(head);
+  advantages       `advantages(spec, R, uid codes, SideData(values=p, mask), state)` on the
+                   rollouts' action tokens compacted into right-padded rows (lambda_GAE and
+                   Tether's buckets from `spec.estimator_options(max_new_tokens)`, Tether's rho
+                   carried in the CalibrationState); returns = the critic's targets (R_i on every
+                   action token for lambda_target = 1); no whitening. The rollouts of a critic
+                   warm-up step are tagged in their labels: the policy never trains on them.
 
 Registry path, per step (all rollouts of the step at once, as OpenRLHF does):
   1. rewards promoted to >= fp32 and OpenRLHF's own `apply_length_penalties` (DAPO overlong,
@@ -61,8 +77,12 @@ from openrlhf.models.utils import compute_reward
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
+from sparserl.engines.openrlhf.critic import (critic_batch, critic_method, critic_probs, privileged_contexts,
+                                              values_to_actor, warmup_steps, with_context, with_warmup_tag)
 from sparserl.estimators import list_estimators
-from sparserl.methods.sidedata import CalibrationState, SideData, advantages
+from sparserl.estimators.gae import gae, terminal_rewards
+from sparserl.estimators.tether import explained_variance
+from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
 from sparserl.methods.spec import MethodSpec
 from sparserl.values.priors import prior_for_method
 from sparserl.values.support import LivePrior, SupportBuffer
@@ -210,10 +230,85 @@ def harvest(args, uids: Sequence[str], rewards: np.ndarray, lengths: Sequence[in
 class SparseRLExperienceMaker(RemoteExperienceMaker):
     """RemoteExperienceMaker whose advantages come from `sparserl.estimators` (see module doc)."""
 
+    _critic_forward: dict | None = None  # the critic's own inputs while make_experience runs
+
+    # ---------------------------------------------------------------- critic inputs (Le Critique)
+
+    def _dispatch_forward(self, group, sync_condition, **kwargs):
+        """OpenRLHF's dispatch; the critic group gets its privileged sequences instead of the
+        actor's (every other group, the actor first of all, gets OpenRLHF's kwargs untouched)."""
+        if self._critic_forward is not None and group is not None and group is self.critic_model_group:
+            kwargs = {**kwargs, **self._critic_forward}
+        return super()._dispatch_forward(group, sync_condition, **kwargs)
+
+    @torch.no_grad()
+    def make_experience(self, samples_list):
+        """OpenRLHF's make_experience; with our critic, the critic evaluates prompt + privileged
+        context + response (`critic.critic_batch`), its values come back at the actor's action
+        positions (`critic.values_to_actor`) as p = sigmoid(head) (`critic.critic_probs`), and the
+        context ids go into the labels for the critic's training (`critic.CONTEXT_KEY`)."""
+        spec = critic_method(self.strategy.args)
+        if spec is None or self.critic_model_group is None or not samples_list:
+            return super().make_experience(samples_list)
+        contexts = privileged_contexts(spec.critic.privileged, samples_list, self.tokenizer)
+        if any(c for ctx in contexts for c in ctx):
+            pad = getattr(self.tokenizer, "pad_token_id", None)
+            pad = int(pad if pad is not None else (getattr(self.tokenizer, "eos_token_id", None) or 0))
+            batches = [critic_batch(s.sequences, s.attention_mask, s.action_mask, ctx, pad)
+                       for s, ctx in zip(samples_list, contexts)]
+            self._critic_forward = {k: [b[k] for b in batches] for k in ("sequences", "attention_mask", "action_mask")}
+            for s, ctx in zip(samples_list, contexts):
+                s.labels = [with_context(lab, c) if c else lab for lab, c in zip(s.labels, ctx)]
+        try:
+            exps = super().make_experience(samples_list)
+        finally:
+            self._critic_forward = None
+        for e, ctx in zip(exps, contexts):
+            e.values = critic_probs(values_to_actor(e.values, e.action_mask, [len(c) for c in ctx]), e.action_mask)
+        return exps
+
+    # ---------------------------------------------------------------- advantages
+
+    def _step_rewards(self, experiences):
+        """Rewards of the step (>= fp32, OpenRLHF's length penalties, clip range), float64 numpy,
+        with the per-experience lengths, the uids and the decoded labels."""
+        args = self.strategy.args
+        for e in experiences:
+            e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
+        apply_length_penalties(experiences, args)
+        exp_len = [len(e.rewards) for e in experiences]
+        raw = torch.cat([e.rewards.reshape(-1) for e in experiences]).double()
+        clip = getattr(args.reward, "clip_range", None)
+        if clip:
+            raw = raw.clamp(min=clip[0], max=clip[1])
+        uids = np.asarray(experience_uids(experiences))
+        labels = [decode_label(lab) for lab in itertools.chain.from_iterable(
+            (e.labels if e.labels else [None] * n) for e, n in zip(experiences, exp_len))]
+        return raw.numpy(), exp_len, uids, labels
+
+    def _observe(self, args, spec, experiences, uids, r):
+        """After the estimator: live prior, harvest, and the per-rollout group diagnostics."""
+        self._step += 1
+        if spec.prior is not None and not spec.prior.static:
+            live_prior(args, spec).observe(uids.tolist(), r.tolist())
+        lengths = [int(x) for e in experiences for x in (e.response_length.reshape(-1).tolist()
+                   if getattr(e, "response_length", None) is not None else [0] * len(e.rewards))]
+        harvest(args, uids.tolist(), r, lengths, self._step)
+        # per-rollout diagnostics (group size and reward std of the rollout's uid group)
+        _, inv, counts = np.unique(uids, return_inverse=True, return_counts=True)
+        inv = inv.reshape(-1)
+        mean = np.bincount(inv, weights=r) / counts
+        ss = np.bincount(inv, weights=(r - mean[inv]) ** 2)
+        std = np.sqrt(np.divide(ss, counts - 1, out=np.zeros_like(ss), where=counts > 1))
+        return std[inv], counts[inv].astype(np.float64)
+
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences):
         args = self.strategy.args
         name = args.algo.advantage.estimator
+        cspec = critic_method(args)
+        if cspec is not None:
+            return self._token_advantages(experiences, cspec) if experiences else experiences
         if not is_registry_estimator(name):
             return super().compute_advantages_and_returns(experiences)
         if not experiences:
@@ -223,20 +318,7 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
             spec = MethodSpec.from_dict({"name": name, "estimator": name, "loss": {"type": "ppo_clip"},
                                          "group_size": int(getattr(args.rollout, "n_samples_per_prompt", 1) or 1)})
 
-        for e in experiences:
-            e.rewards = e.rewards.to(torch.promote_types(e.rewards.dtype, torch.float32))
-        apply_length_penalties(experiences, args)
-
-        exp_len = [len(e.rewards) for e in experiences]
-        raw = torch.cat([e.rewards.reshape(-1) for e in experiences]).double()
-        clip = getattr(args.reward, "clip_range", None)
-        if clip:
-            raw = raw.clamp(min=clip[0], max=clip[1])
-        r = raw.numpy()
-        uids = np.asarray(experience_uids(experiences))
-        labels = [decode_label(lab) for lab in itertools.chain.from_iterable(
-            (e.labels if e.labels else [None] * n) for e, n in zip(experiences, exp_len))]
-
+        r, exp_len, uids, labels = self._step_rewards(experiences)
         if not hasattr(self, "_calibration"):
             self._calibration, self._step = CalibrationState(), 0
         info: dict = {}
@@ -244,24 +326,11 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         codes = pd.factorize(uids)[0]
         adv = advantages(spec, r, codes, side_data(args, spec, labels, uids), self._calibration, info=info)
         self.last_estimator_info = info
-        self._step += 1
-        if spec.prior is not None and not spec.prior.static:
-            live_prior(args, spec).observe(uids.tolist(), r.tolist())
-        lengths = [int(x) for e in experiences for x in (e.response_length.reshape(-1).tolist()
-                   if getattr(e, "response_length", None) is not None else [0] * len(e.rewards))]
-        harvest(args, uids.tolist(), r, lengths, self._step)
-
-        # per-rollout diagnostics (group size and reward std of the rollout's uid group)
-        _, inv, counts = np.unique(uids, return_inverse=True, return_counts=True)
-        inv = inv.reshape(-1)
-        mean = np.bincount(inv, weights=r) / counts
-        ss = np.bincount(inv, weights=(r - mean[inv]) ** 2)
-        std = np.sqrt(np.divide(ss, counts - 1, out=np.zeros_like(ss), where=counts > 1))
+        std, size = self._observe(args, spec, experiences, uids, r)
 
         adv_t = torch.from_numpy(adv)
-        for e, a, gstd, gsize in zip(experiences, adv_t.split(exp_len),
-                                     torch.from_numpy(std[inv]).split(exp_len),
-                                     torch.from_numpy(counts[inv].astype(np.float64)).split(exp_len)):
+        for e, a, gstd, gsize in zip(experiences, adv_t.split(exp_len), torch.from_numpy(std).split(exp_len),
+                                     torch.from_numpy(size).split(exp_len)):
             kl = e.kl if e.kl is not None else torch.zeros_like(e.action_mask, dtype=torch.float32)
             a = a.to(kl.dtype)
             shaped = compute_reward(a, self.kl_ctl.value, kl, action_mask=e.action_mask, reward_clip_range=None)
@@ -270,6 +339,80 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
             e.info["return"] = shaped.sum(dim=-1)
             e.info["group_reward_std"] = gstd.float()
             e.info["group_size"] = gsize.float()
+            e.kl = None
+        return experiences
+
+    def _token_advantages(self, experiences, spec: MethodSpec):
+        """Token-level estimators (gae, tether, tether_bucketed, evpo) on the critic's p.
+
+        Each rollout's action tokens, in order, become one row of the estimator's right-padded
+        (N, T) arrays (OpenRLHF's rows start at the prompt length, and several action spans are
+        possible); advantages and the critic's returns go back to the same positions. Returns:
+        lambda_target = 1 (Monte Carlo) gives R_i on every action token, else GAE(lambda_target)
+        on p. No whitening. The KL must be a loss (--algo.kl.use_loss), not in the reward."""
+        args = self.strategy.args
+        r, exp_len, uids, labels = self._step_rewards(experiences)
+        if ((r < 0) | (r > 1)).any():
+            bad = float(r[(r < 0) | (r > 1)][0])
+            raise ValueError(f"method {spec.name}: the critic's BCE targets need rewards in [0, 1], got {bad}; "
+                             "drop reward shaping (overlong penalty, --reward.stop_properly_penalty_coef)")
+        if self.kl_ctl.value and any(e.kl is not None and bool((e.kl != 0).any()) for e in experiences):
+            raise ValueError(f"method {spec.name}: token-level estimators take the KL as a loss; set "
+                             "--algo.kl.use_loss (the flags do so for kl_coef > 0), not a KL reward")
+        if any(e.values is None for e in experiences):
+            raise ValueError(f"method {spec.name}: estimator {spec.estimator!r} needs critic values, but the "
+                             "experiences have none; the run needs --critic.model_name_or_path (flags set it)")
+        rows = [(e, i, torch.nonzero(e.action_mask[i], as_tuple=False).reshape(-1))
+                for e in experiences for i in range(len(e.rewards))]
+        T = max([1] + [len(p) for _e, _i, p in rows])
+        V = np.zeros((len(rows), T))
+        mask = np.zeros((len(rows), T), dtype=bool)
+        for k, (e, i, pos) in enumerate(rows):
+            V[k, :len(pos)] = e.values[i, pos].double().numpy()
+            mask[k, :len(pos)] = True
+
+        if not hasattr(self, "_calibration"):
+            self._calibration, self._step = CalibrationState(), 0
+        side = side_data(args, spec, labels, uids)
+        side.values, side.mask = V, mask
+        info: dict = {}
+        codes = pd.factorize(uids)[0]
+        L = getattr(args.rollout, "max_new_tokens", None) or getattr(getattr(args, "data", None), "max_len", None)
+        adv = advantages(spec, r, codes, side, self._calibration, info=info, response_length=L)
+        lam_t = float(spec.critic.lam_target)
+        if lam_t == 1.0:  # Monte Carlo: R_i on every action token
+            ret = np.where(mask, r[:, None], 0.0)
+        else:
+            ret = gae(terminal_rewards(r, mask), V, mask, 1.0, lam_t)[1]
+        self.last_estimator_info = info
+        batch_scalars = {k: v for k, v in flatten_info(info).items() if np.isfinite(v)}
+        ev = explained_variance(r[:, None], V, mask)
+        if np.isfinite(ev):
+            batch_scalars["critic_ev"] = float(ev)
+        if self._step < warmup_steps(spec.critic):  # a critic-only step: the policy must not train on it
+            for e in experiences:
+                e.labels = [with_warmup_tag(lab) for lab in e.labels]
+        std, size = self._observe(args, spec, experiences, uids, r)
+
+        for e in experiences:
+            e.advantages = torch.zeros(e.action_mask.shape, dtype=torch.float32)
+            e.returns = torch.zeros(e.action_mask.shape, dtype=torch.float32)
+        for k, (e, i, pos) in enumerate(rows):
+            e.advantages[i, pos] = torch.from_numpy(adv[k, :len(pos)]).float()
+            e.returns[i, pos] = torch.from_numpy(ret[k, :len(pos)]).float()
+        r_t = torch.from_numpy(r)
+        n_tok = mask.sum(axis=1)
+        p_mean = torch.from_numpy(np.divide((V * mask).sum(axis=1), n_tok, out=np.zeros(len(rows)), where=n_tok > 0))
+        for e, rr, gstd, gsize, pm in zip(experiences, r_t.split(exp_len), torch.from_numpy(std).split(exp_len),
+                                          torch.from_numpy(size).split(exp_len), p_mean.split(exp_len)):
+            e.info["return"] = rr.float()
+            e.info["group_reward_std"] = gstd.float()
+            e.info["group_size"] = gsize.float()
+            e.info["critic_value_mean"] = pm.float()
+            # batch scalars as per-sample constants: OpenRLHF logs info means as train/<key>,
+            # the names the local engine's metrics use (Figures 4 and 6 read them)
+            for k, v in batch_scalars.items():
+                e.info[k] = torch.full((len(rr),), v, dtype=torch.float32)
             e.kl = None
         return experiences
 

@@ -59,8 +59,41 @@ def run_files(method: MethodSpec, seed: int, out_dir: str | Path) -> RunPaths:
 
 def save_steps(rl: dict, method: MethodSpec) -> int:
     """OpenRLHF's ckpt.save_steps: a divisor of every step whose checkpoint is evaluated
-    (`rl.eval_fractions`), at most `rl.checkpoint_every`, so `Paths.run(...).checkpoint(step)` exists."""
-    return math.gcd(int(rl.get("checkpoint_every", 10)), *snapshot_steps(rl, method))
+    (`rl.eval_fractions`), at most `rl.checkpoint_every`, so `Paths.run(...).checkpoint(step)` exists.
+    With a critic warm-up of W steps OpenRLHF's global step of policy step s is s + W: W joins the
+    gcd so those checkpoints exist too."""
+    return math.gcd(int(rl.get("checkpoint_every", 10)), *snapshot_steps(rl, method), critic_warmup_steps(method))
+
+
+def critic_warmup_steps(method: MethodSpec) -> int:
+    """Critic-only RL steps before the first policy update (0 without a critic; `critic.warmup_steps`)."""
+    if method.critic is None:
+        return 0
+    from sparserl.engines.openrlhf.critic import warmup_steps
+    return warmup_steps(method.critic)
+
+
+def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node: int) -> dict[str, Any]:
+    """OpenRLHF's critic flags of a Le Critique method: a copy of the policy with a fresh value
+    head (B.3: --critic.model_name_or_path = the actor's model), the spec's learning rate on a
+    constant schedule (as the actor's), the warm-up as --critic.freezing_steps (`critic.freezing_steps`),
+    placed like the actor (colocated). Loss, replay and value batches come from the spec through
+    the worker hook (`critic.SparseRLCriticTrainer`)."""
+    from sparserl.engines.openrlhf.critic import freezing_steps
+    c = method.critic
+    f: dict[str, Any] = {
+        "critic.model_name_or_path": policy_path,
+        "critic.num_nodes": nodes,
+        "critic.num_gpus_per_node": gpus_per_node,
+        "critic.adam.lr": float(c.lr),
+        "critic.lr_scheduler": "constant_with_warmup",
+        "critic.lr_warmup_ratio": 0.0,
+        "critic.max_norm": 1.0,
+    }
+    fs = freezing_steps(c)
+    if fs >= 0:
+        f["critic.freezing_steps"] = fs
+    return f
 
 
 def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
@@ -121,8 +154,9 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     steps = total_steps(cfg["rl"], method)
     # rl.mini_batches optimiser steps per rollout step, as the local trainer takes
     mini = max(1, int(rl.get("mini_batches", 1)))
+    # a critic's warm-up steps consume prompts too: the policy still gets `steps` updates
     f.update({"rollout.n_samples_per_prompt": G, "rollout.batch_size": B,
-              "data.max_samples": steps * B, "train.batch_size": max(1, B * G // mini)})
+              "data.max_samples": (steps + critic_warmup_steps(method)) * B, "train.batch_size": max(1, B * G // mini)})
     if method.osla:  # rollouts per step vary (multiples of the pad): one optimizer step per pad-sized block
         f["train.batch_size"] = int(method.osla.pad_multiple or G)
 
@@ -150,6 +184,13 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     if ol.enabled:
         f["reward.overlong_buffer_len"] = float(ol.buffer_fraction) * max_new
         f["reward.overlong_penalty_factor"] = float(ol.penalty)
+
+    # Le Critique's critic (token-level estimators): OpenRLHF's critic path
+    if method.critic is not None:
+        if method.sampler != "plain":
+            raise ConfigError(f"method {method.name}: a critic runs with the plain sampler only (got "
+                              f"{method.sampler!r}); drop osla / dynamic_sampling from the method")
+        f.update(critic_flags(method, policy_path, nodes, gpn))
 
     # ours
     f["sparserl.method"] = method.name
@@ -205,6 +246,7 @@ def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path,
     --algo.dynamic_filtering_enable/range 0 1; overlong -> --reward.overlong_buffer_len
     (fraction x max_new_tokens) / --reward.overlong_penalty_factor; the spec itself ->
     --sparserl.spec. The train batch is the step's rollouts (one optimizer step per RL step), or
-    osla.pad_multiple for OSLA.
+    osla.pad_multiple for OSLA. A critic (Le Critique) -> `critic_flags`, and its warm-up steps are
+    added to --data.max_samples.
     """
     return flags_to_argv(openrlhf_flags(cfg, method, seed, out_dir, **kw))

@@ -11,10 +11,16 @@ import pandas as pd
 HARVEST_FILE = "rollouts.jsonl"  # under the run's openrlhf/ folder, one JSON row per rollout
 
 
-def metrics_from_tensorboard(tb_dir: str | Path):
+def metrics_from_tensorboard(tb_dir: str | Path, warmup_steps: int = 0):
     """OpenRLHF's TensorBoard scalars as one row per global step ('train/rollout/reward_mean' ->
     'rollout_reward_mean', 'eval/x' -> 'eval_x'); 'reward_mean' (the local trainer's name) is an
-    alias of 'rollout_reward_mean'. Empty (a 'step' column only) without tensorboard installed."""
+    alias of 'rollout_reward_mean', 'wall_time_s' of 'timing_step_total'. Empty (a 'step' column
+    only) without tensorboard installed.
+
+    'step' is the POLICY step: with a critic warm-up of W = `warmup_steps` critic-only steps
+    (`flags.critic_warmup_steps`), OpenRLHF's global step g is policy step g - W; 'global_step'
+    keeps g, and the W warm-up rows (step <= 0, the start policy's rollouts) stay, flagged
+    'critic_warmup' = 1."""
     import pandas as pd
 
     rows: dict[int, dict] = {}
@@ -34,6 +40,21 @@ def metrics_from_tensorboard(tb_dir: str | Path):
         if src in df.columns:
             df["reward_mean"] = df[src]
             break
+    if "timing_step_total" in df.columns:
+        df["wall_time_s"] = df["timing_step_total"]
+    return policy_steps(df, warmup_steps)
+
+
+def policy_steps(df: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
+    """A table keyed by OpenRLHF's global step ('step') re-keyed by policy step (module doc of
+    `metrics_from_tensorboard`); unchanged without a warm-up."""
+    W = int(warmup_steps)
+    if W <= 0 or "step" not in df.columns:
+        return df
+    df = df.copy()
+    df.insert(1, "global_step", df["step"].astype(int))
+    df["step"] = df["global_step"] - W
+    df["critic_warmup"] = (df["step"] <= 0).astype(int)
     return df
 
 

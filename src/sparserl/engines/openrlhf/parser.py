@@ -4,10 +4,11 @@ OpenRLHF builds its parser inline under ``if __name__ == "__main__":`` of
 `openrlhf/cli/train_ppo_ray.py` and hard-codes the ``choices`` of ``--algo.advantage.estimator``.
 `build_parser` reads that file's source (found with importlib, NOT imported: no vLLM needed),
 executes the parser-building statements of the block as they are, then widens the choices (our
-registry names; ``gpg`` for ``--actor.policy_loss_type``) and adds ``--sparserl.*``.
-`finalize_args` executes the block's own post-parse statements (hierarchize + validation) on our
-namespace, everything except the closing ``train(args)``. So the flags, defaults and checks are
-always those of the installed OpenRLHF.
+registry names, token-level ones included; ``gpg`` for ``--actor.policy_loss_type``) and adds
+``--sparserl.*``. `finalize_args` executes the block's own post-parse statements (hierarchize +
+validation) on our namespace, everything except the closing ``train(args)``. So the flags, defaults
+and checks are always those of the installed OpenRLHF; one exception: OpenRLHF keeps a critic only
+for ``--algo.advantage.estimator gae``, and a Le Critique spec with tether/evpo gets it back.
 """
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ def _find_action(parser: argparse.ArgumentParser, dest: str) -> argparse.Action:
 
 
 def our_estimators() -> list[str]:
+    """Every registry name, token-level ones (gae, tether, tether_bucketed, evpo) included."""
     from sparserl.estimators import list_estimators
-    return list_estimators(level="sequence")
+    return list_estimators(level=None)
 
 
 def build_parser(source_path: Path | None = None) -> argparse.ArgumentParser:
@@ -115,10 +117,26 @@ def finalize_args(namespace: argparse.Namespace, source_path: Path | None = None
     def _no_train(*_a, **_k):  # defensive: a train() call nested elsewhere must not run here
         raise RuntimeError("finalize_args must not start training")
 
+    critic_path = vars(namespace).get("critic.model_name_or_path")
     with contextlib.redirect_stdout(sys.stderr):  # OpenRLHF prints its warnings; keep stdout clean
         ns = _exec(post, {"args": namespace, "os": os, "train": _no_train, "__name__": "__openrlhf_args__"},
                    source_path)
-    return ns["args"]
+    args = ns["args"]
+    if _spec_trains_critic(args) and args.critic.model_name_or_path is None:
+        # OpenRLHF drops the critic for every estimator but "gae"; tether/evpo need it too
+        args.critic.model_name_or_path = critic_path or args.actor.model_name_or_path
+    return args
+
+
+def _spec_trains_critic(args) -> bool:
+    """The --sparserl.spec names a token-level estimator with a critic (Le Critique)."""
+    import json
+    raw = getattr(getattr(args, "sparserl", None), "spec", None)
+    if not raw:
+        return False
+    d = json.loads(raw) if isinstance(raw, str) else dict(raw)
+    from sparserl.estimators import list_estimators
+    return d.get("critic") is not None and d.get("estimator") in list_estimators("token")
 
 
 def parse_args(argv: list[str], source_path: Path | None = None):

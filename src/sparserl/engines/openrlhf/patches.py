@@ -4,7 +4,9 @@ OpenRLHF's trainer runs in Ray actors, where a driver-side patch does not reach;
 ``ray.init(runtime_env={"worker_process_setup_hook": HOOK})`` runs `worker_process_setup` at the
 start of every worker. It patches the module attributes where OpenRLHF looks the classes up:
 `openrlhf.trainer.ppo_trainer.RemoteExperienceMaker` / `.SamplesGenerator`,
-`openrlhf.trainer.ppo_trainer_async.SamplesGenerator` and `openrlhf.trainer.ray.ppo_actor.PolicyLoss`:
+`openrlhf.trainer.ppo_trainer_async.SamplesGenerator`, `openrlhf.trainer.ray.ppo_actor.PolicyLoss` /
+`.ActorPPOTrainer` and `openrlhf.trainer.ray.ppo_critic.CriticPPOTrainer` (looked up when the model
+actors build their trainers):
 at once where the module is already imported, else right after its first import (a post-import
 hook on sys.meta_path, so vLLM and other workers that never import the trainer pay nothing).
 """
@@ -28,6 +30,12 @@ PATCHES: dict[str, dict[str, str]] = {
     },
     "openrlhf.trainer.ray.ppo_actor": {
         "PolicyLoss": "sparserl.engines.openrlhf.losses:SparseRLPolicyLoss",
+        # never trains on a critic warm-up step's rollouts (OpenRLHF's trainer for untagged runs)
+        "ActorPPOTrainer": "sparserl.engines.openrlhf.critic:SparseRLActorTrainer",
+    },
+    # Le Critique's critic: BCE loss, FIFO replay, warm-up (OpenRLHF's trainer without our critic spec)
+    "openrlhf.trainer.ray.ppo_critic": {
+        "CriticPPOTrainer": "sparserl.engines.openrlhf.critic:SparseRLCriticTrainer",
     },
 }
 

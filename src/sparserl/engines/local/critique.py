@@ -1,0 +1,372 @@
+"""Le Critique's RL loop on the local engine: an env, K rollouts per problem, a critic.
+
+    warm-up (critic methods): `warmup_updates` value updates on rollouts of the start policy
+    for step:
+        sample problems                         (rollouts_per_step / K of them)
+        play K episodes of each                 (single-turn: one generation; Sudoku: one per turn)
+        values of every response token          (the critic as it is now: evaluate before train)
+        advantages from the methods layer       (trajectory level: Mean, VF/Pvf GAE, Tether, EVPO)
+        push the batch into the critic's replay, one value update
+        policy update                           (the math trainer's `Trainer.update`, token advantages)
+    held-out reward of the final policy
+
+A multi-turn episode trains as one row per turn (the turn's observation is its prompt); its
+tokens are concatenated per trajectory for the estimators, so a group is K trajectories and GAE,
+Tether's rho and the EV run over the trajectory's tokens. Paper: Le Critique Sections 4-7, App. B.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from sparserl.core.artifacts import atomic_write_text, config_hash, write_table
+from sparserl.core.logs import get_logger, progress
+from sparserl.engines.local.adamw import AdamW
+from sparserl.engines.local.trainer import Trainer, load_policy
+from sparserl.envs import make_env
+from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl
+from sparserl.estimators.gae import gae, terminal_rewards
+from sparserl.estimators.tether import explained_variance
+from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
+from sparserl.methods.spec import load_method
+from sparserl.rollout import SamplingParams, make_live_backend
+from sparserl.rollout.base import RolloutBatch
+from sparserl.values.critic import Critic
+from sparserl.values.critic_inputs import privileged_context
+
+_log = get_logger(__name__)
+
+
+@dataclasses.dataclass
+class Episodes:
+    """K episodes of each of P problems, as turn rows (`rows`) and trajectories."""
+    rows: RolloutBatch  # one row per turn; row r's prompt is rows.prompts[r] (its observation)
+    traj: np.ndarray  # trajectory of each row (turns in order)
+    problem: np.ndarray  # problem index (into the step's problems) of each trajectory
+    rewards: np.ndarray  # reward of each trajectory
+    texts: list  # each trajectory's responses joined (the LOO group's context)
+
+
+def play(env, backend, problems, k: int, params: SamplingParams, seed: int) -> Episodes:
+    """Run k episodes per problem; single-turn envs generate once and score the batch."""
+    if not env.multi_turn:
+        b = backend.generate([p.prompt for p in problems], k, params, seed)
+        pi = b.prompt_index
+        b.rewards = np.asarray(env.score([problems[i] for i in pi], b.texts), dtype=np.float32)
+        rows = RolloutBatch(prompts=[b.prompts[i] for i in pi], prompt_ids=[b.prompt_ids[i] for i in pi],
+                            prompt_index=np.arange(len(b)), response_ids=b.response_ids, logprobs=b.logprobs,
+                            texts=b.texts, finish_reason=b.finish_reason, rewards=b.rewards)
+        return Episodes(rows, np.arange(len(b)), pi.astype(np.int64), b.rewards.astype(np.float64), list(b.texts))
+    problem = np.repeat(np.arange(len(problems)), k)
+    states = [env.reset(problems[i]) for i in problem]
+    done = np.zeros(len(states), bool)
+    rewards = np.zeros(len(states))
+    texts: list[list[str]] = [[] for _ in states]
+    parts, traj = [], []
+    for turn in range(env.max_turns):
+        live = np.flatnonzero(~done)
+        if not len(live):
+            break
+        b = backend.generate([env.observe(states[j]) for j in live], 1, params, seed + 7919 * turn)
+        for r, j in enumerate(live):
+            states[j], d, rew = env.step(states[j], b.texts[r])
+            texts[j].append(b.texts[r])
+            done[j], rewards[j] = d, rew if d else 0.0
+        parts.append(b)
+        traj.append(live)
+    prompts = [p for b in parts for p in b.prompts]
+    rows = RolloutBatch(prompts=prompts, prompt_ids=[x for b in parts for x in b.prompt_ids],
+                        prompt_index=np.arange(len(prompts)),
+                        response_ids=[x for b in parts for x in b.response_ids],
+                        logprobs=[x for b in parts for x in b.logprobs], texts=[x for b in parts for x in b.texts],
+                        finish_reason=[x for b in parts for x in b.finish_reason])
+    tr = np.concatenate(traj)
+    rows.rewards = rewards[tr].astype(np.float32)
+    # rows sorted by trajectory, turns in order (a stable sort keeps the turn order)
+    order = np.argsort(tr, kind="stable")
+    rows = _take_rows(rows, order)
+    return Episodes(rows, tr[order], problem, rewards, [" |".join(t) for t in texts])
+
+
+def _take_rows(b: RolloutBatch, order) -> RolloutBatch:
+    o = list(map(int, order))
+    return RolloutBatch(prompts=[b.prompts[i] for i in o], prompt_ids=[b.prompt_ids[i] for i in o],
+                        prompt_index=np.arange(len(o)), response_ids=[b.response_ids[i] for i in o],
+                        logprobs=[b.logprobs[i] for i in o], texts=[b.texts[i] for i in o],
+                        finish_reason=[b.finish_reason[i] for i in o], rewards=b.rewards[o])
+
+
+def to_trajectories(row_values: np.ndarray, row_lengths: np.ndarray, traj: np.ndarray, n_traj: int):
+    """Row token arrays (R, T) -> trajectory arrays (N, sum of its rows' lengths), with the mask and
+    each row's (trajectory, offset) so `to_rows` can split them back."""
+    lens = np.bincount(traj, weights=row_lengths, minlength=n_traj).astype(int)
+    T = max(1, int(lens.max()) if len(lens) else 1)
+    out = np.zeros((n_traj, T))
+    mask = np.zeros((n_traj, T), bool)
+    offset = np.zeros(len(traj), int)
+    fill = np.zeros(n_traj, int)
+    for r, (j, L) in enumerate(zip(traj, row_lengths)):
+        offset[r] = fill[j]
+        out[j, fill[j]:fill[j] + L] = row_values[r, :L]
+        mask[j, fill[j]:fill[j] + L] = True
+        fill[j] += L
+    return out, mask, offset
+
+
+def to_rows(traj_values: np.ndarray, traj: np.ndarray, offset: np.ndarray, row_lengths: np.ndarray) -> np.ndarray:
+    T = max(1, int(row_lengths.max()))
+    out = np.zeros((len(traj), T))
+    for r, (j, o, L) in enumerate(zip(traj, offset, row_lengths)):
+        out[r, :L] = traj_values[j, o:o + L]
+    return out
+
+
+class CritiqueTrainer(Trainer):
+    """One Le Critique run (experiment x method x seed). Reuses the math trainer's policy update
+    (`Trainer.update`: loss, mini-batches, grad clip); everything else is this loop's."""
+
+    def __init__(self, cfg: dict, exp: str, method: str, seed: int, threads: int = 1, log=_log.info):
+        torch.set_num_threads(threads)
+        self.cfg, self.seed, self.log = cfg, int(seed), log
+        c = critique_cfg(cfg)
+        self.exp = experiment(cfg, exp)
+        self.rl = experiment_rl(cfg, exp)  # critique.rl with the experiment's own overrides
+        base = load_method(method)
+        self.m = dataclasses.replace(base, group_size=self.exp.k)  # K comes from the experiment
+        if self.m.critic is not None and "critic_lr" in self.rl:  # the scale's critic lr
+            self.m = dataclasses.replace(self.m, critic=dataclasses.replace(self.m.critic,
+                                                                            lr=float(self.rl["critic_lr"])))
+        self.CP = CritiquePaths(cfg)
+        self.run_paths = self.CP.run(exp, method, seed)
+        self.dir = self.run_paths.dir
+        env_spec = c["envs"][self.exp.env]
+        self.env = make_env(env_spec["kind"], env_spec, cfg["seed"])
+        self.pool = self.env.problems("rl", int(self.rl["pool"]))
+        torch.manual_seed(self.seed)
+        self.model, self.tok = load_policy(str(self.CP.policy()), "cpu")
+        self.ref_model = None
+        self.backend = make_live_backend(cfg, self.model, self.tok)
+        self.steps = int(self.rl["steps"])
+        self.n_prompts = max(1, int(self.rl["rollouts_per_step"]) // self.exp.k)
+        self.max_new = int(self.rl["max_new_tokens"])
+        self.params = SamplingParams(temperature=float(self.rl.get("temperature", 1.0)), top_p=1.0,
+                                     max_new_tokens=self.max_new)
+        self.response_length = self.max_new * self.env.max_turns  # a trajectory's longest
+        self.opt = AdamW(self.model.parameters(), lr=float(self.rl["lr"]), weight_decay=0.0)
+        self.rng = np.random.default_rng(self.seed)
+        self.step = 0
+        self.metrics: list[dict] = []
+        self.calibration = CalibrationState()
+        self.critic = None
+        if self.m.needs_critic:
+            self.critic = Critic(self.model, self.m.critic, self.tok.pad_token_id, self.seed,
+                                 batch_size=int(self.rl["rollouts_per_step"]),
+                                 micro_batch=int(self.rl.get("micro_batch_size", 256)),
+                                 optimizer=lambda params, lr: AdamW(params, lr=lr, weight_decay=0.0))
+        self.warmup_done = 0
+
+    # checkpoints ---------------------------------------------------------------------------
+    def _key(self) -> str:
+        return config_hash({"rl": self.rl, "env": critique_cfg(self.cfg)["envs"][self.exp.env], "k": self.exp.k,
+                            "method": self.m.to_dict(), "seed": self.seed, "policy": str(self.CP.policy())})
+
+    def save_state(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                    "rng": self.rng.bit_generator.state, "step": self.step, "metrics": self.metrics,
+                    "calibration": self.calibration, "warmup_done": self.warmup_done,
+                    "critic": None if self.critic is None else self.critic.state_dict(), "key": self._key()}, tmp)
+        os.replace(tmp, self.state_file)
+        self.write_metrics()
+
+    def try_resume(self) -> bool:
+        st = self.read_state("critique")
+        if st is None:
+            return False
+        self.calibration, self.warmup_done = st["calibration"], st["warmup_done"]
+        if self.critic is not None:
+            self.critic.load_state_dict(st["critic"])
+        self.log(f"[critique] resumed {self.dir} at step {self.step}/{self.steps}")
+        return True
+
+    def write_metrics(self) -> None:
+        if self.metrics:
+            write_table(pd.DataFrame(self.metrics), self.run_paths.metrics, cfg=self.cfg,
+                        extra={"experiment": self.exp.name, "env": self.exp.env, "k": self.exp.k,
+                               "method": self.m.name, "seed": self.seed, "steps": self.steps})
+
+    def _save_hf(self, out) -> None:
+        from sparserl.models.policies import save_hf
+        save_hf(self.model, self.tok, out, {"method": self.m.name, "seed": self.seed, "step": self.step,
+                                             "scale": self.cfg["scale"], "experiment": self.exp.name,
+                                             "env": self.exp.env, "k": self.exp.k})
+
+    # one batch -----------------------------------------------------------------------------
+    def _episodes(self, salt: int, rng: np.random.Generator | None = None) -> tuple[list, Episodes]:
+        idx = (rng or self.rng).choice(len(self.pool), size=min(self.n_prompts, len(self.pool)), replace=False)
+        problems = [self.pool[i] for i in idx]
+        s = self.seed * 1_000_003 + self.step * 1009 + salt
+        return problems, play(self.env, self.backend, problems, self.exp.k, self.params, s)
+
+    def critic_rows(self, problems, ep: Episodes):
+        """Critic sequences of every row: prompt + privileged context + response (`critic_inputs`)."""
+        kind = self.m.critic.privileged
+        seqs, starts = [], []
+        groups: dict[int, list[int]] = {}
+        for j, p in enumerate(ep.problem):
+            groups.setdefault(int(p), []).append(j)
+        cache: dict[int, list[int]] = {}
+        for r in range(len(ep.rows)):
+            j = int(ep.traj[r])
+            if j not in cache:
+                g = groups[int(ep.problem[j])]
+                text = privileged_context(kind, problems[ep.problem[j]].privileged,
+                                          [ep.texts[x] for x in g], [ep.rewards[x] for x in g], g.index(j))
+                cache[j] = self.tok(text, add_special_tokens=False)["input_ids"] if text else []
+            priv = cache[j]
+            p_ids = list(ep.rows.prompt_ids[r])
+            seqs.append(p_ids + priv + list(ep.rows.response_ids[r]))
+            starts.append(len(p_ids) + len(priv) - 1)
+        return seqs, starts
+
+    def evaluate_batch(self, problems, ep: Episodes, info: dict, state: CalibrationState | None = None):
+        """(row advantages, critic payload to push) for one batch; the critic is read, not trained.
+        `state`: the estimator's carried state (Tether's rho), the run's unless given."""
+        state = self.calibration if state is None else state
+        lengths = ep.rows.response_lengths()
+        n = len(ep.rewards)
+        codes = ep.problem
+        if self.critic is None:
+            adv_t = advantages(self.m, ep.rewards, codes, SideData(), state, info=info)
+            return np.asarray(adv_t, dtype=np.float32)[ep.traj], None
+        seqs, starts = self.critic_rows(problems, ep)
+        v_rows = self.critic.values(seqs, starts, list(lengths))
+        V, mask, offset = to_trajectories(v_rows, lengths, ep.traj, n)
+        est: dict = {}
+        adv = advantages(self.m, ep.rewards, codes, SideData(values=V, mask=mask), state,
+                         info=est, response_length=self.response_length)
+        info.update(flatten_info({k: v for k, v in est.items() if k != "returns"}))
+        info["critic_ev"] = explained_variance(ep.rewards[:, None], V, mask)
+        info["critic_value_mean"] = float(V[mask].mean()) if mask.any() else float("nan")
+        lam_t = float(self.m.critic.lam_target)
+        if lam_t >= 1.0:
+            tgt = np.where(mask, ep.rewards[:, None], 0.0)  # Monte Carlo: every token's target is R
+        else:
+            _, tgt = gae(terminal_rewards(ep.rewards, mask), V, mask, 1.0, lam_t)
+        t_rows = to_rows(np.clip(tgt, 0.0, 1.0), ep.traj, offset, lengths)
+        payload = (seqs, starts, [t_rows[r, :lengths[r]] for r in range(len(seqs))])
+        return to_rows(adv, ep.traj, offset, lengths).astype(np.float32), payload
+
+    def warmup(self, bar=None) -> None:
+        """`warmup_updates` value updates before the first policy update (Appendix B.3), on
+        batches of the start policy, each batch evaluated before it is pushed (as in training)."""
+        w = int(self.m.critic.warmup_updates)
+        salt = 0
+        # its own prompt stream: step 1 then draws the same prompts for every method of a seed
+        rng = np.random.default_rng((self.seed, 0x3A4))
+        while self.warmup_done < w:
+            if not self.critic.replay:
+                problems, ep = self._episodes(salt=500_000 + salt, rng=rng)
+                salt += 1
+                # warm-up advantages train nothing: Tether's rho starts at rho_0 with the policy
+                _, payload = self.evaluate_batch(problems, ep, {}, CalibrationState())
+                self.critic.push(*payload)
+            self.critic.update()
+            self.warmup_done += 1
+
+    # loop ----------------------------------------------------------------------------------
+    def run(self, stop_after: int | None = None):
+        if not self.try_resume():
+            for stale in (self.run_paths.final, self.run_paths.metrics, self.run_paths.dir / "summary.json"):
+                shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        every = int(self.rl.get("checkpoint_every", 10))
+        bar = progress(self.steps, f"critique {self.exp.name} {self.m.name} s{self.seed}", logger=_log,
+                       every=5, initial=self.step)
+        self.model.eval()
+        if self.critic is not None and self.step == 0:
+            self.warmup()
+        total = int(sum(r["rollouts"] for r in self.metrics))
+        while self.step < self.steps:
+            t0 = time.time()
+            info: dict = {}
+            self.model.eval()
+            problems, ep = self._episodes(salt=0)
+            adv, payload = self.evaluate_batch(problems, ep, info)
+            if payload is not None:
+                self.critic.push(*payload)
+                for _ in range(int(self.m.critic.updates_per_step)):
+                    info.update(self.critic.update() or {})
+            self.update(ep.rows, adv, info)
+            self.step += 1
+            total += len(ep.rewards)
+            row = {"step": self.step, "reward_mean": float(ep.rewards.mean()), "rollouts": len(ep.rewards),
+                   "rollouts_total": total, "turns_mean": len(ep.rows) / len(ep.rewards),
+                   "response_len_mean": float(ep.rows.response_lengths().mean()),
+                   "adv_abs_mean": float(np.abs(adv).mean()), "wall_time_s": time.time() - t0, **info}
+            self.metrics.append(row)
+            bar.set_postfix_str(f"reward {row['reward_mean']:.3f}")
+            bar.update(1)
+            if self.step % every == 0 or self.step == self.steps:
+                self.save_state()
+            if stop_after is not None and self.step >= stop_after and self.step < self.steps:
+                bar.close()
+                raise KilledForTest(f"stopped after step {self.step}")
+        bar.close()
+        summary = {"experiment": self.exp.name, "env": self.exp.env, "k": self.exp.k, "method": self.m.name,
+                   "seed": self.seed, "steps": self.steps,
+                   "warmup_updates": self.warmup_done, "rollouts_total": total,
+                   "heldout_reward": heldout_reward(self.env, self.backend, self.cfg, self.seed)}
+        self.write_metrics()
+        self._save_hf(self.run_paths.final)
+        atomic_write_text(self.run_paths.dir / "summary.json", pd.Series(summary).to_json(indent=1) + "\n")
+        shutil.rmtree(self.state_file.parent, ignore_errors=True)
+        self.env.close()
+        return self.dir
+
+
+class KilledForTest(RuntimeError):
+    """`CritiqueTrainer.run(stop_after=k)` simulates a kill after k steps."""
+
+
+def heldout_reward(env, backend, cfg: dict, seed: int = 0) -> float:
+    """Mean reward on the env's held-out problems (`critique.rl.eval`: problems x samples, T = 1)."""
+    rl = critique_cfg(cfg)["rl"]
+    ev = rl.get("eval", {"problems": 128, "samples": 4})
+    problems = env.problems("eval", int(ev["problems"]))
+    params = SamplingParams(temperature=float(rl.get("temperature", 1.0)), top_p=1.0,
+                            max_new_tokens=int(rl["max_new_tokens"]))
+    ep = play(env, backend, problems, int(ev["samples"]), params, seed=424_242)
+    return float(ep.rewards.mean())
+
+
+def start_reward(cfg: dict, env_name: str) -> dict:
+    """Held-out reward of the start policy c on one env (the runs' common starting point)."""
+    CP = CritiquePaths(cfg)
+    c = critique_cfg(cfg)
+    env = make_env(c["envs"][env_name]["kind"], c["envs"][env_name], cfg["seed"])
+    model, tok = load_policy(str(CP.policy()), "cpu")
+    backend = make_live_backend(cfg, model, tok)
+    try:
+        return {"env": env_name, "heldout_reward": heldout_reward(env, backend, cfg),
+                "train_pool_reward": _pool_reward(env, backend, cfg)}
+    finally:
+        env.close()
+
+
+def _pool_reward(env, backend, cfg) -> float:
+    rl = critique_cfg(cfg)["rl"]
+    problems = env.problems("rl", min(int(rl["pool"]), 256))
+    params = SamplingParams(temperature=float(rl.get("temperature", 1.0)), top_p=1.0,
+                            max_new_tokens=int(rl["max_new_tokens"]))
+    return float(play(env, backend, problems, 4, params, seed=171_717).rewards.mean())
+
+
+def train(cfg: dict, exp: str, method: str, seed: int, threads: int = 1, stop_after: int | None = None):
+    return CritiqueTrainer(cfg, exp, method, seed, threads=threads).run(stop_after=stop_after)

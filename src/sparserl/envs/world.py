@@ -1,0 +1,138 @@
+"""Le Critique's world at tiny and small scale: its envs, the pre-training corpus of its policy,
+its experiments (env x K x methods), and where each artifact lives.
+
+The Le Critique tasks are not math, so the math policies cannot play them. The DAG pre-trains one
+policy `c` on noisy demonstrations of every env (`Env.demonstrations`, a share `critique.corpus.noise`
+of the targets wrong), with its own tokenizer, under ``results/{scale}/critique/``. The world is a
+config of the shape the math stage reads (`critique_world`), so the tokenizer, the corpus encoding
+and pre-training are the math stage's own functions.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+
+from sparserl.core.paths import Paths, RunPaths
+from sparserl.envs import make_env
+
+WORLD_POLICY = "c"
+
+
+def critique_cfg(cfg: dict) -> dict:
+    c = cfg.get("critique")
+    if not c:
+        raise ValueError("the config has no 'critique' section (Le Critique's envs and experiments)")
+    return c
+
+
+def critique_world(cfg: dict) -> dict:
+    """A config for the math stage's tokenizer/pre-training code, rooted at results/{scale}/critique.
+    At paper scale (`critique.policy_hub`) the world's policy is that hub model: no corpus, no
+    tokenizer, no pre-training."""
+    c = critique_cfg(cfg)
+    policy = ({"source": "hub", "hf_name": c["policy_hub"]} if c.get("policy_hub")
+              else {"source": "pretrain", **c["policy"]})
+    return {"scale": f"{cfg['scale']}/critique", "results_dir": cfg.get("results_dir", "results"),
+            "figures_dir": cfg.get("figures_dir", "paper_figures"), "seed": cfg["seed"],
+            "tasks": {"source": "critique", "prompt_template": "{problem}", "answer_template": "{answer}",
+                      "envs": c["envs"], "corpus": c.get("corpus")},
+            "tokenizer": c.get("tokenizer"), "policies": {WORLD_POLICY: policy},
+            "pretrain": c.get("pretrain", cfg.get("pretrain", {})), "rollout": cfg["rollout"]}
+
+
+def envs(cfg: dict) -> dict:
+    """name -> Env of every configured env."""
+    return {name: make_env(spec["kind"], spec, cfg["seed"]) for name, spec in critique_cfg(cfg)["envs"].items()}
+
+
+def build_corpus(cfg: dict) -> pd.DataFrame:
+    """Pre-training rows (problem = prompt, answer = target, env) of every env, shuffled:
+    `critique.corpus.size` rows split by `critique.envs.<name>.corpus_weight` (default equal)."""
+    c = critique_cfg(cfg)
+    size, noise = int(c["corpus"]["size"]), float(c["corpus"]["noise"])
+    rng = np.random.default_rng((cfg["seed"], 0xC0))
+    names = list(c["envs"])
+    w = np.array([float(c["envs"][n].get("corpus_weight", 1.0)) for n in names])
+    counts = np.floor(size * w / w.sum()).astype(int)
+    rows = []
+    for name, n in zip(names, counts):
+        env = make_env(c["envs"][name]["kind"], c["envs"][name], cfg["seed"])
+        rows += [{"problem": p, "answer": t, "env": name} for p, t in env.demonstrations(int(n), noise, rng)]
+        env.close()
+    df = pd.DataFrame(rows)
+    return df.iloc[rng.permutation(len(df))].reset_index(drop=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    name: str
+    env: str
+    k: int
+    methods: tuple
+    rl: dict = dataclasses.field(default_factory=dict)  # overrides of critique.rl for this experiment
+    policy_hub: str | None = None  # paper scale: this experiment's hub policy (else critique.policy_hub)
+
+
+def experiments(cfg: dict) -> list[Experiment]:
+    return [Experiment(name, e["env"], int(e["k"]), tuple(e["methods"]), dict(e.get("rl") or {}),
+                       e.get("policy_hub"))
+            for name, e in critique_cfg(cfg).get("experiments", {}).items()]
+
+
+def experiment(cfg: dict, name: str) -> Experiment:
+    for e in experiments(cfg):
+        if e.name == name:
+            return e
+    raise ValueError(f"critique.experiments has no {name!r}; known: {[e.name for e in experiments(cfg)]}")
+
+
+def experiment_rl(cfg: dict, name: str) -> dict:
+    """critique.rl with the experiment's own `rl` overrides (paper scale: steps, batch, lengths)."""
+    return {**critique_cfg(cfg)["rl"], **experiment(cfg, name).rl}
+
+
+def seeds(cfg: dict, exp: str | None = None) -> list[int]:
+    """The seeds of every experiment (critique.rl.seeds), or of one (its `rl.seeds` if it sets them)."""
+    if exp is not None:
+        return list(experiment_rl(cfg, exp)["seeds"])
+    return list(critique_cfg(cfg)["rl"]["seeds"])
+
+
+class CritiquePaths:
+    """results/{scale}/critique/...: the world (tasks, tokenizer, policy c) and the runs."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.world = Paths(critique_world(cfg))
+        self.root = self.world.results
+
+    def corpus(self):
+        return self.world.pretrain_corpus()
+
+    def tokenizer(self):
+        return self.world.tokenizer()
+
+    def policy(self, exp: str | None = None):
+        """Policy c's checkpoint dir (tiny/small), or the hub name at paper scale
+        (`critique.policy_hub`, or experiment `exp`'s own `policy_hub`)."""
+        if exp is not None:
+            own = experiment(self.cfg, exp).policy_hub
+            if own:
+                return own
+        return self.world.policy(WORLD_POLICY)
+
+    def run(self, exp: str, method: str, seed) -> RunPaths:
+        return RunPaths(self.root / "runs" / exp / method / f"seed{seed}", method, seed)
+
+    def runs_table(self):
+        """Every run's per-step metrics in one long table (the figures read it)."""
+        return self.root / "runs.parquet"
+
+    def final_table(self):
+        """One row per run (final and held-out rewards, EV, rho)."""
+        return self.root / "final.parquet"
+
+    def start_eval(self, env: str):
+        return self.root / "start_eval" / f"{env}.json"

@@ -1,0 +1,75 @@
+"""Le Critique's runs in two cached tables, which its figures and the note read.
+
+  runs.parquet   one row per (experiment, method, seed, step): train reward, the critic's EV on
+                 the evaluated batch, Tether's rho, EVPO's switch, value loss
+  final.parquet  one row per run: final train reward (mean of the last `FINAL_FRACTION` of the
+                 steps), held-out reward of the final policy and of the start policy, the EV over
+                 the final `EV_BATCHES` value batches (Figure 4: the paper's final 50)
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+
+from sparserl.core.artifacts import read_table, write_table
+from sparserl.envs.world import CritiquePaths, experiments, seeds
+
+FINAL_FRACTION = 0.2
+EV_BATCHES = 50  # Le Critique Figure 4: "averaged across seeds and the final 50 value batches"
+
+
+def run_files(cfg: dict) -> list:
+    CP = CritiquePaths(cfg)
+    return [(e, m, s, CP.run(e.name, m, s)) for e in experiments(cfg) for m in e.methods
+            for s in seeds(cfg, e.name)]
+
+
+def final_row(metrics: pd.DataFrame, summary: dict, start: dict) -> dict:
+    n = len(metrics)
+    tail = metrics.iloc[-max(1, int(round(FINAL_FRACTION * n))):]
+    ev = metrics["critic_ev"].dropna().iloc[-EV_BATCHES:] if "critic_ev" in metrics else pd.Series(dtype=float)
+    rho = metrics["est_tether_rho"] if "est_tether_rho" in metrics else (
+        metrics["est_tether_rho_mean"] if "est_tether_rho_mean" in metrics else pd.Series(dtype=float))
+    return {"final_reward": float(tail["reward_mean"].mean()), "first_reward": float(metrics["reward_mean"].iloc[0]),
+            "heldout_reward": float(summary["heldout_reward"]), "start_heldout_reward": float(start["heldout_reward"]),
+            "heldout_gain": float(summary["heldout_reward"]) - float(start["heldout_reward"]),
+            "ev_final": float(ev.mean()) if len(ev) else float("nan"),
+            "rho_final": float(rho.iloc[-1]) if len(rho) else float("nan"),
+            "rollouts_total": int(summary["rollouts_total"]), "warmup_updates": int(summary["warmup_updates"]),
+            "wall_time_s": float(metrics["wall_time_s"].sum())}
+
+
+def write_runs_table(cfg: dict) -> str:
+    CP = CritiquePaths(cfg)
+    rows, finals = [], []
+    starts = {}
+    for e, m, s, rp in run_files(cfg):
+        met = read_table(rp.metrics)
+        summary = json.loads((rp.dir / "summary.json").read_text())
+        if e.env not in starts:
+            starts[e.env] = json.loads(CP.start_eval(e.env).read_text())
+        keys = {"experiment": e.name, "env": e.env, "k": e.k, "method": m, "seed": s}
+        rows.append(met.assign(**keys))
+        finals.append({**keys, **final_row(met, summary, starts[e.env])})
+    runs = pd.concat(rows, ignore_index=True)
+    write_table(runs, CP.runs_table(), cfg=cfg)
+    write_table(pd.DataFrame(finals), CP.final_table(), cfg=cfg)
+    return str(CP.runs_table())
+
+
+def seed_stats(final: pd.DataFrame, col: str) -> pd.DataFrame:
+    """Mean, sd and seed count of `col` per (experiment, method)."""
+    g = final.groupby(["experiment", "method"], sort=False)[col]
+    return pd.DataFrame({"mean": g.mean(), "sd": g.std(ddof=1), "n": g.size()}).reset_index()
+
+
+def ema(x: np.ndarray, alpha: float = 0.3) -> np.ndarray:
+    """The EMA smoothing the paper's reward curves use [our choice of alpha at 40 steps]."""
+    out = np.empty(len(x))
+    acc = x[0] if len(x) else 0.0
+    for i, v in enumerate(x):
+        acc = alpha * v + (1 - alpha) * acc
+        out[i] = acc
+    return out

@@ -1,0 +1,223 @@
+# Stage: Le Critique (sparserl.envs, sparserl.engines.local.critique). Its own world under
+# results/{scale}/critique/: the envs' noisy demonstrations and a tokenizer, policy c pre-trained
+# on them, then one RL run per (experiment, method, seed) with Mean, VF, Pvf, Tether, EVPO, and
+# the runs tables its figures (le_critique/*) read.
+#   snakemake --cores 2 critique                       # every run and the tables
+#   python -m sparserl show results/tiny/critique/final.parquet
+
+CRITIQUE = CFG.get("critique")
+
+if CRITIQUE and rl_engine(CFG) == "local":
+    from sparserl.envs.world import CritiquePaths, experiments as critique_experiments, seeds as critique_seeds
+
+    from sparserl.methods.spec import load_method as _load_method
+
+    for _e in critique_experiments(CFG):  # a bad method file stops the parse, naming file and key
+        for _m in _e.methods:
+            try:
+                _load_method(_m)
+            except ConfigError as e:
+                raise WorkflowError(f"config error: critique.experiments.{_e.name}: {e}")
+
+    CP = CritiquePaths(CFG)
+    CRITIQUE_RUNS = [(e.name, m, s) for e in critique_experiments(CFG) for m in e.methods
+                     for s in critique_seeds(CFG)]
+    CRITIQUE_ENVS = sorted({e.env for e in critique_experiments(CFG)})
+
+    def critique_key(*parts):
+        from sparserl.core.artifacts import config_hash
+        return config_hash({p: CRITIQUE.get(p) for p in parts})
+
+    def critique_run_key(w):
+        from sparserl.core.artifacts import config_hash
+        from sparserl.envs.world import experiment
+        from sparserl.methods.spec import load_method
+        e = experiment(CFG, w.exp)
+        return config_hash({"rl": CRITIQUE["rl"], "env": CRITIQUE["envs"][e.env], "k": e.k,
+                            "method": load_method(w.method).to_dict(), "rollout": CFG["rollout"],
+                            **({"exp_rl": e.rl} if e.rl else {})})  # an experiment's own rl, if any
+
+    rule critique_world:
+        output:
+            corpus=str(CP.corpus()),
+            tokenizer=directory(str(CP.tokenizer())),
+        params:
+            key=critique_key("envs", "corpus", "tokenizer"),
+        log:
+            str(P.stage("logs", "critique_world.log")),
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} critique-world --config {CONFIGS} > {log} 2>&1"
+
+    rule critique_pretrain:
+        input:
+            corpus=str(CP.corpus()),
+            tokenizer=str(CP.tokenizer()),
+        output:
+            directory(str(CP.policy())),
+        params:
+            key=critique_key("envs", "corpus", "tokenizer", "policy", "pretrain"),
+        log:
+            str(P.stage("logs", "critique_pretrain.log")),
+        # long and alone on its branch: started early, it overlaps the math stage's pre-training
+        priority: 10
+        threads: T("pretrain")
+        resources:
+            **R("pretrain"),
+        shell:
+            "{SPARSERL} critique-pretrain --config {CONFIGS} --threads {threads} > {log} 2>&1"
+
+    rule critique_start:
+        input:
+            str(CP.policy()),
+        output:
+            str(CP.start_eval("{env}")),
+        wildcard_constraints:
+            env="|".join(CRITIQUE_ENVS),
+        params:
+            key=lambda w: critique_key("rl") + str(CRITIQUE["envs"][w.env]),
+        log:
+            str(P.stage("logs", "critique_start_{env}.log")),
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} critique-start --config {CONFIGS} --env {wildcards.env} > {log} 2>&1"
+
+    rule critique_train:
+        input:
+            str(CP.policy()),
+        output:
+            metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),
+            summary=str(CP.run("{exp}", "{method}", "{seed}").dir / "summary.json"),
+        wildcard_constraints:
+            exp="[^/]+",
+            method="[^/]+",
+            seed=r"\d+",
+        params:
+            key=critique_run_key,
+        log:
+            str(P.stage("logs", "critique", "{exp}_{method}_seed{seed}.log")),
+        threads: T("rl")
+        resources:
+            **R("rl"),
+        shell:
+            "{SPARSERL} critique-train --config {CONFIGS} --experiment {wildcards.exp} "
+            "--method {wildcards.method} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+
+    rule critique_summary:
+        input:
+            runs=[str(CP.run(e, m, s).dir / "summary.json") for e, m, s in CRITIQUE_RUNS],
+            starts=[str(CP.start_eval(env)) for env in CRITIQUE_ENVS],
+        output:
+            str(CP.runs_table()),
+            str(CP.final_table()),
+        localrule: True
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} critique-summary --config {CONFIGS}"
+
+    rule critique:
+        input:
+            str(CP.final_table()),
+        localrule: True
+
+    def critique_targets():
+        return [str(CP.runs_table()), str(CP.final_table())]
+
+
+# --------------------------------------------------------------------------------------------
+# Paper scale (rollout.backend vllm): Le Critique on OpenRLHF (sparserl.engines.openrlhf.envs).
+# The runs start from a hub policy (critique.policy_hub, or an experiment's own policy_hub): no
+# world, no pre-training. One GPU job per (experiment, method, seed) on resources.rl, one per env
+# for the start policy's held-out reward on resources.rollout; the tables as at tiny scale.
+#   snakemake --profile slurm critique
+
+if CRITIQUE and rl_engine(CFG) == "openrlhf":
+    from sparserl.envs.world import CritiquePaths, experiments as critique_experiments, seeds as critique_seeds
+
+    from sparserl.methods.spec import load_method as _load_method
+
+    for _e in critique_experiments(CFG):  # a bad method file stops the parse, naming file and key
+        for _m in _e.methods:
+            try:
+                _load_method(_m)
+            except ConfigError as e:
+                raise WorkflowError(f"config error: critique.experiments.{_e.name}: {e}")
+
+    CP = CritiquePaths(CFG)
+    CRITIQUE_RUNS = [(e.name, m, s) for e in critique_experiments(CFG) for m in e.methods
+                     for s in critique_seeds(CFG, e.name)]
+    CRITIQUE_ENVS = sorted({e.env for e in critique_experiments(CFG)})
+
+    def critique_start_key(w):
+        from sparserl.core.artifacts import config_hash
+        return config_hash({"rl": CRITIQUE["rl"], "env": CRITIQUE["envs"][w.env],
+                            "experiments": [(e.name, e.rl, str(CP.policy(e.name)))
+                                            for e in critique_experiments(CFG) if e.env == w.env],
+                            "rollout": CFG["rollout"]})
+
+    def critique_run_key(w):
+        from sparserl.core.artifacts import config_hash
+        from sparserl.envs.world import experiment, experiment_rl
+        from sparserl.methods.spec import load_method
+        e = experiment(CFG, w.exp)
+        return config_hash({"rl": experiment_rl(CFG, w.exp), "env": CRITIQUE["envs"][e.env], "k": e.k,
+                            "method": load_method(w.method).to_dict(), "policy": str(CP.policy(w.exp))})
+
+    rule critique_start:
+        output:
+            str(CP.start_eval("{env}")),
+        wildcard_constraints:
+            env="|".join(CRITIQUE_ENVS),
+        params:
+            key=critique_start_key,
+        log:
+            str(P.stage("logs", "critique_start_{env}.log")),
+        threads: T("rollout")
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} critique-start --config {CONFIGS} --env {wildcards.env} > {log} 2>&1"
+
+    rule critique_train:
+        # Ray on the SLURM allocation, then OpenRLHF with the env's reward function or agent
+        output:
+            metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),
+            summary=str(CP.run("{exp}", "{method}", "{seed}").dir / "summary.json"),
+        wildcard_constraints:
+            exp="[^/]+",
+            method="[^/]+",
+            seed=r"\d+",
+        params:
+            key=critique_run_key,
+        log:
+            str(P.stage("logs", "critique", "{exp}_{method}_seed{seed}.log")),
+        threads: T("rl")
+        resources:
+            **R("rl"),
+        shell:
+            "{SPARSERL} critique-openrlhf --config {CONFIGS} --experiment {wildcards.exp} "
+            "--method {wildcards.method} --seed {wildcards.seed} > {log} 2>&1"
+
+    rule critique_summary:
+        input:
+            runs=[str(CP.run(e, m, s).dir / "summary.json") for e, m, s in CRITIQUE_RUNS],
+            starts=[str(CP.start_eval(env)) for env in CRITIQUE_ENVS],
+        output:
+            str(CP.runs_table()),
+            str(CP.final_table()),
+        localrule: True
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} critique-summary --config {CONFIGS}"
+
+    rule critique:
+        input:
+            str(CP.final_table()),
+        localrule: True
+
+    def critique_targets():
+        return [str(CP.runs_table()), str(CP.final_table())]
