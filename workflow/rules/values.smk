@@ -55,6 +55,8 @@ if V0_HARVEST is not None:
             policy="[^/@]+",
         params:
             key=cfg_key("v0", "rl", "rollout"),
+        # the DAG's longest chain: run when ready, the critique runs fill the cores around it
+        priority: 5
         log:
             str(P.stage("logs", "v0_harvest_run_{policy}.log")),
         threads: T("rl")
@@ -75,6 +77,7 @@ if V0_HARVEST is not None:
             policy="[^/@]+",
         params:
             key=cfg_key("v0", "evaluation", "rollout"),
+        priority: 5
         log:
             str(P.stage("logs", "v0_harvest_values_{policy}.log")),
         threads: T("rollout")
@@ -107,6 +110,7 @@ if V0_HARVEST is not None:
             protocol="sequential|strict",
         params:
             key=cfg_key("v0"),
+        priority: 5
         log:
             str(P.stage("logs", "v0_table_{protocol}.log")),
         threads: T("cpu_small", 2)
@@ -124,6 +128,7 @@ if V0_HARVEST is not None:
             str(P.value_eval("v0_ablations")),
         params:
             key=cfg_key("v0"),
+        priority: 5
         log:
             str(P.stage("logs", "v0_ablations.log")),
         threads: T("cpu_small", 2)
@@ -139,6 +144,7 @@ if V0_HARVEST is not None:
             str(P.value_eval("v0_strict_predictions")),
         output:
             str(P.value_eval("v0_routing")),
+        priority: 5
         log:
             str(P.stage("logs", "v0_routing.log")),
         resources:

@@ -52,11 +52,15 @@ def _read(cfg, tables):
     return {"df": df, "order": [o for o in order if o in set(df["experiment"])]}
 
 
-def _panels(roles):
-    """Layout: one axes per experiment that ran at least one of `roles`."""
+def _panels(roles, need=None):
+    """Layout: one axes per experiment that ran two of `roles`, one of them in `need` if given."""
     def layout(data):
         df = data["df"]
-        exps = [e for e in data["order"] if df[(df["experiment"] == e) & df["role"].isin(roles)]["role"].nunique() > 1]
+
+        def ran(e):
+            have = set(df[(df["experiment"] == e) & df["role"].isin(roles)]["role"])
+            return len(have) > 1 and (need is None or bool(have & set(need)))
+        exps = [e for e in data["order"] if ran(e)]
         if not exps:
             raise FigureError(f"no experiment ran two of {roles}")
         data["panels"] = exps
@@ -110,18 +114,18 @@ register_figure(
             "(Reasoning Gym mixture at K=1 and K=8, CodeIO with the leave-one-out-group Pvf, Sudoku with "
             "the solved-grid Pvf); EMA-smoothed seed mean, band min-max over seeds.")(_curves(PVF_ROLES))
 register_figure(
-    "le_critique/f5_tether_rewards", tables=_runs, read=_read, layout=_panels(TETHER_ROLES), built_by=BUILT_BY,
+    "le_critique/f5_tether_rewards", tables=_runs, read=_read, layout=_panels(TETHER_ROLES, need=TETHER_ROLES[2:]), built_by=BUILT_BY,
     unavailable=_none,
     caption="Le Critique Fig. 5: Tether vs VF vs Mean (and EVPO, token-bucketed Tether where run); "
             "EMA-smoothed train reward, seed mean, band min-max.")(_curves(TETHER_ROLES))
 register_figure(
-    "le_critique/f6_tether_rho", tables=_runs, read=_read_rho, layout=_panels(("Tether", "Tether (bucketed)", "Mean")),
+    "le_critique/f6_tether_rho", tables=_runs, read=_read_rho, layout=_panels(("Tether", "Tether (bucketed)", "Mean"), need=("Tether", "Tether (bucketed)")),
     built_by=BUILT_BY, unavailable=_none,
     caption="Le Critique Fig. 6: Tether's mixture coefficient rho over training (rho_0 = 0, EMA d = 0.95); "
             "seed mean, band min-max; bucketed Tether: mean over buckets.")(
     _curves(("Tether", "Tether (bucketed)"), col="rho", ylabel="rho", smooth=False))
 register_figure(
-    "le_critique/f8_lambda_sweep", tables=_runs, read=_read, layout=_panels(LAMBDA_ROLES), built_by=BUILT_BY,
+    "le_critique/f8_lambda_sweep", tables=_runs, read=_read, layout=_panels(LAMBDA_ROLES, need=LAMBDA_ROLES[2:]), built_by=BUILT_BY,
     unavailable=_none,
     caption="Le Critique Fig. 8: VF and Pvf at lambda_GAE = 1 and 0.4^(1/L), L the response length "
             "(the paper's 0.999888 at L = 8192); EMA-smoothed train reward, seed mean.")(_curves(LAMBDA_ROLES))
