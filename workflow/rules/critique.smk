@@ -60,8 +60,6 @@ if CRITIQUE and rl_engine(CFG) == "local":
             key=critique_key("envs", "corpus", "tokenizer", "policy", "pretrain"),
         log:
             str(P.stage("logs", "critique_pretrain.log")),
-        # long and alone on its branch: started early, it overlaps the math stage's pre-training
-        priority: 10
         threads: T("pretrain")
         resources:
             **R("pretrain"),

@@ -33,6 +33,8 @@ if PRETRAINED:
             key=lambda w: cfg_key("pretrain", "tokenizer") + str(CFG["policies"][w.name]),
         log:
             str(P.stage("logs", "pretrain_{name}.log")),
+        # the root of the DAG's longest chain (pre-training -> V0's harvest and tables -> v05_osla_v0)
+        priority: 20
         threads: T("pretrain")
         resources:
             **R("pretrain"),

@@ -113,7 +113,9 @@ if V0_HARVEST is not None:
         priority: 5
         log:
             str(P.stage("logs", "v0_table_{protocol}.log")),
-        threads: T("cpu_small", 2)
+        # one thread unless the cluster says otherwise: a 2-thread job on 2 cores waits until both
+        # are free, which the one-thread RL and critique jobs never leave (it ran 12 minutes late)
+        threads: T("cpu_small", 1)
         resources:
             **R("cpu_small"),
         shell:
@@ -131,7 +133,7 @@ if V0_HARVEST is not None:
         priority: 5
         log:
             str(P.stage("logs", "v0_ablations.log")),
-        threads: T("cpu_small", 2)
+        threads: T("cpu_small", 1)
         resources:
             **R("cpu_small"),
         shell:
