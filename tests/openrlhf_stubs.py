@@ -118,3 +118,16 @@ def imported(modules: dict):
         from sparserl.engines.openrlhf.patches import _PostImportPatcher
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PostImportPatcher)]
         remove(added)
+
+
+def argv_flags(argv) -> dict:
+    """An OpenRLHF argument list as {flag: value}: one value as a string, several as a list, none
+    as True (the tests' view of what `flags.openrlhf_argv` built)."""
+    out, key = {}, None
+    for a in argv:
+        if a.startswith("--"):
+            key = a[2:]
+            out[key] = []
+        else:
+            out[key].append(a)
+    return {k: (v[0] if len(v) == 1 else (v or True)) for k, v in out.items()}

@@ -65,15 +65,7 @@ def _cfg(tmp_path, **rl):
     }
 
 
-def _flags(argv):
-    out, key = {}, None
-    for a in argv:
-        if a.startswith("--"):
-            key = a[2:]
-            out[key] = []
-        else:
-            out[key].append(a)
-    return {k: (v[0] if len(v) == 1 else (v or True)) for k, v in out.items()}
+_flags = openrlhf_stubs.argv_flags
 
 
 def _dataset(orl, cfg, exp, method, seed=0):

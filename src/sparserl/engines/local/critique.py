@@ -155,8 +155,7 @@ class CritiqueTrainer(Trainer):
         self.steps = int(self.rl["steps"])
         self.n_prompts = max(1, int(self.rl["rollouts_per_step"]) // self.exp.k)
         self.max_new = int(self.rl["max_new_tokens"])
-        self.params = SamplingParams(temperature=float(self.rl.get("temperature", 1.0)), top_p=1.0,
-                                     max_new_tokens=self.max_new)
+        self.params = sampling_params(self.rl)
         self.response_length = self.max_new * self.env.max_turns  # a trajectory's longest
         self.opt = AdamW(self.model.parameters(), lr=float(self.rl["lr"]), weight_decay=0.0)
         self.rng = np.random.default_rng(self.seed)
@@ -322,7 +321,7 @@ class CritiqueTrainer(Trainer):
         summary = {"experiment": self.exp.name, "env": self.exp.env, "k": self.exp.k, "method": self.m.name,
                    "seed": self.seed, "steps": self.steps,
                    "warmup_updates": self.warmup_done, "rollouts_total": total,
-                   "heldout_reward": heldout_reward(self.env, self.backend, self.cfg, self.seed)}
+                   "heldout_reward": heldout_reward(self.env, self.backend, self.rl, self.seed)}
         self.write_metrics()
         self._save_hf(self.run_paths.final)
         atomic_write_text(self.run_paths.dir / "summary.json", pd.Series(summary).to_json(indent=1) + "\n")
@@ -335,14 +334,18 @@ class KilledForTest(RuntimeError):
     """`CritiqueTrainer.run(stop_after=k)` simulates a kill after k steps."""
 
 
-def heldout_reward(env, backend, cfg: dict, seed: int = 0) -> float:
-    """Mean reward on the env's held-out problems (`critique.rl.eval`: problems x samples, T = 1)."""
-    rl = critique_cfg(cfg)["rl"]
+def sampling_params(rl: dict) -> SamplingParams:
+    """The rollouts' sampling, in training and in evaluation: T from `rl.temperature`, no nucleus."""
+    return SamplingParams(temperature=float(rl.get("temperature", 1.0)), top_p=1.0,
+                          max_new_tokens=int(rl["max_new_tokens"]))
+
+
+def heldout_reward(env, backend, rl: dict, seed: int = 0) -> float:
+    """Mean reward on the env's held-out problems (`rl.eval`: problems x samples), `rl` the run's
+    settings (critique.rl with its experiment's overrides)."""
     ev = rl.get("eval", {"problems": 128, "samples": 4})
     problems = env.problems("eval", int(ev["problems"]))
-    params = SamplingParams(temperature=float(rl.get("temperature", 1.0)), top_p=1.0,
-                            max_new_tokens=int(rl["max_new_tokens"]))
-    ep = play(env, backend, problems, int(ev["samples"]), params, seed=424_242)
+    ep = play(env, backend, problems, int(ev["samples"]), sampling_params(rl), seed=424_242)
     return float(ep.rewards.mean())
 
 
@@ -354,18 +357,16 @@ def start_reward(cfg: dict, env_name: str) -> dict:
     model, tok = load_policy(str(CP.policy()), "cpu")
     backend = make_live_backend(cfg, model, tok)
     try:
-        return {"env": env_name, "heldout_reward": heldout_reward(env, backend, cfg),
-                "train_pool_reward": _pool_reward(env, backend, cfg)}
+        rl = critique_cfg(cfg)["rl"]
+        return {"env": env_name, "heldout_reward": heldout_reward(env, backend, rl),
+                "train_pool_reward": _pool_reward(env, backend, rl)}
     finally:
         env.close()
 
 
-def _pool_reward(env, backend, cfg) -> float:
-    rl = critique_cfg(cfg)["rl"]
+def _pool_reward(env, backend, rl: dict) -> float:
     problems = env.problems("rl", min(int(rl["pool"]), 256))
-    params = SamplingParams(temperature=float(rl.get("temperature", 1.0)), top_p=1.0,
-                            max_new_tokens=int(rl["max_new_tokens"]))
-    return float(play(env, backend, problems, 4, params, seed=171_717).rewards.mean())
+    return float(play(env, backend, problems, 4, sampling_params(rl), seed=171_717).rewards.mean())
 
 
 def train(cfg: dict, exp: str, method: str, seed: int, threads: int = 1, stop_after: int | None = None):
