@@ -45,6 +45,8 @@ P = Paths(CFG)
 SCALE = CFG["scale"]
 # Jobs read the config Snakemake resolved (files + `--config` overrides), never the files again
 CONFIGS = str(write_resolved(CFG, P.results / ".config"))
+# the figures' footer names the config files given (the resolved file is named by its hash)
+CONFIG_NAME = "+".join(os.path.basename(str(f)) for f in (workflow.overwrite_configfiles or workflow.configfiles))
 SPARSERL = f"{sys.executable} -m sparserl"
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ["PYTHONPATH"] = os.path.join(workflow.basedir, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
@@ -56,10 +58,13 @@ include: "workflow/rules/policies.smk"
 include: "workflow/rules/basis.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/rl.smk"
+include: "workflow/rules/ood.smk"
+include: "workflow/rules/head_to_head.smk"
 include: "workflow/rules/studies.smk"
 include: "workflow/rules/values.smk"
 include: "workflow/rules/critique.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/claims.smk"
 
 
 rule all:

@@ -11,26 +11,34 @@ import pandas as pd
 import pytest
 import yaml
 
+from head_to_head_tables import write_head_to_head_tables  # tests/head_to_head_tables.py
 from sparserl.core.artifacts import write_table
 from sparserl.core.paths import Paths
 from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, make_figure, registered
+from sparserl.figures import basis_checkpoints
 from sparserl.figures.registry import footer, pyplot
 
 # every study figure before the registry (id -> the table it draws, in the same paper's dir)
 STUDY_FIGURES = {
-    "basis/mse_by_method": "mse_by_method", "basis/mse_by_heterogeneity": "mse_by_heterogeneity",
-    "basis/mse_by_difficulty": "mse_by_difficulty", "basis/zero_one_rate": "zero_one_rate",
-    "basis/sensitivity_eps": "sensitivity_eps", "basis/sensitivity_n": "sensitivity_n",
-    "basis/sensitivity_B": "sensitivity_B", "basis/sensitivity_grid": "sensitivity_grid",
-    "v05/bias_by_k": "bias_mse_by_k", "v05/mse_by_k": "bias_mse_by_k", "v05/budget_by_offset": "budget_by_offset",
-    "v05/c_sweep": "c_sweep", "v05/stopping_hist": "stopping_hist",
+    "basis/f3a_mse_by_method": "mse_by_method", "basis/f3b_mse_by_heterogeneity": "mse_by_heterogeneity",
+    "basis/f3c_mse_by_difficulty": "mse_by_difficulty", "basis/f3d_zero_one_rate": "zero_one_rate",
+    "basis/f5a_sensitivity_eps": "sensitivity_eps", "basis/f5b_sensitivity_n": "sensitivity_n",
+    "basis/f5c_sensitivity_B": "sensitivity_B", "basis/f5d_sensitivity_grid": "sensitivity_grid",
+    "v05/stat_bias_by_k": "bias_mse_by_k", "v05/stat_mse_by_k": "bias_mse_by_k", "v05/stat_budget_by_offset": "budget_by_offset",
+    "v05/stat_c_sweep": "c_sweep", "v05/stat_stopping_hist": "stopping_hist",
 }
-RL_FIGURES = ["rl/learning_curves", "rl/final_accuracy"]
-V0_FIGURES = ["v0/table1_sequential", "v0/table2_strict", "v0/tracking", "v0/robustness",
-              "v0/table6_ablations", "v0/routing"]  # smoke and tiny have v0.harvest
+RL_FIGURES = ["head_to_head/learning_curves", "head_to_head/final_accuracy"] + ["head_to_head/" + n for n in ("accuracy_vs_rollouts", "accuracy_vs_wall_time", "ranking")]
+V0_FIGURES = ["v0/t1_sequential", "v0/t2_strict", "v0/f3_tracking", "v0/f4_robustness",
+              "v0/t6_ablations", "v0/f5_routing"]  # smoke and tiny have v0.harvest
 LE_CRITIQUE_FIGURES = ["le_critique/" + n for n in ("f3_pvf_rewards", "f5_tether_rewards", "f6_tether_rho",
                                                     "f8_lambda_sweep", "f4_explained_variance", "f7_final_rewards")]
 METHODS, SEEDS = ["grpo_g8", "rloo_g8", "reinforce_pp_g1"], [0, 1]
+# figures whose methods, RL checkpoints or OOD benchmarks the tiny config has and the smoke one
+# (with its test RL section) lacks
+TINY_ONLY = ({"head_to_head/grpo_vs_v05_k", "basis/t2_ood", "basis/t1_policy_optimization",
+              "basis/f6_training_curves", "basis/f8_beta_t"}
+             | {f"v05/{n}" for n in ("f1_accuracy_curves", "f3_grad_norm", "f4_entropy", "f5_fixed_k")}
+             | set(basis_checkpoints.FIGURES))
 
 
 @pytest.fixture
@@ -136,6 +144,7 @@ def write_all_tables(cfg) -> None:
     for name, df in _study_tables().items():
         paper = "v05" if name in ("bias_mse_by_k", "budget_by_offset", "c_sweep", "stopping_hist") else "basis"
         write_table(df, P.figure_dir(paper) / f"{name}.parquet", cfg=cfg)
+    write_head_to_head_tables(cfg)  # the head-to-head study on synthetic runs of METHODS
     write_rl_tables(cfg)
 
 
@@ -148,12 +157,12 @@ def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
         assert f.output(cfg) == Path(f"paper_figures/smoke/{group}/{name}.png")
         assert f.tables(cfg) == [Path(f"paper_figures/smoke/{group}/{table}.parquet")]
         assert f.caption and f.rule == f"figure_{group}_{name}"
-    assert figs["rl/learning_curves"].output(cfg) == Path("paper_figures/smoke/rl/learning_curves.png")
-    assert figs["rl/learning_curves"].tables(cfg) == [Path(f"results/smoke/rl/{m}/seed{s}/metrics.parquet")
+    assert figs["head_to_head/learning_curves"].output(cfg) == Path("paper_figures/smoke/head_to_head/learning_curves.png")
+    assert figs["head_to_head/learning_curves"].tables(cfg) == [Path(f"results/smoke/rl/{m}/seed{s}/metrics.parquet")
                                                       for m in METHODS for s in SEEDS]
-    assert figs["rl/final_accuracy"].tables(cfg) == [Path("results/smoke/rl/runs.parquet")]
-    # v0/budget needs the budget runs, Le Critique's figures a critique section (smoke has neither)
-    assert {f.id for f in registered()} == set(figs) | {"v0/budget"} | set(LE_CRITIQUE_FIGURES)
+    assert figs["head_to_head/final_accuracy"].tables(cfg) == [Path("results/smoke/rl/runs.parquet")]
+    # v0/f5_budget needs the budget runs, Le Critique's figures a critique section (smoke has neither)
+    assert {f.id for f in registered()} == set(figs) | {"v0/f5_budget"} | set(LE_CRITIQUE_FIGURES) | TINY_ONLY
 
 
 def test_figures_follow_the_config(cfg):
@@ -163,9 +172,9 @@ def test_figures_follow_the_config(cfg):
     assert [f.id for f in list_figures(no_study)] == RL_FIGURES + V0_FIGURES
     assert [f.id for f in list_figures({**no_study, "v0": {}})] == RL_FIGURES
     with pytest.raises(FigureError, match="v0.harvest"):
-        make_figure("v0/tracking", no_rl)
+        make_figure("v0/f3_tracking", no_rl)
     with pytest.raises(FigureError, match="`rl` section"):
-        make_figure("rl/learning_curves", no_rl)
+        make_figure("head_to_head/learning_curves", no_rl)
 
 
 def test_every_registered_figure_draws_from_cached_tables(cfg, tmp_path):
@@ -176,13 +185,13 @@ def test_every_registered_figure_draws_from_cached_tables(cfg, tmp_path):
     assert len(list((tmp_path / "paper_figures" / "smoke").rglob("*.png"))) == \
         len(STUDY_FIGURES) + len(RL_FIGURES) + len(V0_FIGURES)
     # --out writes elsewhere; matplotlib stays on Agg (no display needed)
-    other = make_figure("v05/stopping_hist", cfg, tmp_path / "x" / "h.png")
+    other = make_figure("v05/stat_stopping_hist", cfg, tmp_path / "x" / "h.png")
     assert other.exists() and matplotlib.get_backend().lower() == "agg"
 
 
 def test_learning_curves_average_seeds_and_band_their_spread(cfg):
     write_rl_tables(cfg)
-    f = get_figure("rl/learning_curves")
+    f = get_figure("head_to_head/learning_curves")
     data = f.read(cfg, f.tables(cfg))
     assert set(data["method"]) == set(METHODS) and len(data) == len(METHODS) * len(SEEDS) * 4
     fig, (ax, legend_ax) = f.layout(data)
@@ -201,12 +210,12 @@ def test_learning_curves_average_seeds_and_band_their_spread(cfg):
     assert verts[:, 1].min() == pytest.approx(_rewards(METHODS[0], 0).min())
     assert verts[:, 1].max() == pytest.approx(_rewards(METHODS[0], 1).max())
     pyplot().close(fig)
-    assert make_figure("rl/learning_curves", cfg).exists()
+    assert make_figure("head_to_head/learning_curves", cfg).exists()
 
 
 def test_final_accuracy_bars_are_seed_means_with_sd(cfg):
     runs = write_rl_tables(cfg)
-    f = get_figure("rl/final_accuracy")
+    f = get_figure("head_to_head/final_accuracy")
     data = f.read(cfg, f.tables(cfg))
     fig, ax = f.layout(data)
     f.draw(data, ax)
@@ -235,23 +244,23 @@ def test_footer_names_scale_config_commit_and_tables(cfg):
 
 
 def test_unknown_id_names_the_known_ones(cfg, tmp_path):
-    with pytest.raises(FigureError, match="unknown figure 'basis/nope'.*basis/mse_by_method.*rl/learning_curves"):
+    with pytest.raises(FigureError, match="unknown figure 'basis/nope'.*basis/f3a_mse_by_method.*head_to_head/learning_curves"):
         make_figure("basis/nope", cfg)
     from sparserl.cli import main
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(SystemExit, match="unknown figure 'x/y'; known: .*v05/c_sweep"):
+    with pytest.raises(SystemExit, match="unknown figure 'x/y'; known: .*v05/stat_c_sweep"):
         main(["figure", "--config", str(path), "--id", "x/y"])
 
 
 def test_missing_table_names_the_file_and_what_builds_it(cfg, tmp_path):
     with pytest.raises(MissingTableError, match=r"paper_figures/smoke/v05/bias_mse_by_k\.parquet.*"
                                                 r"rule study_v05_bias \(`sparserl study-v05-bias`\)"):
-        make_figure("v05/mse_by_k", cfg)
+        make_figure("v05/stat_mse_by_k", cfg)
     write_rl_tables(cfg)
     Paths(cfg).run("rloo_g8", 1).metrics.unlink()
     with pytest.raises(MissingTableError, match=r"results/smoke/rl/rloo_g8/seed1/metrics\.parquet.*rule rl_train"):
-        make_figure("rl/learning_curves", cfg)
+        make_figure("head_to_head/learning_curves", cfg)
     assert not (tmp_path / "paper_figures" / "smoke" / "rl" / "learning_curves.png").exists()
 
 
@@ -260,7 +269,7 @@ def test_cli_draws_and_lists(cfg, tmp_path, capsys):
     write_rl_tables(cfg)
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    assert main(["figure", "--config", str(path), "--id", "rl/final_accuracy", "--out", "f.png"]) == 0
+    assert main(["figure", "--config", str(path), "--id", "head_to_head/final_accuracy", "--out", "f.png"]) == 0
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
     assert main(["figure", "--config", str(path), "--list"]) == 0
     listed = capsys.readouterr().out
@@ -277,12 +286,12 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     from sparserl.core.config import load_config
     tiny = load_config([str(repo / "configs/tiny.yaml")])
     figs = list_figures(tiny)
-    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES) | set(V0_FIGURES) | set(LE_CRITIQUE_FIGURES)
+    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES) | set(V0_FIGURES) | set(LE_CRITIQUE_FIGURES) | TINY_ONLY
     for f in figs:
         block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
         assert f"output: {f.output(tiny)}" in block, block
         assert f"input: {', '.join(str(t) for t in f.tables(tiny))}" in block, block
-    curves = log.split("rule figure_rl_learning_curves:\n    input: ")[1].split("\n")[0]
+    curves = log.split("rule figure_head_to_head_learning_curves:\n    input: ")[1].split("\n")[0]
     assert curves.count("metrics.parquet") == len(tiny["rl"]["methods"]) * len(tiny["rl"]["seeds"])
     assert "rule rl_train:" in log and "rule rl_summary:" in log
 
@@ -291,22 +300,22 @@ def test_budget_figure_needs_its_runs_and_draws_seed_means(cfg, tmp_path):
     """Figure 5 (left) exists only when rl.methods has the uniform and both allocation runs; its
     bars are the seeds' mean final accuracy."""
     from sparserl.figures.v0 import BUDGET
-    assert "v0/budget" not in {f.id for f in list_figures(cfg)}
+    assert "v0/f5_budget" not in {f.id for f in list_figures(cfg)}
     with pytest.raises(FigureError, match="grpo_budget_oracle, grpo_budget_v0 in rl.methods"):
-        make_figure("v0/budget", {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g8"]}})
+        make_figure("v0/f5_budget", {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g8"]}})
     cfg = {**cfg, "rl": {**cfg["rl"], "methods": METHODS + list(BUDGET)[1:]}}
-    assert "v0/budget" in {f.id for f in list_figures(cfg)}
+    assert "v0/f5_budget" in {f.id for f in list_figures(cfg)}
     rows = [{"method": m, "seed": s, "eval_accuracy_final": 0.3 + 0.05 * i + 0.01 * s, "start_eval_accuracy": 0.25,
              "eval_gain_in_distribution": 0.1 * i, "eval_gain_harder": 0.02}
             for i, m in enumerate(["rloo_g8", *BUDGET]) for s in (0, 1, 2)]
     write_table(pd.DataFrame(rows), Paths(cfg).rl_runs(), cfg=cfg)
-    fig = get_figure("v0/budget")
+    fig = get_figure("v0/f5_budget")
     data = fig.read(cfg, fig.tables(cfg))
     assert list(dict.fromkeys(data["method"])) == list(BUDGET)  # the other runs are not drawn
     f, axes = fig.layout(data)
     fig.draw(data, axes)
     bars = [p for p in axes[0].patches]
     assert [round(b.get_height(), 6) for b in bars] == [round(0.3 + 0.05 * i + 0.01, 6) for i in (1, 2, 3)]
-    out = make_figure("v0/budget", cfg)
+    out = make_figure("v0/f5_budget", cfg)
     assert out.read_bytes()[:4] == b"\x89PNG"
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sparserl.core.artifacts import read_table, write_table
-from sparserl.core.config import ConfigError, load_config
+from sparserl.core.config import load_config
 from sparserl.estimators import EstimatorContext, get_estimator
 from sparserl.core.paths import Paths
 from sparserl.engines.local.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
@@ -131,9 +131,11 @@ def test_every_method_loads_and_matches_the_rollout_budget():
     assert load_method("basis_grid_gspo_g1_basis").steps_factor == 0.5
 
 
-def test_the_math_trainer_refuses_a_critic_method_by_name(world):
-    with pytest.raises(ConfigError, match="critique.experiments"):
-        Trainer(world, "lc_tether", seed=0)
+def test_the_math_trainer_trains_a_critic_for_a_critic_method(world):
+    """Le Critique's critic methods run in rl.methods too (tests/test_math_critics.py)."""
+    t = Trainer(world, "lc_tether", seed=0)
+    assert t.m.needs_critic and t.critic is not None and t.critic.batch_size == 16
+    assert Trainer(world, "grpo_g4", seed=0).critic is None
 
 
 # a trainer wired to a tiny world in tmp_path ------------------------------------------------

@@ -289,8 +289,8 @@ def test_snakemake_dry_run_lists_study_targets(repo, tmp_path):
     for rule in ("study_basis_batches", "study_basis_table", "study_basis_sensitivity", "study_basis_summary",
                  "study_v05_bias", "study_v05_osla", "study_v05_table", "study_v05_summary"):
         assert f"rule {rule}:" in log, rule
-    for f in ("paper_figures/smoke/basis/mse_by_method.png", "paper_figures/smoke/basis/sensitivity_grid.png",
-              "paper_figures/smoke/v05/c_sweep.png", "paper_figures/smoke/v05/summary.json"):
+    for f in ("paper_figures/smoke/basis/f3a_mse_by_method.png", "paper_figures/smoke/basis/f5d_sensitivity_grid.png",
+              "paper_figures/smoke/v05/stat_c_sweep.png", "paper_figures/smoke/v05/summary.json"):
         assert f in log
     # one generated rule per figure, each reading a cached table only (never the rollout caches)
     blocks = [b for b in log.split("\nrule figure_")[1:] if b.split("_")[0] in ("basis", "v05")]

@@ -132,13 +132,13 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     figs = sorted((tmp_path / "paper_figures" / "smoke").rglob("*.png"))
     assert len(figs) >= 13, figs
     # a figure regenerates from its cached table alone, with every other output on disk
-    fig = tmp_path / "paper_figures" / "smoke" / "basis" / "mse_by_method.png"
+    fig = tmp_path / "paper_figures" / "smoke" / "basis" / "f3a_mse_by_method.png"
     fig.unlink()
     redo = snakemake(repo, tmp_path, str(fig.relative_to(tmp_path)), "--cores", "2", "-n",
                      "--configfile", cfg)
     assert redo.returncode == 0, redo.stdout[-3000:] + redo.stderr[-3000:]
     rules = re.findall(r"^(?:local)?rule (\w+):", redo.stdout, re.M)
-    assert rules == ["figure_basis_mse_by_method"], rules
+    assert rules == ["figure_basis_f3a_mse_by_method"], rules
     # a second run has nothing to do
     again = snakemake(repo, tmp_path, "all", "--cores", "2", "-n", "--configfile", cfg)
     assert again.returncode == 0
@@ -151,6 +151,19 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     rerun = snakemake(repo, tmp_path, "all", "--cores", "2", "--configfile", cfg)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "Nothing to be done" in rerun.stdout + rerun.stderr, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    # the Snakemake report of the finished DAG names every figure of the config, with its caption
+    # (tests/test_report.py checks the report in detail; perf/check_report.py in Chromium)
+    import html
+    from sparserl.core.config import load_config
+    from sparserl.figures import list_figures
+    from sparserl.figures.report import report_results
+    report = snakemake(repo, tmp_path, "--report", str(tmp_path / "report.html"), "--configfile", cfg)
+    assert report.returncode == 0, report.stderr[-3000:]
+    smoke = load_config([cfg])
+    entries = report_results((tmp_path / "report.html").read_text())
+    for f in list_figures(smoke):
+        shown = html.unescape(re.sub(r"<[^>]+>", " ", entries[str(f.output(smoke))]["caption"]))
+        assert " ".join(f.caption.split()) in " ".join(shown.split()), f.id
 
 
 def test_config_overrides_reach_the_jobs(repo, tmp_path):

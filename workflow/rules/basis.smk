@@ -47,3 +47,32 @@ rule oracle_values:
     shell:
         "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
         "--out {output} --threads {threads} --seed-offset 1000003 > {log} 2>&1"
+
+# The BASIS value study on RL checkpoints (basis.study_checkpoints, sparserl.studies.basis_checkpoints):
+# the oracle of each early / middle / late checkpoint of one RL run, on the study's fixed prompts.
+# The run writes its intermediate checkpoints before `final/`, its declared output.
+from sparserl.studies.basis_checkpoints import study_checkpoints
+
+STUDY_CKPTS = study_checkpoints(CFG)
+
+if STUDY_CKPTS:
+
+    rule checkpoint_oracle:
+        input:
+            final=str(STUDY_CKPTS[-1].run_dir / "final"),
+            pool=str(P.train_pool()),
+        output:
+            str(P.checkpoint_oracle(STUDY_CKPTS[0].method, STUDY_CKPTS[0].seed, "{label}")),
+        wildcard_constraints:
+            label="|".join(c.label for c in STUDY_CKPTS),
+        params:
+            n=BASIS.get("oracle_n", 256),
+        log:
+            str(P.stage("logs", "checkpoint_oracle_{label}.log")),
+        threads: T("rollout")
+        priority: 10
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} study-checkpoint-oracle --config {CONFIGS} --checkpoint {wildcards.label} "
+            "--n {params.n} --out {output} --threads {threads} > {log} 2>&1"

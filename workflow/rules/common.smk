@@ -30,12 +30,19 @@ def cfg_key(*sections):
 def method_key(w):
     from sparserl.core.artifacts import config_hash
     from sparserl.core.config import ConfigError
-    from sparserl.methods.spec import load_method, run_settings
+    from sparserl.methods.spec import load_method, run_settings, study_snapshot_steps
     try:
-        method = load_method(w.method).to_dict()
+        spec = load_method(w.method)
+        method = spec.to_dict()
     except ConfigError:  # not a method: the rule's own command reports it
-        method = w.method
-    return config_hash({"rl": run_settings(CFG["rl"]), "rollout": CFG["rollout"], "method": method})
+        spec, method = None, w.method
+    key = {"rl": run_settings(CFG["rl"], spec), "rollout": CFG["rollout"], "method": method}
+    # the run the BASIS value study reads keeps extra checkpoints (basis.study_checkpoints):
+    # asking for them reruns that run alone; every other run's key is unchanged
+    study = study_snapshot_steps(CFG, spec, w.seed) if spec is not None else []
+    if study:
+        key["study_snapshots"] = study
+    return config_hash(key)
 
 
 def policy_input(ref):
@@ -59,7 +66,16 @@ def all_targets():
     critique = globals().get("critique_targets")  # workflow/rules/critique.smk (needs critique)
     if critique:
         t += critique()
+    h2h = globals().get("head_to_head_targets")  # workflow/rules/head_to_head.smk (needs rl)
+    if h2h:
+        t += h2h()
+    ood = globals().get("ood_targets")  # workflow/rules/ood.smk (needs ood and rl): BASIS Table 2
+    if ood:
+        t += ood()
     figures = globals().get("figure_targets")  # workflow/rules/figures.smk: every registered figure
     if figures:
         t += figures()
+    claims = globals().get("claims_targets")  # workflow/rules/claims.smk: CLAIMS.md and .csv
+    if claims:
+        t += claims()
     return t

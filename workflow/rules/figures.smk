@@ -1,12 +1,21 @@
 # Stage: figures. One rule per registered figure (sparserl.figures), generated from the registry:
 # its input is the cached tables the figure reads, so redrawing a figure reruns nothing else.
 #   snakemake --cores 2 figures                                    # every figure of the config
-#   snakemake --cores 2 paper_figures/tiny/rl/learning_curves.png  # one figure
+#   snakemake --cores 2 paper_figures/tiny/head_to_head/learning_curves.png  # one figure
 #   python -m sparserl figure --list                               # ids, PNGs and captions
 
 from sparserl.figures import list_figures
+from sparserl.figures import report as figure_report
 
 FIGURES = list_figures(CFG)
+# the cached tables of each figure, computed once per parse (some take seconds: every RL run's)
+FIGURE_TABLES = {f.id: [str(t) for t in f.tables(CFG)] for f in FIGURES}
+# `snakemake --report report.html`: every figure's PNG, with its caption from the registry (written
+# at parse time, only when changed, to results/{scale}/report/), under its paper and the scale/config
+CAPTIONS = figure_report.write_captions(FIGURES, CFG, CONFIG_NAME, FIGURE_TABLES)
+
+
+report: "../report/workflow.rst"
 
 
 def figure_targets(*groups):
@@ -20,11 +29,20 @@ for _fig in FIGURES:
         name:
             _fig.rule
         input:
-            [str(t) for t in _fig.tables(CFG)],
+            FIGURE_TABLES[_fig.id],
         output:
-            str(_fig.output(CFG)),
+            png=report(
+                str(_fig.outputs(CFG)["png"]),
+                caption=str(CAPTIONS[_fig.id]),
+                category=figure_report.category(_fig),
+                subcategory=figure_report.subcategory(CFG, CONFIG_NAME),
+                labels=figure_report.labels(_fig),
+            ),
+            pdf=str(_fig.outputs(CFG)["pdf"]),
+            csv=str(_fig.outputs(CFG)["csv"]),
         params:
             id=_fig.id,
+            name=CONFIG_NAME,
         log:
             str(P.stage("logs", f"{_fig.rule}.log")),
         # a figure takes seconds from cached tables: not worth a cluster job
@@ -32,7 +50,7 @@ for _fig in FIGURES:
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} figure --config {CONFIGS} --id {params.id} --out {output} > {log} 2>&1"
+            "{SPARSERL} figure --config {CONFIGS} --config-name {params.name:q} --id {params.id} --out {output.png} > {log} 2>&1"
 
 
 rule figures:

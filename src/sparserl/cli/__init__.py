@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_values(sub, add)
     from sparserl.cli.critique import register as register_critique
     register_critique(sub, add)
+    from sparserl.cli.ood import register as register_ood; register_ood(sub, add)
+    from sparserl.cli.head_to_head import register as register_head_to_head; register_head_to_head(sub, add)
+    from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
     p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
     p.add_argument("paths", nargs="+")
     p.add_argument("--head", type=int, default=3)

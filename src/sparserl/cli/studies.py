@@ -17,13 +17,15 @@ def _cfg(args):
     return load_config(args.config)
 
 
-def _caches(cfg, args):
-    from sparserl.core.paths import Paths
-    from sparserl.studies import load_study_data, study_refs
-    P = Paths(cfg)
-    refs = study_refs(cfg)
-    ref = args.reference or (P.reference_cache(refs[0]) if refs else None)
-    orc = args.oracle or (P.oracle(refs[1]) if refs else None)
+def _caches(cfg, args, pair: bool = False):
+    """The caches given, else those of the BASIS study's F3/F5 tables (`study_variants(cfg)[""]`),
+    or with pair=True (the V0.5 statistics) the snapshot pair basis.study_reference/study_oracle."""
+    from sparserl.studies import load_study_data
+    from sparserl.studies.basis_checkpoints import STRESS, study_variants
+    v = study_variants(cfg)
+    refs = v.get(STRESS, v.get("")) if pair else v.get("")
+    ref = args.reference or (refs[0] if refs else None)
+    orc = args.oracle or (refs[1] if refs else None)
     if ref is None or orc is None:
         raise SystemExit("no caches: pass --reference and --oracle, or set basis.study_reference/study_oracle")
     return load_study_data(ref, orc)
@@ -36,9 +38,17 @@ def _learned_priors(cfg, data, v) -> dict:
 
 
 def _data_info(cfg, data) -> dict:
+    """What the caches are: the snapshot pair's policy refs, or the RL checkpoint and start policy
+    (`study_variants`), beside their paths and sizes."""
+    from sparserl.studies.basis_checkpoints import main_checkpoint, study_variants
     b = cfg.get("basis") or {}
-    return {"reference": data.ref_path, "oracle": data.oracle_path, "study_reference": b.get("study_reference"),
-            "study_oracle": b.get("study_oracle"), "prompts": data.n_prompts, "reference_n": int(data.ref.shape[1]),
+    ref, orc = b.get("study_reference"), b.get("study_oracle")
+    ck = main_checkpoint(cfg)
+    study = "snapshot pair"
+    if ck is not None and str(study_variants(cfg)[""][1]) == str(data.oracle_path):
+        ref, orc, study = cfg["rl"]["policy"], f"{ck.method}/seed{ck.seed}/{ck.label}", "rl checkpoint"
+    return {"reference": data.ref_path, "oracle": data.oracle_path, "study_reference": ref, "study_oracle": orc,
+            "study": study, "prompts": data.n_prompts, "reference_n": int(data.ref.shape[1]),
             "oracle_n": int(data.oracle.shape[1]), "mean_oracle_p": float(data.p.mean()),
             "mean_reference_phat": float(data.ref.mean())}
 
@@ -104,7 +114,7 @@ def cmd_basis_summary(args):
 def cmd_v05_bias(args):
     from sparserl.studies import StudyPaths, settings, study_seed, v05_stats
     cfg = _cfg(args)
-    data = _caches(cfg, args)
+    data = _caches(cfg, args, pair=True)
     v = settings(cfg)["v05"]
     df = v05_stats.bias_table(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
     _write(df, args.out or StudyPaths(cfg).table("v05", "bias_mse_by_k"), cfg,
@@ -115,7 +125,7 @@ def cmd_v05_osla(args):
     from sparserl.core.artifacts import write_table
     from sparserl.studies import StudyPaths, settings, study_seed, v05_stats
     cfg = _cfg(args)
-    data = _caches(cfg, args)
+    data = _caches(cfg, args, pair=True)
     v = settings(cfg)["v05"]
     runs = v05_stats.osla_runs(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
     out = args.out or StudyPaths(cfg).v05_runs()
@@ -148,6 +158,70 @@ def cmd_v05_summary(args):
         print(f"OSLA mean budget at c={out['c']:g}, prior {prior}: {r['mean']:.2f} +- {r['se']:.2f}")
 
 
+def _checkpoint(cfg, label):
+    from sparserl.studies.basis_checkpoints import study_checkpoints
+    cks = study_checkpoints(cfg)
+    if not cks:
+        raise SystemExit("no RL checkpoints to study: set basis.study_checkpoints "
+                         "({method: grpo_g8, seed: 0, fractions: [0.25, 0.5, 1.0]}) and an rl section")
+    by = {c.label: c for c in cks} | {c.stage: c for c in cks}
+    if label not in by:
+        raise SystemExit(f"--checkpoint {label!r} is not one of the study's checkpoints {sorted(by)}")
+    return by[label]
+
+
+def cmd_checkpoint_oracle(args):
+    """Oracle of one RL checkpoint: basis.oracle_n rollouts per prompt on the study's prompts."""
+    from sparserl.core.artifacts import read_table
+    from sparserl.core.paths import Paths
+    from sparserl.studies.basis_checkpoints import study_prompt_ids
+    from sparserl.values.mcvalues import mc_values
+    cfg = _cfg(args)
+    ck = _checkpoint(cfg, args.checkpoint)
+    if not ck.path.is_dir():
+        raise SystemExit(f"{ck.path} is missing: the {ck.stage} checkpoint (step {ck.step}) of {ck.method} seed "
+                         f"{ck.seed} that basis.study_checkpoints asks for. The run keeps it when trained with "
+                         f"this config; retrain it: `snakemake --cores 2 -f {ck.run_dir}/metrics.parquet`")
+    ids = study_prompt_ids(cfg, read_table(Paths(cfg).train_pool())["id"])
+    n = args.n or int((cfg.get("basis") or {}).get("oracle_n", 256))
+    mc_values(cfg, f"{ck.method}/seed{ck.seed}/{ck.label}", n, args.out or ck.oracle, threads=args.threads,
+              seed_offset=args.seed_offset, policy_path=ck.path, prompt_ids=ids)
+
+
+def cmd_basis_stages(args):
+    """The stage tables of the RL-checkpoint study (stage_mse_by_method, stage_initial_vs_refined)."""
+    from sparserl.core.paths import Paths
+    from sparserl.studies import StudyPaths, load_study_data, settings, study_seed
+    from sparserl.studies.basis_checkpoints import STAGE_TABLES, stage_tables, study_checkpoints
+    cfg = _cfg(args)
+    cks = study_checkpoints(cfg)
+    if not cks:
+        raise SystemExit("no RL checkpoints to study: set basis.study_checkpoints and an rl section")
+    oracles = args.oracles or [str(c.oracle) for c in cks]
+    if len(oracles) != len(cks):
+        raise SystemExit(f"--oracles: {len(oracles)} given for the study's {len(cks)} checkpoints "
+                         f"{[c.label for c in cks]} (in that order)")
+    ref = args.reference or Paths(cfg).reference_cache(cfg["rl"]["policy"])
+    stages = [(c, load_study_data(ref, o)) for c, o in zip(cks, oracles)]
+    s = settings(cfg)["value"]
+    tables = stage_tables(stages, s, study_seed(cfg))
+    SP = StudyPaths(cfg)
+    outs = dict(zip(STAGE_TABLES, args.out or [SP.table("basis", t) for t in STAGE_TABLES]))
+    info = {"reference": str(ref), "reference_policy": cfg["rl"]["policy"],
+            "checkpoints": [dict(stage=c.stage, fraction=c.fraction, step=c.step, path=str(c.path), oracle=o)
+                            for c, o in zip(cks, oracles)]}
+    for name, df in tables.items():
+        _write(df, outs[name], cfg, {"study": "basis_checkpoints", "table": name, "settings": s, "data": info})
+    t = tables["stage_mse_by_method"].set_index(["stage", "method"])
+    for c in cks:
+        r = t.loc[c.stage]
+        if "basis_unb" in r.index:
+            b = r.loc["basis_unb"]
+            nan = float("nan")
+            print(f"{c.stage} ({c.label}): BASIS UNB MSE {b['mse']:.4f}, vs REINFORCE++ "
+                  f"{b.get('pct_vs_reinforce_pp', nan):+.1f}%, vs GRPO G=8 {b.get('pct_vs_grpo', nan):+.1f}%")
+
+
 def register(sub, add) -> None:
     """Add the study commands to the `sparserl` parser (`add` is cli.build_parser's helper)."""
     from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES
@@ -169,6 +243,18 @@ def register(sub, add) -> None:
     p = add("study-basis-summary", cmd_basis_summary, "BASIS value study: headline JSON (MSE vs REINFORCE++, GRPO)")
     p.add_argument("--batches")
     p.add_argument("--out")
+    p = add("study-checkpoint-oracle", cmd_checkpoint_oracle,
+            "BASIS value study on RL checkpoints: oracle_n rollouts per study prompt of one checkpoint",
+            threads=True)
+    p.add_argument("--checkpoint", required=True, help="its label (step00015, final) or stage (early, middle, late)")
+    p.add_argument("--n", type=int, help="rollouts per prompt (default: basis.oracle_n)")
+    p.add_argument("--seed-offset", type=int, default=1000003, help="as the oracle_values rule's")
+    p.add_argument("--out", help="output parquet (default: Paths.checkpoint_oracle)")
+    p = add("study-basis-stages", cmd_basis_stages,
+            "BASIS value study on RL checkpoints: MSE by method per stage and Figure 2's table")
+    p.add_argument("--reference", help="reference cache of the start policy (default: rl.policy's)")
+    p.add_argument("--oracles", nargs="+", help="the checkpoints' oracles, in training order")
+    p.add_argument("--out", nargs=2, help="stage_mse_by_method and stage_initial_vs_refined parquet paths")
     caches(add("study-v05-bias", cmd_v05_bias, "V0.5: exact bias/MSE of the fused baseline at fixed k"))
     caches(add("study-v05-osla", cmd_v05_osla, "V0.5: OSLA runs per prior and cost c on cached rollouts"))
     p = add("study-v05-table", cmd_v05_table, "V0.5: one table from the OSLA runs (+ CSV)")

@@ -190,6 +190,10 @@ class Paths:
     def oracle(self, ref: str) -> Path:
         return self.stage("basis", "oracle", f"{ref}.parquet")
 
+    def checkpoint_oracle(self, method: str, seed: int | str, label: str) -> Path:
+        """Oracle of one RL checkpoint (label `step00015` or `final`) for the BASIS value study."""
+        return self.stage("basis", "oracle", "rl", method, f"seed{seed}", f"{label}.parquet")
+
     # evaluation
     def eval_table(self, ref: str) -> Path:
         return self.stage("eval", ref, "eval.parquet")
@@ -237,4 +241,15 @@ class Paths:
 
     def rl_summary(self) -> Path:
         return self.stage("rl", "summary.parquet")
+
+    # the claims table of the four papers (`sparserl claims`, sparserl.studies.claims)
+    def claims_md(self) -> Path:
+        return self.figures / "CLAIMS.md"
+
+    def claims_csv(self) -> Path:
+        return self.figures / "CLAIMS.csv"
+
+    def head_to_head(self, name: str = "ranking") -> Path:
+        """A table of the head-to-head of every RL method (`sparserl head-to-head`): ranking, pairs, curves."""
+        return self.stage("head_to_head", f"{name}.parquet")
 

@@ -14,23 +14,10 @@ import pandas as pd
 from sparserl.core.artifacts import read_table
 from sparserl.envs.world import CritiquePaths, experiments
 from sparserl.figures.registry import FigureError, pyplot, register_figure
-from sparserl.methods.spec import load_method
-from sparserl.studies.le_critique import EV_BATCHES, ema, seed_stats
+from sparserl.studies.le_critique import EV_BATCHES, ema, role, seed_stats  # noqa: F401 (role: used here, re-exported)
 
 BUILT_BY = "rule critique_summary (`sparserl critique-summary`)"
 COLORS = {"Mean": "0.35", "VF": "C0", "Pvf": "C3", "Tether": "C2", "Tether (bucketed)": "C8", "EVPO": "C4"}
-
-
-def role(method: str) -> str:
-    """Mean / VF / Pvf / Tether / Tether (bucketed) / EVPO, with the lambda when it is not 1."""
-    m = load_method(method)
-    base = {"tether": "Tether", "tether_bucketed": "Tether (bucketed)", "evpo": "EVPO"}.get(m.estimator)
-    if m.critic is None:
-        base = "Mean"
-    elif base is None:
-        base = "VF" if m.critic.privileged == "none" else "Pvf"
-    lam = None if m.critic is None else m.critic.lam_gae
-    return base if lam in (1, 1.0, None) else f"{base}, λ=0.4^(1/L)"
 
 
 def _none(cfg: dict) -> str:

@@ -4,8 +4,10 @@ A figure module puts `@register_figure(...)` at each drawing function. `make_fig
 registered figure from its cached tables alone (it never trains or simulates anything), and
 workflow/rules/figures.smk generates one Snakemake rule per figure of `list_figures(cfg)`.
 
-Every figure carries a footer with the scale, the config hash and the git commit taken from the
-manifests of the tables it draws, so a tiny-scale figure can never pass for a paper-scale one.
+A figure's id is `<paper>/<id>`, its id the paper's (`f3a_...`, `t1_...`) where the paper has
+it; it writes `paper_figures/{scale}/<paper>/<id>.png`, `.pdf` and `.csv` (the numbers drawn).
+Every figure carries a footer with the scale, the config's name and hash and the git commit taken
+from the manifests of the tables it draws, so a tiny-scale figure can never pass for a paper-scale one.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from sparserl.core.artifacts import atomic_write_bytes, config_hash, git_commit, read_manifest, read_table
+from sparserl.core.artifacts import atomic_write_bytes, atomic_write_text, config_hash, git_commit, read_manifest, read_table
 from sparserl.core.paths import Paths
 
 
@@ -34,6 +36,8 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from sparserl.figures.style import apply_style
+    apply_style()
     return plt
 
 
@@ -54,6 +58,19 @@ def read_single(cfg: dict, tables: list[Path]):
     return read_table(tables[0])
 
 
+def default_frame(data):
+    """The numbers a figure draws, as one DataFrame for its CSV: the table itself, a dict's "df",
+    or the tables of a tuple stacked with a `part` column."""
+    import pandas as pd
+    if isinstance(data, pd.DataFrame):
+        return data
+    if isinstance(data, dict) and isinstance(data.get("df"), pd.DataFrame):
+        return data["df"]
+    if isinstance(data, (tuple, list)) and data and all(isinstance(d, pd.DataFrame) for d in data):
+        return pd.concat([d.assign(part=i) for i, d in enumerate(data)], ignore_index=True)
+    raise FigureError(f"no CSV for data of type {type(data).__name__}: give register_figure a frame=")
+
+
 @dataclass(frozen=True)
 class Figure:
     """A registered figure. Its PNG is paper_figures/{scale}/<group>/<name>.png for id '<group>/<name>'."""
@@ -66,6 +83,8 @@ class Figure:
     read: Callable[[dict, list[Path]], Any]     # (cfg, tables) -> the data layout and draw get
     built_by: str                               # the rule and command that write its tables
     unavailable: Callable[[dict], str]          # cfg -> why the config has no such figure ('' if it has)
+    frame: Callable[[Any], Any] = default_frame  # data -> the DataFrame of its CSV
+    note: Callable[[dict], str] = lambda cfg: ""  # cfg -> a line for the footer (e.g. V0's head)
 
     @property
     def group(self) -> str:
@@ -80,17 +99,28 @@ class Figure:
         """The name of its generated Snakemake rule."""
         return "figure_" + self.id.replace("/", "_")
 
+    @property
+    def paper(self) -> str:
+        return self.group
+
     def output(self, cfg: dict, root: str | Path = ".") -> Path:
+        """Its PNG; the PDF and the CSV lie beside it (`outputs`)."""
         return Paths(cfg, root).figure_dir(self.group) / f"{self.name}.png"
+
+    def outputs(self, cfg: dict, root: str | Path = ".") -> dict[str, Path]:
+        png = self.output(cfg, root)
+        return {"png": png, "pdf": png.with_suffix(".pdf"), "csv": png.with_suffix(".csv")}
 
 
 _REGISTRY: dict[str, Figure] = {}
 
 
 def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], caption: str, layout: Callable,
-                    built_by: str, unavailable: Callable[[dict], str], read: Callable = read_single) -> Callable:
+                    built_by: str, unavailable: Callable[[dict], str], read: Callable = read_single,
+                    frame: Callable = default_frame, note: Callable | None = None) -> Callable:
     """Decorator: register the drawing function under `fig_id` and return it unchanged, so one
-    function may draw several figures (one decorator each)."""
+    function may draw several figures (one decorator each). `frame(data)` gives the DataFrame of
+    its CSV (default: `default_frame`); `note(cfg)` a line the footer adds."""
     group, _, name = fig_id.partition("/")
     if not group or not name or "/" in name:
         raise ValueError(f"figure id must be '<group>/<name>', got {fig_id!r}")
@@ -98,7 +128,8 @@ def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], captio
     def deco(draw):
         if fig_id in _REGISTRY:
             raise ValueError(f"figure {fig_id} is registered twice")
-        _REGISTRY[fig_id] = Figure(fig_id, draw, tables, caption, layout, read, built_by, unavailable)
+        _REGISTRY[fig_id] = Figure(fig_id, draw, tables, caption, layout, read, built_by, unavailable, frame,
+                                   note or (lambda cfg: ""))
         return draw
 
     return deco
@@ -129,8 +160,10 @@ def provenance(table_path, cfg: dict | None = None) -> dict:
             "git_commit": m.get("git_commit") or git_commit()}
 
 
-def footer(fig, tables: list[Path], cfg: dict | None = None) -> None:
-    """Provenance footer: from the first table's manifest, naming the table (or counting them)."""
+def footer(fig, tables: list[Path], cfg: dict | None = None, config_name: str | None = None,
+           note: str = "") -> None:
+    """Provenance footer: from the first table's manifest, naming the config file(s) the run was
+    given and the table (or counting them)."""
     pv = provenance(tables[0], cfg)
     scale = str(pv["scale"])
     head = f"scale={scale}" + ("" if scale == "paper" else f"  [{scale.upper()} SCALE: not paper numbers]")
@@ -142,13 +175,14 @@ def footer(fig, tables: list[Path], cfg: dict | None = None) -> None:
         others = {str(provenance(t, cfg)["git_commit"])[:12] for t in tables[1:]} - {commit}
         commit += f" (+{len(others)} other commits)" if others else ""
         what = f"{len(tables)} tables: {', '.join(sorted({Path(t).name for t in tables}))}"
-    text = f"{head}\nconfig {pv['config_hash']} · commit {commit} · {what}"
+    name = f"{config_name} " if config_name else ""
+    text = f"{head}\nconfig {name}({pv['config_hash']}) · commit {commit} · {what}" + (f"\n{note}" if note else "")
     fig.text(0.01, 0.005, text, fontsize=6.5, color="0.35", ha="left", va="bottom")
 
 
-def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None) -> Path:
-    """Draw a registered figure from its cached tables and write the PNG atomically (default path:
-    `Figure.output(cfg)`)."""
+def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None, config_name: str | None = None) -> Path:
+    """Draw a registered figure from its cached tables and write its PNG, PDF and CSV atomically
+    (default: `Figure.outputs(cfg)`; with `out`, the PDF and CSV beside it). Returns the PNG."""
     f = get_figure(fig_id)
     why = f.unavailable(cfg)
     if why:
@@ -160,16 +194,21 @@ def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None) -> Path:
         raise MissingTableError(f"figure {fig_id} reads cached tables that are missing: {listed}; "
                                 f"{f.built_by} writes them (`snakemake {missing[0]}` with this config)")
     data = f.read(cfg, tables)
+    csv = f.frame(data).to_csv(index=False)
     fig, axes = f.layout(data)
     try:  # a drawing that fails on a malformed table must not leave its figure open
         f.draw(data, axes)
-        fig.tight_layout(rect=(0, 0.06, 1, 1))
-        footer(fig, tables, cfg)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=130)
+        fig.tight_layout(rect=(0, 0.08 if f.note(cfg) else 0.06, 1, 1))
+        footer(fig, tables, cfg, config_name, f.note(cfg))
+        png, pdf = io.BytesIO(), io.BytesIO()
+        fig.savefig(png, format="png", dpi=130)
+        # no creation date: the same tables give the same bytes
+        fig.savefig(pdf, format="pdf", metadata={"CreationDate": None})
     finally:
         pyplot().close(fig)
     out = Path(out) if out is not None else f.output(cfg)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, buf.getvalue())
+    atomic_write_bytes(out.with_suffix(".pdf"), pdf.getvalue())
+    atomic_write_text(out.with_suffix(".csv"), csv)
+    atomic_write_bytes(out, png.getvalue())
     return out

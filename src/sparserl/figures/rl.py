@@ -33,16 +33,24 @@ def _style(i: int) -> dict:
     return {"color": f"C{i % 10}", "ls": LINESTYLES[(i // 10) % len(LINESTYLES)]}
 
 
+def metric_curves(runs: list[tuple[str, int]], tables: list[Path], columns=("reward_mean",)) -> pd.DataFrame:
+    """`columns` of each run's metrics.parquet per step (columns method, seed, step, *columns);
+    `tables[i]` is the metrics table of `runs[i]` = (method, seed). The V0.5 and BASIS curves use it too."""
+    frames = []
+    for (method, seed), path in zip(runs, tables, strict=True):
+        df = read_table(path)
+        missing = [c for c in ("step", *columns) if c not in df]
+        if missing:
+            raise FigureError(f"{path} has no {', '.join(missing)} column (columns: {list(df.columns)}); "
+                              f"rerun the run's rl_train job to rewrite its metrics")
+        frames.append(df[["step", *columns]].assign(method=method, seed=seed))
+    return pd.concat(frames, ignore_index=True)
+
+
 def _read_curves(cfg: dict, tables: list[Path]) -> pd.DataFrame:
     """Train reward per step of every run (columns method, seed, step, reward_mean); the tables come
     in the order of `_runs`."""
-    frames = []
-    for (method, seed), path in zip(_runs(cfg), tables, strict=True):
-        df = read_table(path)
-        if "reward_mean" not in df:
-            raise FigureError(f"{path} has no reward_mean column (columns: {list(df.columns)})")
-        frames.append(df[["step", "reward_mean"]].assign(method=method, seed=seed))
-    return pd.concat(frames, ignore_index=True)
+    return metric_curves(_runs(cfg), tables)
 
 
 def _read_runs(cfg: dict, tables: list[Path]) -> pd.DataFrame:
@@ -58,7 +66,7 @@ def _curves_layout(df):
     return pyplot().subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [2.1, 1]})
 
 
-@register_figure("rl/learning_curves", tables=_metrics_tables, read=_read_curves, layout=_curves_layout,
+@register_figure("head_to_head/learning_curves", tables=_metrics_tables, read=_read_curves, layout=_curves_layout,
                  built_by="rule rl_train or rl_cluster (`sparserl rl-train` / `sparserl openrlhf-launch`)",
                  unavailable=_no_rl,
                  caption="Train reward (mean over the step's rollouts) vs RL step: one line per method, "
@@ -101,7 +109,7 @@ def seed_bars(ax, df: pd.DataFrame, methods: list[str], *, err: str = "sd", colo
     return x, n
 
 
-@register_figure("rl/final_accuracy", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_runs,
+@register_figure("head_to_head/final_accuracy", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_runs,
                  layout=_accuracy_layout, built_by="rule rl_summary (`sparserl rl-summary`)", unavailable=_no_rl,
                  caption="Final-checkpoint eval accuracy (mean over benchmarks) per method: bar = mean over "
                          "seeds, error bar = standard deviation across seeds, dots = single seeds.")

@@ -20,6 +20,15 @@ DOUBLE = row(2, (11, 4.4))
 SENSITIVITY = single((6, 4.2))
 
 
+# which caches the BASIS F3 / F5 tables read (sparserl.studies.basis_checkpoints.study_variants)
+BASIS_DATA = (" Data: the middle checkpoint of the RL run that basis.study_checkpoints names, oracle = "
+              "basis.oracle_n held-out rollouts per prompt, reference = the start policy rl.policy (the paper's "
+              "protocol, §5.1); configs without that key (smoke) use the stress test: pre-training snapshots "
+              "s@p50 → s@p75, a larger drift than an RL run's.")
+STRESS_DATA = (" Stress test: pre-training snapshots s@p50 → s@p75 (basis.study_reference → basis.study_oracle), "
+               "a larger drift than an RL run's; the paper's protocol is the figure without the stress_ prefix.")
+
+
 def _no_study(cfg: dict) -> str:
     return "" if study_refs(cfg) else "study figures need basis.study_reference and basis.study_oracle"
 
@@ -53,8 +62,8 @@ def _label(m: str) -> str:
 # --------------------------------------------------------------------------- BASIS
 
 
-@study_figure("basis/mse_by_method", "mse_by_method", _basis_table("mse_by_method"),
-              "Baseline MSE against the oracle value per method, with the % change vs REINFORCE++ (G=1).")
+@study_figure("basis/f3a_mse_by_method", "mse_by_method", _basis_table("mse_by_method"),
+              "Baseline MSE against the oracle value per method, with the % change vs REINFORCE++ (G=1)." + BASIS_DATA)
 def _mse_by_method(df, ax):
     x = np.arange(len(df))
     colors = ["C0" if m.startswith("basis") else ("C3" if m == "reinforce_pp" else "C2") for m in df["method"]]
@@ -68,8 +77,8 @@ def _mse_by_method(df, ax):
     ax.set_title("Baseline MSE by method (labels: % vs REINFORCE++)")
 
 
-@study_figure("basis/mse_by_heterogeneity", "mse_by_heterogeneity", _basis_table("mse_by_heterogeneity"),
-              "Baseline MSE per method binned by batch heterogeneity (std of the oracle values in a batch).")
+@study_figure("basis/f3b_mse_by_heterogeneity", "mse_by_heterogeneity", _basis_table("mse_by_heterogeneity"),
+              "Baseline MSE per method binned by batch heterogeneity (std of the oracle values in a batch)." + BASIS_DATA)
 def _mse_by_heterogeneity(df, ax):
     for m, d in df.groupby("method", sort=False):
         ax.errorbar(d["center"], d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m))
@@ -79,8 +88,8 @@ def _mse_by_heterogeneity(df, ax):
     ax.legend(fontsize=7)
 
 
-@study_figure("basis/mse_by_difficulty", "mse_by_difficulty", _basis_table("mse_by_difficulty"),
-              "Baseline MSE per method binned by prompt difficulty (oracle pass rate).")
+@study_figure("basis/f3c_mse_by_difficulty", "mse_by_difficulty", _basis_table("mse_by_difficulty"),
+              "Baseline MSE per method binned by prompt difficulty (oracle pass rate)." + BASIS_DATA)
 def _mse_by_difficulty(df, ax):
     labs = list(dict.fromkeys(df.sort_values("p_bin")["p_bin_label"]))
     for m, d in df.groupby("method", sort=False):
@@ -93,8 +102,8 @@ def _mse_by_difficulty(df, ax):
     ax.legend(fontsize=7)
 
 
-@study_figure("basis/zero_one_rate", "zero_one_rate", _basis_table("zero_one_rate"),
-              "Rate of baselines exactly 0 or 1 (zero advantage) per method and difficulty bin.")
+@study_figure("basis/f3d_zero_one_rate", "zero_one_rate", _basis_table("zero_one_rate"),
+              "Rate of baselines exactly 0 or 1 (zero advantage) per method and difficulty bin." + BASIS_DATA)
 def _zero_one_rate(df, ax):
     d = df[df["p_bin"] >= 0]
     labs = list(dict.fromkeys(d.sort_values("p_bin")["p_bin_label"])) + ["all"]
@@ -111,14 +120,14 @@ def _zero_one_rate(df, ax):
 
 
 # decorators register bottom-up: eps first, as the sensitivity tables are listed
-@study_figure("basis/sensitivity_grid", "sensitivity_grid", _sensitivity_table("grid"),
-              "BASIS (UNB) MSE vs the size of the beta grid, with REINFORCE++ on the same batches.", SENSITIVITY)
-@study_figure("basis/sensitivity_B", "sensitivity_B", _sensitivity_table("B"),
-              "BASIS (UNB) MSE vs the batch size B, with REINFORCE++ on the same batches.", SENSITIVITY)
-@study_figure("basis/sensitivity_n", "sensitivity_n", _sensitivity_table("n"),
-              "BASIS (UNB) MSE vs the number of reference rollouts n, with REINFORCE++ on the same batches.", SENSITIVITY)
-@study_figure("basis/sensitivity_eps", "sensitivity_eps", _sensitivity_table("eps"),
-              "BASIS (UNB) MSE vs the active-set threshold eps, with REINFORCE++ on the same batches.", SENSITIVITY)
+@study_figure("basis/f5d_sensitivity_grid", "sensitivity_grid", _sensitivity_table("grid"),
+              "BASIS (UNB) MSE vs the size of the beta grid, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
+@study_figure("basis/f5c_sensitivity_B", "sensitivity_B", _sensitivity_table("B"),
+              "BASIS (UNB) MSE vs the batch size B, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
+@study_figure("basis/f5b_sensitivity_n", "sensitivity_n", _sensitivity_table("n"),
+              "BASIS (UNB) MSE vs the number of reference rollouts n, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
+@study_figure("basis/f5a_sensitivity_eps", "sensitivity_eps", _sensitivity_table("eps"),
+              "BASIS (UNB) MSE vs the active-set threshold eps, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
 def _sensitivity(df, ax):
     d = df[df["skipped"].fillna("") == ""] if "skipped" in df else df
     param = df["param"].iloc[0]
@@ -141,7 +150,7 @@ def _sensitivity(df, ax):
 # --------------------------------------------------------------------------- V0.5
 
 
-@study_figure("v05/bias_by_k", "bias_mse_by_k", V05_BIAS,
+@study_figure("v05/stat_bias_by_k", "bias_mse_by_k", V05_BIAS,
               "Exact bias of the fused V0.5 baseline per prior against the 1/sqrt(k) bound (Theorem 3.4).")
 def _bias_by_k(df, ax):
     d = df[(df["p_bin"] == -1) & (df["estimator"] == "fusion")]
@@ -157,7 +166,7 @@ def _bias_by_k(df, ax):
     ax.legend(fontsize=6)
 
 
-@study_figure("v05/mse_by_k", "bias_mse_by_k", V05_BIAS,
+@study_figure("v05/stat_mse_by_k", "bias_mse_by_k", V05_BIAS,
               "Exact MSE of the fused V0.5 baseline per prior against the empirical-only estimate.")
 def _mse_by_k(df, ax):
     d = df[df["p_bin"] == -1]
@@ -175,7 +184,7 @@ def _mse_by_k(df, ax):
     ax.legend(fontsize=6)
 
 
-@study_figure("v05/budget_by_offset", "budget_by_offset", _v05_table("budget_by_offset"),
+@study_figure("v05/stat_budget_by_offset", "budget_by_offset", _v05_table("budget_by_offset"),
               "Hypothesis-test rejection rate and OSLA rollout budget vs the prior's offset.", DOUBLE)
 def _budget_by_offset(df, axes):
     a1, a2 = axes
@@ -197,7 +206,7 @@ def _budget_by_offset(df, axes):
     a2.set_title(f"OSLA budget vs prior offset (c={df['c'].iloc[0]:g})")
 
 
-@study_figure("v05/c_sweep", "c_sweep", _v05_table("c_sweep"),
+@study_figure("v05/stat_c_sweep", "c_sweep", _v05_table("c_sweep"),
               "OSLA budget and regret vs the cost per rollout c, per prior.", DOUBLE)
 def _c_sweep(df, axes):
     a1, a2 = axes
@@ -224,7 +233,7 @@ def _stopping_grid(df):
     return fig, axes.ravel()
 
 
-@study_figure("v05/stopping_hist", "stopping_hist", _v05_table("stopping_hist"),
+@study_figure("v05/stat_stopping_hist", "stopping_hist", _v05_table("stopping_hist"),
               "Distribution of OSLA stopping times per prior and cost c.", _stopping_grid)
 def _stopping_hist(df, axes):
     priors = list(dict.fromkeys(df["prior"]))

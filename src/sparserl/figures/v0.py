@@ -18,6 +18,14 @@ ORDER = ["v0", "v0_untrained", "knn_contextual", "vanilla_value_model", "stepwis
          "outcome_model", "context_mean", "head_only"]
 
 
+def head_note(cfg: dict) -> str:
+    """The footer line naming V0's head: at tiny and small scale an offline GP stands in for
+    TabPFN-v2.5, whose weights cannot be had here, and every V0 figure says so."""
+    kind = (cfg.get("v0") or {}).get("head", {}).get("kind", "gp")
+    return ("V0 head: TabPFN" if kind == "tabpfn" else
+            "V0 head: offline GP in-context head (a stand-in: no TabPFN-v2.5 weights at this scale)")
+
+
 def _no_v0(cfg: dict) -> str:
     return "" if (cfg.get("v0") or {}).get("harvest") is not None else "V0 figures need v0.harvest in the config"
 
@@ -51,15 +59,15 @@ def _table_figure(df: pd.DataFrame, axes, title: str) -> None:
     axes[0].set_title(f"{title} ({_head(df)})", fontsize=9, loc="left")
 
 
-for _protocol, _name, _title in (("sequential", "table1_sequential", "Table 1: sequential alignment"),
-                                 ("strict", "table2_strict", "Table 2: strict generalisation")):
+for _protocol, _name, _title in (("sequential", "t1_sequential", "Table 1: sequential alignment"),
+                                 ("strict", "t2_strict", "Table 2: strict generalisation")):
     def _draw(df, axes, _t=_title):
         _table_figure(df, axes, _t)
 
     register_figure(
         f"v0/{_name}", tables=lambda cfg, _p=_protocol: [Paths(cfg).value_eval(f"v0_{_p}")],
         layout=row(2, (12, 4.6)), built_by=f"rule v0_table (`sparserl v0-table --protocol {_protocol}`)",
-        unavailable=_no_v0,
+        unavailable=_no_v0, note=head_note,
         caption=f"{_title}: intra-context AUC (label = value >= 0.5, per checkpoint, averaged) and "
                 "calibration MSE against avg@k, per method and policy.")(_draw)
 
@@ -81,10 +89,10 @@ def _nothing(ax, what: str) -> None:
             ha="center", va="center", fontsize=8, transform=ax.transAxes)
 
 
-@register_figure("v0/tracking", tables=lambda cfg: [Paths(cfg).value_eval("v0_sequential_predictions")],
+@register_figure("v0/f3_tracking", tables=lambda cfg: [Paths(cfg).value_eval("v0_sequential_predictions")],
                  layout=lambda df: pyplot().subplots(1, df["model"].nunique(), figsize=(4.2 * df["model"].nunique(), 4),
                                                      squeeze=False),
-                 built_by="rule v0_table (`sparserl v0-table --protocol sequential`)", unavailable=_no_v0,
+                 built_by="rule v0_table (`sparserl v0-table --protocol sequential`)", unavailable=_no_v0, note=head_note,
                  caption="Figure 3: intra-context AUC of the on-policy rollouts at each checkpoint of the "
                          "harvest runs (sequential alignment), one panel per policy.")
 def _tracking(df, axes):
@@ -104,11 +112,11 @@ def _tracking(df, axes):
     axes[0][0].legend(fontsize=6)
 
 
-@register_figure("v0/robustness",
+@register_figure("v0/f4_robustness",
                  tables=lambda cfg: [Paths(cfg).value_eval("v0_sequential_predictions"),
                                      Paths(cfg).value_eval("v0_strict_predictions")],
                  read=lambda cfg, tables: tuple(read_single(cfg, [t]) for t in tables),
-                 layout=row(3, (13, 4.2)), built_by="rule v0_table (`sparserl v0-table`)", unavailable=_no_v0,
+                 layout=row(3, (13, 4.2)), built_by="rule v0_table (`sparserl v0-table`)", unavailable=_no_v0, note=head_note,
                  caption="Figure 4: intra-context AUC by early vs late checkpoints (first and second half of "
                          "the steps) and weak vs strong policy (sequential alignment), and in-domain vs "
                          "harder benchmarks (strict generalisation, the held-out queries).")
@@ -143,9 +151,9 @@ def _robustness(data, axes):
 
 
 
-@register_figure("v0/table6_ablations", tables=lambda cfg: [Paths(cfg).value_eval("v0_ablations")],
+@register_figure("v0/t6_ablations", tables=lambda cfg: [Paths(cfg).value_eval("v0_ablations")],
                  layout=row(2, (11, 4.4)), built_by="rule v0_ablations (`sparserl v0-ablations`)",
-                 unavailable=_no_v0,
+                 unavailable=_no_v0, note=head_note,
                  caption="Table 6: V0 with one piece changed at a time (connector, loss, frozen vs tuned "
                          "head), strict generalisation: intra-context AUC and calibration MSE.")
 def _ablations(df, axes):
@@ -160,8 +168,8 @@ def _ablations(df, axes):
     axes[0].set_title(f"Table 6 ({_head(df)})", fontsize=9, loc="left")
 
 
-@register_figure("v0/routing", tables=lambda cfg: [Paths(cfg).value_eval("v0_routing")],
-                 layout=single((6.5, 4.6)), built_by="rule v0_routing (`sparserl v0-routing`)", unavailable=_no_v0,
+@register_figure("v0/f5_routing", tables=lambda cfg: [Paths(cfg).value_eval("v0_routing")],
+                 layout=single((6.5, 4.6)), built_by="rule v0_routing (`sparserl v0-routing`)", unavailable=_no_v0, note=head_note,
                  caption="Figure 5 (right): routing each held-out query to the cheapest policy whose predicted "
                          "success clears a threshold (swept): mean accuracy vs mean cost (parameters) for V0, a "
                          "matrix-factorisation router, the oracle, and each single policy.")
@@ -197,9 +205,9 @@ def _read_budget(cfg: dict, tables) -> pd.DataFrame:
     return df[df["method"].isin(list(BUDGET))]
 
 
-@register_figure("v0/budget", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_budget,
+@register_figure("v0/f5_budget", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_budget,
                  layout=row(2, (11, 4.4)), built_by="rule rl_summary (`sparserl rl-summary`)",
-                 unavailable=_no_budget,
+                 unavailable=_no_budget, note=head_note,
                  caption="Figure 5 (left): GRPO whose rollouts per prompt maximise sum_i U(B_i, p_i) under G=8's "
                          "step total, p_i from V0 or from the start policy's cached pass rates, against uniform "
                          "G=8: final held-out accuracy (bar: mean over seeds, error bar: s.e., dots: seeds) and "

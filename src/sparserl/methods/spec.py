@@ -15,6 +15,7 @@ are read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -385,10 +386,14 @@ def bucket_edges(response_length: int) -> tuple[int, ...]:
 RUN_LIST_KEYS = ("methods", "seeds")
 
 
-def run_settings(rl: dict) -> dict:
+def run_settings(rl: dict, method: "MethodSpec | None" = None) -> dict:
     """The rl section as one run sees it: without the method and seed lists, so that adding a
-    method to `rl.methods` neither reruns nor voids the resume state of the runs already there."""
-    return {k: v for k, v in rl.items() if k not in RUN_LIST_KEYS}
+    method to `rl.methods` neither reruns nor voids the resume state of the runs already there,
+    and without `critic_lr` unless `method` trains a critic (the critic lr is no other run's)."""
+    out = {k: v for k, v in rl.items() if k not in RUN_LIST_KEYS}
+    if method is None or method.critic is None:
+        out.pop("critic_lr", None)
+    return out
 
 
 def total_steps(rl: dict, method: MethodSpec) -> int:
@@ -407,10 +412,37 @@ def prompts_per_step(method: MethodSpec, rollouts_per_step: int) -> int:
     return rollouts_per_step // method.group_size
 
 
+def fraction_step(fraction: float, n: int) -> int:
+    """The step at `fraction` of a run of n steps (at least step 1)."""
+    return max(1, round(float(fraction) * n))
+
+
 def snapshot_steps(rl: dict, method: MethodSpec) -> list[int]:
     """Steps whose intermediate checkpoint is kept for evaluation (`rl.eval_fractions`)."""
     n = total_steps(rl, method)
-    return sorted({max(1, round(f * n)) for f in rl.get("eval_fractions", [])} - {n})
+    return sorted({fraction_step(f, n) for f in rl.get("eval_fractions", [])} - {n})
+
+
+def study_snapshot_steps(cfg: dict, method: MethodSpec, seed: int | str) -> list[int]:
+    """Intermediate steps this run also keeps for the BASIS value study on RL checkpoints
+    (`basis.study_checkpoints: {method, seed, fractions}`, BASIS Section 5.1 / Appendix A), beyond
+    the final step and `snapshot_steps`; [] for every other run. Kept, not evaluated (only
+    `snapshot_steps` is), and saving a checkpoint reads the model only, so the run's metrics do not
+    change. `method` is the run trained (the owner of basis.study_checkpoints.method, `run_owners`)."""
+    sc = (cfg.get("basis") or {}).get("study_checkpoints")
+    rl = cfg.get("rl")
+    if not sc or not rl or int(sc.get("seed", 0)) != int(seed):
+        return []
+    if sc["method"] != method.name:
+        # the studied name may repeat this run's spec; run_owners (30 method files) only then:
+        # Snakemake asks every rl_train job's key
+        same = {**load_method(sc["method"]).to_dict(), "name": None} == {**method.to_dict(), "name": None}
+        methods = rl.get("methods", [])
+        if not same or sc["method"] not in methods or run_owners(methods)[sc["method"]] != method.name:
+            return []
+    n = total_steps(rl, method)
+    # those rl.eval_fractions keeps anyway add nothing (and leave the run's keys as they were)
+    return sorted({fraction_step(f, n) for f in sc.get("fractions", [])} - {n} - set(snapshot_steps(rl, method)))
 
 
 def run_owners(methods: list[str]) -> dict[str, str]:
@@ -418,14 +450,21 @@ def run_owners(methods: list[str]) -> dict[str, str]:
     name). Two such methods train the same run to the byte (no seed depends on a name), so the
     DAG trains the owner once and both names report it; e.g. BASIS's grid cell "GRPO, G=1,
     vanilla" is `vanilla_g1`."""
+    # memoised on the method files' mtimes: a Snakemake parse asks it for every run of every figure
+    stamp = (str(METHODS_DIR),) + tuple((q.name, q.stat().st_mtime_ns) for q in sorted(Path(METHODS_DIR).glob("*.yaml")))
+    return dict(_run_owners(tuple(methods), stamp))
+
+
+@functools.lru_cache(maxsize=64)
+def _run_owners(methods: tuple[str, ...], stamp: tuple) -> tuple[tuple[str, str], ...]:
     first: dict[str, str] = {}
-    out = {}
+    out = []
     for name in methods:
         d = load_method(name).to_dict()
         d.pop("name")
         key = json.dumps(d, sort_keys=True)
-        out[name] = first.setdefault(key, name)
-    return out
+        out.append((name, first.setdefault(key, name)))
+    return tuple(out)
 
 
 def method_run(cfg: dict, method: str, seed: int | str):

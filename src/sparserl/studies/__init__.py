@@ -3,6 +3,10 @@
 - `basis_value`: BASIS Section 5.1 / Appendix A: MSE of BASIS (G=1), REINFORCE++ (G=1), GRPO and
   RLOO (G=8) baselines against oracle values, binned by batch heterogeneity and prompt difficulty,
   the rate of baselines exactly 0 or 1, and BASIS's sensitivity to eps, n, B and the beta grid.
+- `basis_checkpoints`: the same study on early / middle / late checkpoints of one RL run with the
+  start policy as the reference, as the paper runs it (`basis.study_checkpoints`), per-stage MSE
+  by method and BASIS Figure 2 (initial V^_beta vs refined V~_beta over the beta grid). The
+  snapshot pair below (basis.study_reference/study_oracle) is then the stress test.
 - `v05_stats`: the V0.5 statistics its paper does not report: measured bias/MSE of the fused
   baseline against the 1/sqrt(k) bound, the test's rejection rate and OSLA's budget under priors
   with a known offset, the cost sweep with stopping times and regret.
@@ -101,8 +105,9 @@ class StudyPaths:
     def __init__(self, cfg: dict, root: str | Path = "."):
         self.P = Paths(cfg, root)
 
-    def basis_batches(self) -> Path:
-        return self.P.stage("studies", "basis_value_batches.parquet")
+    def basis_batches(self, prefix: str = "") -> Path:
+        """Raw batches of the BASIS value study; prefix "stress_": the snapshot-pair stress test."""
+        return self.P.stage("studies", f"{prefix}basis_value_batches.parquet")
 
     def v05_runs(self) -> Path:
         return self.P.stage("studies", "v05_osla_runs.parquet")
@@ -113,8 +118,8 @@ class StudyPaths:
     def csv(self, paper: str, name: str) -> Path:
         return self.P.figure_dir(paper) / f"{name}.csv"
 
-    def summary(self, paper: str) -> Path:
-        return self.P.figure_dir(paper) / "summary.json"
+    def summary(self, paper: str, prefix: str = "") -> Path:
+        return self.P.figure_dir(paper) / f"{prefix}summary.json"
 
     def targets(self) -> list[Path]:
         """Every table CSV and both summaries (`snakemake studies` adds the study figures, which
@@ -123,6 +128,18 @@ class StudyPaths:
         out += [self.csv("basis", t) for t in BASIS_TABLES]
         out += [self.csv("basis", f"sensitivity_{s}") for s in BASIS_SENSITIVITY]
         out += [self.csv("v05", t) for t in ("bias_mse_by_k",) + V05_RUN_TABLES]
+        return out
+
+    def checkpoint_targets(self) -> list[Path]:
+        """The RL-checkpoint study's stage tables, and the snapshot-pair stress test's tables and
+        summary (`basis_checkpoints.study_variants`); [] unless basis.study_checkpoints is set."""
+        from .basis_checkpoints import STAGE_TABLES, STRESS, checkpoint_settings, study_variants
+        if not checkpoint_settings(self.P.cfg):
+            return []
+        out = [self.csv("basis", t) for t in STAGE_TABLES]
+        if STRESS in study_variants(self.P.cfg):
+            # F3's tables and the summary; F5's sensitivity is the main study's only (tiny's DAG time)
+            out += [self.summary("basis", STRESS)] + [self.csv("basis", STRESS + t) for t in BASIS_TABLES]
         return out
 
 

@@ -15,9 +15,23 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.envs.world import CritiquePaths, experiments, seeds
+from sparserl.methods.spec import load_method
 
 FINAL_FRACTION = 0.2
 EV_BATCHES = 50  # Le Critique Figure 4: "averaged across seeds and the final 50 value batches"
+
+
+def role(method: str) -> str:
+    """Mean / VF / Pvf / Tether / Tether (bucketed) / EVPO, with the lambda when it is not 1: a
+    method's role in the paper comes from its spec, never from its name."""
+    m = load_method(method)
+    base = {"tether": "Tether", "tether_bucketed": "Tether (bucketed)", "evpo": "EVPO"}.get(m.estimator)
+    if m.critic is None:
+        base = "Mean"
+    elif base is None:
+        base = "VF" if m.critic.privileged == "none" else "Pvf"
+    lam = None if m.critic is None else m.critic.lam_gae
+    return base if lam in (1, 1.0, None) else f"{base}, λ=0.4^(1/L)"
 
 
 def run_files(cfg: dict) -> list:

@@ -32,16 +32,28 @@ _log = get_logger(__name__)
 
 
 def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int = 128,
-              threads: int = 1, seed_offset: int = 0, log=_log.info) -> pd.DataFrame:
+              threads: int = 1, seed_offset: int = 0, log=_log.info, policy_path: str | Path | None = None,
+              prompt_ids=None) -> pd.DataFrame:
+    """`ref` names the policy (`Paths.policy`), or only labels it when `policy_path` is given (an
+    RL checkpoint directory); `prompt_ids` restricts the pool to those prompts (pool order kept)."""
     P = Paths(cfg)
     out = Path(out)
     pool = read_table(P.train_pool())
+    if prompt_ids is not None:
+        want = set(prompt_ids)
+        missing = want - set(pool["id"])
+        if missing:
+            raise ValueError(f"{P.train_pool()}: {len(missing)} requested prompt ids are not in the pool "
+                             f"(e.g. {sorted(missing)[:3]})")
+        pool = pool[pool["id"].isin(want)].reset_index(drop=True)
     pr = cfg.get("passrate", {})
     params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
                             max_new_tokens=rollout_max_new_tokens(cfg))
     key = {"policy": ref, "n": n, "params": params.__dict__, "pool": len(pool),
            "seed": cfg["seed"] + seed_offset, "shard_size": shard_size, "columns": COLUMNS,
            "backend": cfg["rollout"]["backend"]}
+    if policy_path is not None or prompt_ids is not None:  # the pool-wide caches keep their key
+        key.update(policy_path=str(policy_path), prompt_ids=list(pool["id"]))
     parts = out.with_name(out.name + ".parts")
     stamp = parts / "key.json"
     if parts.exists() and (not stamp.exists() or json.loads(stamp.read_text()) != key):
@@ -49,7 +61,7 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
     parts.mkdir(parents=True, exist_ok=True)
     stamp.write_text(json.dumps(key, sort_keys=True))
 
-    backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
+    backend = make_backend(cfg, str(P.policy(ref) if policy_path is None else policy_path), threads=threads)
     shards = range(0, len(pool), shard_size)
     # a resumed job's finished shards count as done, so the ETA covers only what is left
     done = sum(min(shard_size, len(pool) - start) * n for si, start in enumerate(shards)

@@ -13,6 +13,8 @@
 A multi-turn episode trains as one row per turn (the turn's observation is its prompt); its
 tokens are concatenated per trajectory for the estimators, so a group is K trajectories and GAE,
 Tether's rho and the EV run over the trajectory's tokens. Paper: Le Critique Sections 4-7, App. B.
+The critic's part of the step (critic rows, values, advantages, targets, replay, warm-up) is
+`critic_loop`'s, which the math trainer runs too.
 """
 from __future__ import annotations
 
@@ -28,17 +30,15 @@ import torch
 from sparserl.core.artifacts import atomic_write_text, config_hash, write_table
 from sparserl.core.logs import get_logger, progress
 from sparserl.engines.local.adamw import AdamW
+from sparserl.engines.local.critic_loop import (critic_rows, evaluate_critic, make_critic, to_rows,  # noqa: F401
+                                                to_trajectories, with_critic_lr)
 from sparserl.engines.local.trainer import Trainer, load_policy
 from sparserl.envs import make_env
 from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl
-from sparserl.estimators.gae import gae, terminal_rewards
-from sparserl.estimators.tether import explained_variance
-from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
+from sparserl.methods.sidedata import CalibrationState, SideData, advantages
 from sparserl.methods.spec import load_method
 from sparserl.rollout import SamplingParams, make_live_backend
 from sparserl.rollout.base import RolloutBatch
-from sparserl.values.critic import Critic
-from sparserl.values.critic_inputs import privileged_context
 
 _log = get_logger(__name__)
 
@@ -102,34 +102,10 @@ def _take_rows(b: RolloutBatch, order) -> RolloutBatch:
                         finish_reason=[b.finish_reason[i] for i in o], rewards=b.rewards[o])
 
 
-def to_trajectories(row_values: np.ndarray, row_lengths: np.ndarray, traj: np.ndarray, n_traj: int):
-    """Row token arrays (R, T) -> trajectory arrays (N, sum of its rows' lengths), with the mask and
-    each row's (trajectory, offset) so `to_rows` can split them back."""
-    lens = np.bincount(traj, weights=row_lengths, minlength=n_traj).astype(int)
-    T = max(1, int(lens.max()) if len(lens) else 1)
-    out = np.zeros((n_traj, T))
-    mask = np.zeros((n_traj, T), bool)
-    offset = np.zeros(len(traj), int)
-    fill = np.zeros(n_traj, int)
-    for r, (j, L) in enumerate(zip(traj, row_lengths)):
-        offset[r] = fill[j]
-        out[j, fill[j]:fill[j] + L] = row_values[r, :L]
-        mask[j, fill[j]:fill[j] + L] = True
-        fill[j] += L
-    return out, mask, offset
-
-
-def to_rows(traj_values: np.ndarray, traj: np.ndarray, offset: np.ndarray, row_lengths: np.ndarray) -> np.ndarray:
-    T = max(1, int(row_lengths.max()))
-    out = np.zeros((len(traj), T))
-    for r, (j, o, L) in enumerate(zip(traj, offset, row_lengths)):
-        out[r, :L] = traj_values[j, o:o + L]
-    return out
-
-
 class CritiqueTrainer(Trainer):
     """One Le Critique run (experiment x method x seed). Reuses the math trainer's policy update
-    (`Trainer.update`: loss, mini-batches, grad clip); everything else is this loop's."""
+    (`Trainer.update`: loss, mini-batches, grad clip) and the critic loop both share
+    (`critic_loop.CriticLoop`: warm-up, replay pushes and updates); the envs' episodes are this loop's."""
 
     def __init__(self, cfg: dict, exp: str, method: str, seed: int, threads: int = 1, log=_log.info):
         torch.set_num_threads(threads)
@@ -139,9 +115,7 @@ class CritiqueTrainer(Trainer):
         self.rl = experiment_rl(cfg, exp)  # critique.rl with the experiment's own overrides
         base = load_method(method)
         self.m = dataclasses.replace(base, group_size=self.exp.k)  # K comes from the experiment
-        if self.m.critic is not None and "critic_lr" in self.rl:  # the scale's critic lr
-            self.m = dataclasses.replace(self.m, critic=dataclasses.replace(self.m.critic,
-                                                                            lr=float(self.rl["critic_lr"])))
+        self.m = with_critic_lr(self.m, self.rl)  # the scale's critic lr
         self.CP = CritiquePaths(cfg)
         self.run_paths = self.CP.run(exp, method, seed)
         self.dir = self.run_paths.dir
@@ -164,10 +138,7 @@ class CritiqueTrainer(Trainer):
         self.calibration = CalibrationState()
         self.critic = None
         if self.m.needs_critic:
-            self.critic = Critic(self.model, self.m.critic, self.tok.pad_token_id, self.seed,
-                                 batch_size=int(self.rl["rollouts_per_step"]),
-                                 micro_batch=int(self.rl.get("micro_batch_size", 256)),
-                                 optimizer=lambda params, lr: AdamW(params, lr=lr, weight_decay=0.0))
+            self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
         self.warmup_done = 0
 
     # checkpoints ---------------------------------------------------------------------------
@@ -180,8 +151,7 @@ class CritiqueTrainer(Trainer):
         tmp = self.state_file.with_suffix(".tmp")
         torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                     "rng": self.rng.bit_generator.state, "step": self.step, "metrics": self.metrics,
-                    "calibration": self.calibration, "warmup_done": self.warmup_done,
-                    "critic": None if self.critic is None else self.critic.state_dict(), "key": self._key()}, tmp)
+                    "calibration": self.calibration, **self.critic_state(), "key": self._key()}, tmp)
         os.replace(tmp, self.state_file)
         self.write_metrics()
 
@@ -189,9 +159,8 @@ class CritiqueTrainer(Trainer):
         st = self.read_state("critique")
         if st is None:
             return False
-        self.calibration, self.warmup_done = st["calibration"], st["warmup_done"]
-        if self.critic is not None:
-            self.critic.load_state_dict(st["critic"])
+        self.calibration = st["calibration"]
+        self.load_critic_state(st)
         self.log(f"[critique] resumed {self.dir} at step {self.step}/{self.steps}")
         return True
 
@@ -215,70 +184,28 @@ class CritiqueTrainer(Trainer):
         return problems, play(self.env, self.backend, problems, self.exp.k, self.params, s)
 
     def critic_rows(self, problems, ep: Episodes):
-        """Critic sequences of every row: prompt + privileged context + response (`critic_inputs`)."""
-        kind = self.m.critic.privileged
-        seqs, starts = [], []
-        groups: dict[int, list[int]] = {}
-        for j, p in enumerate(ep.problem):
-            groups.setdefault(int(p), []).append(j)
-        cache: dict[int, list[int]] = {}
-        for r in range(len(ep.rows)):
-            j = int(ep.traj[r])
-            if j not in cache:
-                g = groups[int(ep.problem[j])]
-                text = privileged_context(kind, problems[ep.problem[j]].privileged,
-                                          [ep.texts[x] for x in g], [ep.rewards[x] for x in g], g.index(j))
-                cache[j] = self.tok(text, add_special_tokens=False)["input_ids"] if text else []
-            priv = cache[j]
-            p_ids = list(ep.rows.prompt_ids[r])
-            seqs.append(p_ids + priv + list(ep.rows.response_ids[r]))
-            starts.append(len(p_ids) + len(priv) - 1)
-        return seqs, starts
+        """Critic sequences of every row: prompt + privileged context + response (`critic_inputs`);
+        the reference context is the problem's `privileged` (the answer, Sudoku's solved grid)."""
+        return critic_rows(self.tok, self.m.critic.privileged, ep.rows.prompt_ids, ep.rows.response_ids,
+                           ep.traj, ep.problem, [p.privileged for p in problems], ep.texts, ep.rewards)
 
     def evaluate_batch(self, problems, ep: Episodes, info: dict, state: CalibrationState | None = None):
         """(row advantages, critic payload to push) for one batch; the critic is read, not trained.
         `state`: the estimator's carried state (Tether's rho), the run's unless given."""
         state = self.calibration if state is None else state
-        lengths = ep.rows.response_lengths()
-        n = len(ep.rewards)
-        codes = ep.problem
         if self.critic is None:
-            adv_t = advantages(self.m, ep.rewards, codes, SideData(), state, info=info)
+            adv_t = advantages(self.m, ep.rewards, ep.problem, SideData(), state, info=info)
             return np.asarray(adv_t, dtype=np.float32)[ep.traj], None
         seqs, starts = self.critic_rows(problems, ep)
-        v_rows = self.critic.values(seqs, starts, list(lengths))
-        V, mask, offset = to_trajectories(v_rows, lengths, ep.traj, n)
-        est: dict = {}
-        adv = advantages(self.m, ep.rewards, codes, SideData(values=V, mask=mask), state,
-                         info=est, response_length=self.response_length)
-        info.update(flatten_info({k: v for k, v in est.items() if k != "returns"}))
-        info["critic_ev"] = explained_variance(ep.rewards[:, None], V, mask)
-        info["critic_value_mean"] = float(V[mask].mean()) if mask.any() else float("nan")
-        lam_t = float(self.m.critic.lam_target)
-        if lam_t >= 1.0:
-            tgt = np.where(mask, ep.rewards[:, None], 0.0)  # Monte Carlo: every token's target is R
-        else:
-            _, tgt = gae(terminal_rewards(ep.rewards, mask), V, mask, 1.0, lam_t)
-        t_rows = to_rows(np.clip(tgt, 0.0, 1.0), ep.traj, offset, lengths)
-        payload = (seqs, starts, [t_rows[r, :lengths[r]] for r in range(len(seqs))])
-        return to_rows(adv, ep.traj, offset, lengths).astype(np.float32), payload
+        return evaluate_critic(self.m, self.critic, ep.rewards, ep.problem, ep.traj, seqs, starts,
+                               ep.rows.response_lengths(), state, info, self.response_length)
 
-    def warmup(self, bar=None) -> None:
-        """`warmup_updates` value updates before the first policy update (Appendix B.3), on
-        batches of the start policy, each batch evaluated before it is pushed (as in training)."""
-        w = int(self.m.critic.warmup_updates)
-        salt = 0
-        # its own prompt stream: step 1 then draws the same prompts for every method of a seed
-        rng = np.random.default_rng((self.seed, 0x3A4))
-        while self.warmup_done < w:
-            if not self.critic.replay:
-                problems, ep = self._episodes(salt=500_000 + salt, rng=rng)
-                salt += 1
-                # warm-up advantages train nothing: Tether's rho starts at rho_0 with the policy
-                _, payload = self.evaluate_batch(problems, ep, {}, CalibrationState())
-                self.critic.push(*payload)
-            self.critic.update()
-            self.warmup_done += 1
+    def warmup_payload(self, salt: int, rng: np.random.Generator):
+        """One warm-up batch (`CriticLoop.warmup`): episodes of the start policy on the warm-up's
+        prompt stream, evaluated; warm-up advantages train nothing, so Tether's rho starts at rho_0
+        with the policy."""
+        problems, ep = self._episodes(salt=salt, rng=rng)
+        return self.evaluate_batch(problems, ep, {}, CalibrationState())[1]
 
     # loop ----------------------------------------------------------------------------------
     def run(self, stop_after: int | None = None):
@@ -299,9 +226,7 @@ class CritiqueTrainer(Trainer):
             problems, ep = self._episodes(salt=0)
             adv, payload = self.evaluate_batch(problems, ep, info)
             if payload is not None:
-                self.critic.push(*payload)
-                for _ in range(int(self.m.critic.updates_per_step)):
-                    info.update(self.critic.update() or {})
+                self.train_critic(payload, info)
             self.update(ep.rows, adv, info)
             self.step += 1
             total += len(ep.rewards)

@@ -7,10 +7,22 @@
         score with the verifier                 (reward in {0, 1}; DAPO adds overlong shaping)
         advantages from the methods layer       (side data from the estimator's needs; the same call
                                                  the OpenRLHF experience maker makes)
+        critic methods (VF, Pvf, Tether, EVPO)  token advantages from Le Critique's critic, read before
+                                                 the batch enters its replay, then one value update
+                                                 (`critic_loop`, as Le Critique's loop runs it)
         policy loss (PPO-clip / clip-higher / GSPO / GPG) + optional KL to the reference, AdamW
 
-State (model, optimiser, RNG, support buffer, BASIS's preceding batch, metrics) is checkpointed
-every `rl.checkpoint_every` steps; a killed run resumes from it and gives the same metrics.
+A critic method trains its critic single-turn on the math pool: the critic reads prompt +
+privileged context + response, the policy prompt + response (`values.critic_inputs`). Privileged
+`answer` is the pool row's reference answer, `loo_group` the other K-1 responses of the prompt
+and their rewards. Its `warmup_updates` (20) value updates run on start-policy batches of their own
+prompt stream before step 1; their rollouts are counted in `critic_warmup_rollouts`, not in
+`rollouts_total` (the policy's budget per step, matched across methods), and their time is in step
+1's `wall_time_s`. The scale's `rl.critic_lr` replaces the method's `critic.lr`.
+
+State (model, optimiser, RNG, support buffer, BASIS's preceding batch, the critic and its replay,
+metrics) is checkpointed every `rl.checkpoint_every` steps; a killed run resumes from it and gives
+the same metrics.
 """
 from __future__ import annotations
 
@@ -31,11 +43,14 @@ from sparserl.core.config import rl_max_new_tokens
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths
 from sparserl.engines.local.adamw import AdamW
+from sparserl.engines.local.critic_loop import (CriticLoop, critic_rows, evaluate_critic, make_critic,
+                                                token_values, with_critic_lr)
 from sparserl.engines.local.losses import LOSSES, kl_k3, token_logprobs
 from sparserl.grading.verifier import open_verifier
 from sparserl.methods.sampling import Sampled, make_sampler
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
-from sparserl.methods.spec import load_method, prompts_per_step, run_settings, snapshot_steps, total_steps
+from sparserl.methods.spec import (load_method, prompts_per_step, run_settings, snapshot_steps,
+                                   study_snapshot_steps, total_steps)
 from sparserl.rollout import SamplingParams, make_live_backend, rollout
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import format_prompt
@@ -70,21 +85,23 @@ def load_policy(path: str, backend: str):
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
-class Trainer:
+class Trainer(CriticLoop):
     def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info,
                  run_paths=None):
         torch.set_num_threads(threads)
         self.cfg, self.seed, self.log = cfg, seed, log
         self.rl = cfg["rl"]
-        self.m = load_method(method_name)
-        if self.m.needs_critic:
+        self.m = with_critic_lr(load_method(method_name), self.rl)  # the scale's critic lr
+        if self.m.needs_critic and self.m.sampler != "plain":
             from sparserl.core.config import ConfigError
-            raise ConfigError(f"method {method_name!r} trains a critic (estimator {self.m.estimator!r}): it "
-                              "runs in Le Critique's experiments (critique.experiments, "
-                              "`sparserl critique-train`), not in rl.methods")
+            raise ConfigError(f"method {method_name!r}: a critic trains with the plain sampler only (got "
+                              f"{self.m.sampler!r}); drop osla / budget / dynamic_sampling from "
+                              f"configs/methods/{method_name}.yaml")
         self.P = Paths(cfg)
         # run_paths: where the run lives, if not rl/<method>/seed<s> (V0's harvest runs)
         self.run_paths = run_paths or self.P.run(method_name, seed)
+        # checkpoints the BASIS value study reads (basis.study_checkpoints), of rl/<method>/seed<s> only
+        self.study_steps = study_snapshot_steps(cfg, self.m, seed) if run_paths is None else []
         self.dir = self.run_paths.dir
         policy_path = str(self.P.policy(self.rl["policy"]))
         torch.manual_seed(seed)
@@ -120,6 +137,13 @@ class Trainer:
         self._ver = None
         self.sampler = make_sampler(self.m, generate=self._gen, rng=self.rng, pool_ids=self.pool_ids,
                                     prompts=self.prompts, n_prompts=self.n_prompts, prior_fn=self.prior)
+        # Le Critique's critic (token-level estimators): a copy of the start policy, new head
+        self.critic = None
+        if self.m.needs_critic:
+            self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
+        self.response_length = self.params.max_new_tokens  # GAE's lambda "auto", Tether's buckets
+        self.warmup_done = 0
+        self.warmup_rollouts = 0
 
     # checkpoints -----------------------------------------------------------------------------
     @property
@@ -127,8 +151,13 @@ class Trainer:
         return self.run_paths.state
 
     def _key(self) -> str:
-        return config_hash({"rl": run_settings(self.rl), "method": self.m.to_dict(), "seed": self.seed,
-                            "policy": str(self.P.policy(self.rl["policy"]))})
+        key = {"rl": run_settings(self.rl, self.m), "method": self.m.to_dict(), "seed": self.seed,
+               "policy": str(self.P.policy(self.rl["policy"]))}
+        # a resumed run must not have passed a study snapshot it was not asked for yet; only the
+        # study's run carries the key, so every other run's state stays valid
+        if self.study_steps:
+            key["study_snapshots"] = self.study_steps
+        return config_hash(key)
 
     def save_state(self) -> None:
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +165,8 @@ class Trainer:
         torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                     "rng": self.rng.bit_generator.state, "step": self.step,
                     "metrics": self.metrics, "harvest": self.harvest, "support": list(self.support.pairs),
-                    "calibration": self.calibration, "key": self._key()}, tmp)
+                    "calibration": self.calibration, **self.critic_state(),
+                    "warmup_rollouts": self.warmup_rollouts, "key": self._key()}, tmp)
         os.replace(tmp, self.state_file)
         self.write_metrics()
 
@@ -162,6 +192,8 @@ class Trainer:
         self.harvest = st["harvest"]
         self.support.extend(st["support"])
         self.calibration = st["calibration"]
+        self.load_critic_state(st)
+        self.warmup_rollouts = st.get("warmup_rollouts", 0)
         self.log(f"[rl] resumed {self.dir} at step {self.step}/{self.steps}")
         return True
 
@@ -218,6 +250,38 @@ class Trainer:
         adv = advantages(self.m, batch.rewards, codes, side, self.calibration, info=est_info)
         info.update(flatten_info(est_info))
         return np.asarray(adv, dtype=np.float32)
+
+    # the critic (Le Critique's methods) ------------------------------------------------------
+    def critic_rows(self, sampled: Sampled, rewards: np.ndarray) -> tuple[list, list]:
+        """Critic sequences of every rollout: prompt + privileged context + response. Privileged
+        `answer`: the pool row's reference answer; `loo_group`: the other K-1 responses of the
+        prompt and their rewards. A rollout is its own trajectory (single-turn)."""
+        idx, b = sampled.idx, sampled.batch
+        prompt_rows = [b.prompt_ids[b.prompt_index[i]] for i in range(len(b))]
+        references = [str(a) for a in self.pool["answer"].iloc[idx]]
+        return critic_rows(self.tok, self.m.critic.privileged, prompt_rows, b.response_ids, np.arange(len(b)),
+                           b.prompt_index, references, b.texts, rewards)
+
+    def critic_advantages(self, sampled: Sampled, info: dict, state: CalibrationState | None = None):
+        """(token advantages (N, T), critic payload to push) of one batch, the critic read as it
+        is (evaluate before train); `state`: Tether's carried rho, the run's unless given."""
+        b = sampled.batch
+        rewards = np.asarray(b.rewards, dtype=np.float64)
+        # estimators group by integer codes (pool rows: one per prompt id), as `advantages` does
+        codes = np.asarray(sampled.idx, dtype=np.int64)[b.prompt_index]
+        seqs, starts = self.critic_rows(sampled, rewards)
+        return evaluate_critic(self.m, self.critic, rewards, codes, np.arange(len(b)), seqs, starts,
+                               b.response_lengths(), self.calibration if state is None else state, info,
+                               self.response_length)
+
+    def warmup_payload(self, salt: int, rng: np.random.Generator):
+        """One warm-up batch (`CriticLoop.warmup`): a plain step's prompts drawn from the warm-up's
+        own stream, rolled out by the start policy, evaluated with a fresh estimator state (Tether's
+        rho starts at rho_0 with the policy)."""
+        idx = rng.choice(len(self.pool_ids), self.n_prompts, replace=False)
+        batch = self._gen(idx, self.m.group_size, salt)
+        self.warmup_rollouts += len(batch)
+        return self.critic_advantages(Sampled(idx, batch), {}, CalibrationState())[1]
 
     # update ----------------------------------------------------------------------------------
     def update(self, batch: RolloutBatch, adv: np.ndarray, info: dict) -> None:
@@ -284,7 +348,8 @@ class Trainer:
                           self.run_paths.tensorboard):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
         every = self.rl.get("checkpoint_every", 10)
-        snaps = set(snapshot_steps(self.rl, self.m))
+        # evaluated snapshots, and those the BASIS value study reads (saving reads the model only)
+        snaps = set(snapshot_steps(self.rl, self.m)) | set(self.study_steps)
         total_rollouts = int(sum(r["rollouts_generated"] for r in self.metrics))
         ov = self.m.overlong
         tb = self.open_tensorboard()
@@ -294,8 +359,15 @@ class Trainer:
             if tb is not None:
                 closing.callback(tb.close)
             closing.callback(bar.close)
-            while self.step < self.steps:
+            warmup_s = 0.0
+            if self.critic is not None and self.step == 0:
                 t0 = time.time()
+                self.model.eval()
+                self.warmup()
+                warmup_s = time.time() - t0  # step 1's wall time holds it: the run's total is honest
+            while self.step < self.steps:
+                t0 = time.time() - warmup_s
+                warmup_s = 0.0
                 info: dict = {}
                 self.model.eval()
                 sampled = self.sampler.sample(info)
@@ -308,7 +380,13 @@ class Trainer:
                     pen = overlong_penalty(batch.response_lengths(), L, buf, ov.penalty)
                     batch.rewards = rewards + pen.astype(np.float32)
                     info["overlong_penalty_mean"] = float(pen.mean())
-                adv = self.advantages(sampled, info)
+                if self.critic is None:
+                    adv = self.advantages(sampled, info)
+                else:
+                    adv, payload = self.critic_advantages(sampled, info)
+                    self.train_critic(payload, info)
+                    info["critic_warmup_updates"] = self.warmup_done
+                    info["critic_warmup_rollouts"] = self.warmup_rollouts
                 self.update(batch, adv, info)
                 pids = self.pool_ids[idx][batch.prompt_index]
                 self.support.extend(zip(pids.tolist(), raw.tolist()))
@@ -316,6 +394,7 @@ class Trainer:
                 total_rollouts += info["rollouts_generated"]
                 self.step += 1
                 lengths = batch.response_lengths()
+                adv_tokens = token_values(adv, lengths)  # a token-level method's padding is no advantage
                 self.harvest += [{"prompt_id": p, "step": self.step, "reward": float(r), "length": int(n)}
                                  for p, r, n in zip(pids.tolist(), raw.tolist(), lengths.tolist())]
                 row = {"step": self.step, "reward_mean": float(raw.mean()),
@@ -324,8 +403,8 @@ class Trainer:
                        "rollouts_per_prompt_mean": float(k.mean()),
                        "rollouts_per_prompt_min": int(k.min()), "rollouts_per_prompt_max": int(k.max()),
                        "rollouts_total": total_rollouts,
-                       "zero_adv_frac": float(np.mean(np.abs(adv) < 1e-8)),
-                       "adv_abs_mean": float(np.abs(adv).mean()),
+                       "zero_adv_frac": float(np.mean(np.abs(adv_tokens) < 1e-8)),
+                       "adv_abs_mean": float(np.abs(adv_tokens).mean()),
                        "support_size": len(self.support), "wall_time_s": time.time() - t0, **info}
                 self.metrics.append(row)
                 if tb is not None:

@@ -1,0 +1,29 @@
+"""`python -m sparserl head-to-head`: the head-to-head of every RL method (workflow/rules/head_to_head.smk).
+
+    sparserl head-to-head --config configs/tiny.yaml   # results/tiny/head_to_head/{ranking,pairs,curves}.parquet
+
+Reads the RL runs' cached tables only (metrics, evaluation, the final per-problem scores); the
+rules of the CIs and ties are in `sparserl.studies.head_to_head`.
+"""
+from __future__ import annotations
+
+
+def cmd_head_to_head(args):
+    from sparserl.core.config import load_config
+    from sparserl.studies.head_to_head import HeadToHeadError, write_head_to_head
+    cfg = load_config(args.config)
+    if not cfg.get("rl"):
+        raise SystemExit("head-to-head: the config has no `rl` section, so there are no runs to compare")
+    try:
+        out = write_head_to_head(cfg, **({"n_boot": args.bootstrap} if args.bootstrap else {}))
+    except (HeadToHeadError, FileNotFoundError) as e:
+        raise SystemExit(f"head-to-head: {e}")
+    for name, path in out.items():
+        print(f"{name} -> {path}")
+
+
+def register(sub, add) -> None:
+    p = add("head-to-head", cmd_head_to_head, "rank every RL method: accuracy CIs, ties, curves vs rollouts and wall time")
+    # the default lives in the study (BOOTSTRAP), not imported here: building the parser stays cheap
+    p.add_argument("--bootstrap", type=int, default=None,
+                   help="bootstrap resamples for the pair CIs and 1-seed CIs (default: the study's, 2000)")

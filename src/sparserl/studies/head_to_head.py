@@ -1,0 +1,458 @@
+"""The head-to-head of every RL baseline (issue 14): no paper has it.
+
+Every method of `rl.methods` (whatever it is: GRPO, DAPO, BASIS, V0.5, the critics, ...) has been
+trained from the same start policy at the same `rl.rollouts_per_step` and evaluated by the RL stage
+(`workflow/rules/rl.smk`). This study reads those runs' cached tables only and writes three tables
+under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
+
+  ranking.parquet  one row per method: family (the advantage estimator of its spec), loss, sampler,
+                   prior, seeds, steps, rollouts per step / per prompt, rollouts consumed, training
+                   wall time, final accuracy with its 95% CI, rank, tie group, the methods it ties with
+  pairs.parquet    one row per pair of methods (a ranked above b): diff = acc_a - acc_b, its 95%
+                   paired-bootstrap CI; with >= 2 seeds also the Welch t-interval over seeds;
+                   separated (rule 3: the bootstrap with 1 seed, Welch with more)
+  curves.parquet   one row per (method, seed, evaluated checkpoint): step, rollouts consumed and
+                   training wall time up to that step, eval accuracy (the start policy at step 0
+                   when the DAG evaluates it)
+
+Accuracy is the RL summary's `eval_accuracy_final`: the mean over the benchmarks of the mean over
+each benchmark's problems of the per-problem score p (mean@k at tiny scale), read here from the
+final checkpoint's per-problem table `eval/final_per_problem.parquet` (checked against eval.parquet).
+
+The rules (CI level 95%, `BOOTSTRAP` resamples, RNG seeded by `BOOTSTRAP_SEED` and the config's `seed`):
+
+1. A method's accuracy CI. With >= 2 seeds: the t-interval over seeds,
+   mean +- t_{0.975, n-1} * sd / sqrt(n) (sd with ddof 1; the benchmark is held fixed, the
+   interval is about training noise). With 1 seed: the percentile interval of the problem
+   bootstrap below (the run is held fixed, the interval is about which problems were drawn).
+2. The bootstrap. One replicate draws, for every benchmark, its problems with replacement
+   (stratified: each benchmark keeps its size, so a replicate's accuracy is again a mean of
+   benchmark means); the same draw serves every method, which is what pairs the comparison. It
+   also draws, for every run owner (`methods.spec.run_owners`: two names of one spec share one run
+   and one draw), `len(seeds)` seeds with replacement, independently across owners: runs of two
+   methods at the same seed share no randomness that would pair them. A method's replicate is the
+   mean over its drawn seeds of their accuracy on the drawn problems.
+3. Ties. With 1 seed: a and b are "not separated by the data" when the 95% percentile interval
+   of rep_a - rep_b over the bootstrap replicates contains 0 (ci_lo <= 0 <= ci_hi). "Separated"
+   then says that these two runs differ beyond the noise of the eval problems (and of their
+   mean@k scores), not that the methods do. With >= 2 seeds (small scale: 3) the seeds are the
+   unit of replication, as in rule 1: a and b are not separated when the Welch t-interval of the
+   difference of their seed means contains 0 (`welch_*`). The bootstrap interval stays in
+   pairs.parquet beside it: over 3 seeds it is narrower than a t-interval (a percentile bootstrap
+   of a mean of n values spreads by sd_(ddof 0) / sqrt(n) with normal-like quantiles, the
+   t-interval has sd_(ddof 1) and t_{0.975, n-1} = 4.30 at n = 3) and separated 325 of 406 small-
+   scale pairs where Welch separates 305. No correction for the number of pairs (M(M-1)/2 of them):
+   at 27 methods about 18 of 351 pairs of truly equal methods would read as separated by chance;
+   read single separations with that in mind. Identical runs (aliases) give a difference of
+   exactly 0 and always tie.
+4. Rank: 1 + the number of methods with a strictly higher mean accuracy (equal means share a rank).
+5. Tie groups (`tie_group`): a compact letter display. The groups are the maximal cliques of the
+   graph "not separated" (Bron-Kerbosch); each gets a letter, ordered by its best member's rank.
+   Two methods share a letter exactly when the data do not separate them, so every tie in
+   pairs.parquet is visible in the labels; `ties_with` lists them by name.
+
+`rollouts_total` of a run is its metrics' cumulative `rollouts_total` at the last step (generated
+rollouts, as in the RL summary: DAPO's dropped groups and OSLA's extra rounds count), wall time the
+sum of its per-step `wall_time_s` (sampling, advantages and the update; no evaluation, no
+checkpoint saving, no model loading).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sparserl.core.artifacts import read_table, write_table
+from sparserl.core.logs import get_logger
+from sparserl.core.paths import Paths
+from sparserl.methods.spec import load_method, method_run, run_owners
+
+log = get_logger(__name__)
+
+LEVEL = 0.95
+BOOTSTRAP = 2000
+BOOTSTRAP_SEED = 1414  # fixed: the same tables give the same intervals, to the byte
+TABLES = ("ranking", "pairs", "curves")
+
+
+class HeadToHeadError(ValueError):
+    """A run table the head-to-head cannot use (missing column, other problems, inconsistent)."""
+
+
+# --- Student's t without scipy (not a dependency of the package) ---------------------------------
+
+def _t_two_sided_mass(t: float, df: int) -> float:
+    """P(|T| <= t) for Student's t with integer df (Abramowitz & Stegun 26.7.3-4, closed forms)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2 == 1:
+        term, acc = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):  # 1 + (2/3)c^2 + (2.4)/(3.5)c^4 + ...
+            term *= (2 * k) / (2 * k + 1) * c2
+            acc += term
+        return 2 / math.pi * (theta + s * math.cos(theta) * acc)
+    term, acc = 1.0, 1.0
+    for k in range(1, df // 2):  # 1 + (1/2)c^2 + (1.3)/(2.4)c^4 + ...
+        term *= (2 * k - 1) / (2 * k) * c2
+        acc += term
+    return s * acc
+
+
+def t_quantile(q: float, df: int) -> float:
+    """The q quantile (q > 0.5) of Student's t with integer df >= 1, by bisection (1e-12)."""
+    if not 0.5 < q < 1 or int(df) != df or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < q < 1 and an integer df >= 1, got q={q}, df={df}")
+    mass, lo, hi = 2 * q - 1, 0.0, 1.0
+    while _t_two_sided_mass(hi, int(df)) < mass:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _t_two_sided_mass(mid, int(df)) < mass else (lo, mid)
+        if hi - lo < 1e-12:
+            break
+    return (lo + hi) / 2
+
+
+def t_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, lo, hi): the t-interval of the mean of x (at least 2 values)."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        raise ValueError("a t-interval needs at least 2 values")
+    m, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
+    h = t_quantile(0.5 + level / 2, len(x) - 1) * se
+    return m, m - h, m + h
+
+
+# --- the statistics, on arrays (tested on synthetic data) ----------------------------------------
+
+def problem_weights(benchmarks: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, J) weights of the stratified problem bootstrap: w @ p is a replicate's mean over
+    benchmarks of the benchmark means of p. Row b of the identity draw would be the plain accuracy."""
+    benchmarks = np.asarray(benchmarks)
+    names = list(dict.fromkeys(benchmarks))
+    w = np.zeros((n_boot, len(benchmarks)))
+    for name in names:
+        idx = np.flatnonzero(benchmarks == name)
+        n = len(idx)
+        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)
+        w[:, idx] = counts / (n * len(names))
+    return w
+
+
+def accuracy(p: np.ndarray, benchmarks: np.ndarray) -> float:
+    """Mean over benchmarks of the mean p per benchmark (the RL summary's accuracy)."""
+    s = pd.Series(np.asarray(p, dtype=float)).groupby(np.asarray(benchmarks), sort=False).mean()
+    return float(s.mean())
+
+
+def bootstrap_replicates(per_problem: dict[str, np.ndarray], owners: dict[str, str], benchmarks: np.ndarray,
+                         n_boot: int = BOOTSTRAP, seed: int = 0) -> dict[str, np.ndarray]:
+    """Per method, its `n_boot` bootstrap replicates of the accuracy (rule 2 of the module doc).
+    `per_problem[m]` is (seeds, J): p of each seed's run on the J problems, in one problem order
+    for all methods; `owners[m]` the run the method reports (aliases share one seed draw)."""
+    rng = np.random.default_rng([BOOTSTRAP_SEED, int(seed)])
+    w = problem_weights(benchmarks, n_boot, rng)
+    draws: dict[str, np.ndarray] = {}
+    out = {}
+    for m, p in per_problem.items():
+        p = np.asarray(p, dtype=float)
+        if p.ndim != 2 or p.shape[1] != w.shape[1]:
+            raise HeadToHeadError(f"{m}: per-problem array of shape {p.shape}, expected (seeds, {w.shape[1]})")
+        owner = owners.get(m, m)
+        if owner not in draws:
+            draws[owner] = rng.integers(0, p.shape[0], size=(n_boot, p.shape[0]))
+        acc = w @ p.T                                   # (n_boot, seeds): each seed on the drawn problems
+        out[m] = np.take_along_axis(acc, draws[owner], axis=1).mean(axis=1)
+    return out
+
+
+def welch_interval(x, y, level: float = LEVEL) -> tuple[float, float]:
+    """The Welch t-interval of mean(x) - mean(y) (>= 2 values each), at the floor of the
+    Welch-Satterthwaite df (a little wider than the fractional df would give). Both variances 0:
+    the difference itself, a point."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    d = float(x.mean() - y.mean())
+    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
+    if vx + vy == 0:
+        return d, d
+    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
+    h = t_quantile(0.5 + level / 2, max(1, int(df))) * math.sqrt(vx + vy)
+    return d - h, d + h
+
+
+def pair_table(means: dict[str, float], reps: dict[str, np.ndarray], order: list[str],
+               level: float = LEVEL, seed_acc: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """Every pair (a above b in `order`): diff, its percentile bootstrap CI and, with `seed_acc`
+    (each method's per-seed accuracies, >= 2 seeds), the Welch t-interval over seeds; `separated`
+    is rule 3: the interval (Welch with >= 2 seeds, else the bootstrap) excludes 0."""
+    rows = []
+    q = [(1 - level) / 2, (1 + level) / 2]
+    welch = seed_acc is not None and all(len(seed_acc[m]) >= 2 for m in order)
+    for i, a in enumerate(order):
+        for b in order[i + 1:]:
+            lo, hi = np.quantile(reps[a] - reps[b], q)
+            row = {"a": a, "b": b, "diff": means[a] - means[b], "ci_lo": float(lo), "ci_hi": float(hi),
+                   "separated": bool(lo > 0 or hi < 0)}
+            if welch:
+                wlo, whi = welch_interval(seed_acc[a], seed_acc[b], level)
+                row.update(welch_ci_lo=wlo, welch_ci_hi=whi, welch_separated=bool(wlo > 0 or whi < 0))
+                row["separated"] = row["welch_separated"]
+            rows.append(row)
+    cols = ["a", "b", "diff", "ci_lo", "ci_hi", "separated"]
+    return pd.DataFrame(rows, columns=cols + (["welch_ci_lo", "welch_ci_hi", "welch_separated"] if welch else []))
+
+
+def maximal_cliques(nodes: list[str], edges: set[frozenset]) -> list[set[str]]:
+    """Maximal cliques of an undirected graph (Bron-Kerbosch with pivoting); isolated nodes are
+    cliques of one."""
+    nbr = {n: {m for m in nodes if m != n and frozenset((n, m)) in edges} for n in nodes}
+    out: list[set[str]] = []
+
+    def expand(r: set, p: set, x: set):
+        if not p and not x:
+            out.append(r)
+            return
+        pivot = max(p | x, key=lambda u: len(nbr[u] & p))
+        for v in sorted(p - nbr[pivot], key=nodes.index):
+            expand(r | {v}, p & nbr[v], x & nbr[v])
+            p = p - {v}
+            x = x | {v}
+
+    expand(set(), set(nodes), set())
+    return out
+
+
+def _letter(i: int) -> str:
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return letters[i] if i < len(letters) else f"[{i + 1}]"
+
+
+def tie_groups(order: list[str], pairs: pd.DataFrame) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """(method -> tie-group letters, method -> the methods it ties with, in `order`): rule 5."""
+    tied = pairs[~pairs["separated"]]
+    edges = {frozenset((a, b)) for a, b in zip(tied["a"], tied["b"])}
+    cliques = maximal_cliques(order, edges)
+    rank = {m: i for i, m in enumerate(order)}
+    cliques.sort(key=lambda c: sorted(rank[m] for m in c))
+    labels = {m: "" for m in order}
+    for i, c in enumerate(cliques):
+        for m in sorted(c, key=rank.get):
+            labels[m] += _letter(i)
+    ties = {m: [o for o in order if o != m and frozenset((m, o)) in edges] for m in order}
+    return labels, ties
+
+
+def rank_methods(means: dict[str, float], order: list[str]) -> list[str]:
+    """Methods by mean accuracy, best first; equal means keep the config's order."""
+    return sorted(order, key=lambda m: (-means[m], order.index(m)))
+
+
+# --- reading the runs -----------------------------------------------------------------------------
+
+def start_eval_table(cfg: dict) -> Path | None:
+    """The RL start policy's evaluation, when the DAG evaluates that policy (as rl_summary)."""
+    policy = cfg["rl"].get("policy")
+    policies = cfg.get("evaluation", {}).get("policies", list(cfg.get("policies", {})))
+    return Paths(cfg).eval_table(policy) if policy in policies else None
+
+
+def input_tables(cfg: dict) -> list[Path]:
+    """What the study reads (the rule's input): each run's metrics and eval table, deduplicated
+    over aliases, and the start policy's evaluation when there is one. The per-problem tables
+    beside eval.parquet are written by the same `sparserl rl-eval` before it."""
+    rl = cfg["rl"]
+    files = {str(f) for m in rl["methods"] for s in rl["seeds"]
+             for f in (method_run(cfg, m, s).metrics, method_run(cfg, m, s).eval)}
+    start = start_eval_table(cfg)
+    return [Path(f) for f in sorted(files)] + ([start] if start is not None else [])
+
+
+def _need(df: pd.DataFrame, cols, path) -> None:
+    missing = [c for c in cols if c not in df]
+    if missing:
+        raise HeadToHeadError(f"{path}: no column(s) {missing} (columns: {list(df.columns)}); "
+                              "rerun the rule that writes it (`sparserl rl-train` / `sparserl rl-eval`) with this code")
+
+
+def _checkpoint_step(label: str, last_step: int, path) -> int:
+    if label == "final":
+        return last_step
+    if label.startswith("step") and label[4:].isdigit():
+        return int(label[4:])
+    raise HeadToHeadError(f"{path}: checkpoint label {label!r} is neither 'final' nor 'stepNNNNN'")
+
+
+@dataclass
+class Run:
+    method: str
+    seed: int
+    owner: str
+    metrics: pd.DataFrame
+    eval: pd.DataFrame
+    final: pd.DataFrame      # per problem: benchmark, id, p
+
+
+def read_run(cfg: dict, method: str, seed: int) -> Run:
+    run = method_run(cfg, method, seed)
+    met, ev = read_table(run.metrics), read_table(run.eval)
+    _need(met, ("step", "rollouts_total", "wall_time_s"), run.metrics)
+    _need(ev, ("checkpoint", "benchmark", "accuracy"), run.eval)
+    pp_path = run.eval_dir / "final_per_problem.parquet"
+    if not pp_path.exists():
+        raise HeadToHeadError(f"{pp_path} is missing: the head-to-head bootstraps the final checkpoint's "
+                              f"per-problem scores; rerun `sparserl rl-eval --method {run.method} --seed {seed}` "
+                              "(or delete its eval.parquet so Snakemake does)")
+    pp = read_table(pp_path)
+    _need(pp, ("benchmark", "id", "p"), pp_path)
+    fin = ev[ev["checkpoint"] == "final"]
+    if fin.empty:
+        raise HeadToHeadError(f"{run.eval}: no 'final' checkpoint rows")
+    a_pp, a_ev = accuracy(pp["p"].to_numpy(), pp["benchmark"].to_numpy()), float(fin["accuracy"].mean())
+    if abs(a_pp - a_ev) > 1e-9 or set(pp["benchmark"]) != set(fin["benchmark"]):
+        raise HeadToHeadError(f"{pp_path} (accuracy {a_pp:.6f}) disagrees with {run.eval} (final accuracy "
+                              f"{a_ev:.6f}): the two come from different evaluations; rerun `sparserl rl-eval "
+                              f"--method {run.method} --seed {seed}`")
+    return Run(method, int(seed), run.method, met.sort_values("step"), ev, pp)
+
+
+def run_curve(r: Run) -> pd.DataFrame:
+    """One row per evaluated checkpoint of a run: step, rollouts and wall time up to it, accuracy."""
+    met = r.metrics
+    last = int(met["step"].max())
+    rows = []
+    for label, d in r.eval.groupby("checkpoint", sort=False):
+        step = _checkpoint_step(str(label), last, f"{r.method} seed {r.seed} eval.parquet")
+        upto = met[met["step"] <= step]
+        if upto.empty or int(upto["step"].max()) != step:
+            raise HeadToHeadError(f"{r.method} seed {r.seed}: checkpoint {label} is at step {step}, "
+                                  f"which metrics.parquet (steps {int(met['step'].min())}-{last}) lacks")
+        rows.append({"method": r.method, "seed": r.seed, "checkpoint": str(label), "step": step,
+                     "rollouts": int(upto["rollouts_total"].iloc[-1]),
+                     "wall_time_s": float(upto["wall_time_s"].sum()), "accuracy": float(d["accuracy"].mean())})
+    return pd.DataFrame(rows).sort_values("step")
+
+
+def _spec_columns(method: str) -> dict:
+    """What kind of method it is, from its spec alone (no list of names): the advantage estimator
+    (`family`), the loss, how a step samples, the prior, whether it trains a critic."""
+    m = load_method(method)
+    return {"family": m.estimator, "loss": m.loss.type, "sampler": m.sampler,
+            "prior": m.prior.kind if m.prior is not None else "none", "critic": bool(m.needs_critic),
+            "group_size": int(m.group_size)}
+
+
+# --- the study -------------------------------------------------------------------------------------
+
+def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
+    """The three tables of the module doc, from the cached run tables (nothing is trained)."""
+    rl = cfg["rl"]
+    methods, seeds = list(dict.fromkeys(rl["methods"])), list(rl["seeds"])
+    if not methods or not seeds:
+        raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
+    owners = run_owners(methods)
+    runs = {m: [read_run(cfg, m, s) for s in seeds] for m in methods}
+    # one problem order for every run: the first run's
+    ref = runs[methods[0]][0].final
+    key = list(zip(ref["benchmark"], ref["id"]))
+    benchmarks = ref["benchmark"].to_numpy()
+    ref_path = method_run(cfg, methods[0], seeds[0]).eval_dir / "final_per_problem.parquet"
+    per_problem = {}
+    for m in methods:
+        mat = []
+        for r in runs[m]:
+            p = r.final.set_index(["benchmark", "id"])["p"]
+            if len(p) != len(key) or set(p.index) != set(key):
+                path = method_run(cfg, m, r.seed).eval_dir / "final_per_problem.parquet"
+                raise HeadToHeadError(f"{path}: evaluated on other problems than {ref_path} ({len(p)} vs "
+                                      f"{len(key)}); every run must be scored on the same benchmarks: rerun its "
+                                      f"`sparserl rl-eval --method {m} --seed {r.seed}`")
+            mat.append(p.loc[key].to_numpy(dtype=float))
+        per_problem[m] = np.stack(mat)
+    seed_acc = {m: np.array([accuracy(row, benchmarks) for row in per_problem[m]]) for m in methods}
+    means = {m: float(seed_acc[m].mean()) for m in methods}
+    reps = bootstrap_replicates(per_problem, owners, benchmarks, n_boot, int(cfg.get("seed", 0)))
+    order = rank_methods(means, methods)
+    pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 else None)
+    labels, ties = tie_groups(order, pairs)
+    q = [(1 - LEVEL) / 2, (1 + LEVEL) / 2]
+
+    rows = []
+    for m in order:
+        accs = seed_acc[m]
+        if len(accs) >= 2:
+            _, lo, hi = t_interval(accs)
+            how = f"t over {len(accs)} seeds"
+        else:
+            lo, hi = (float(v) for v in np.quantile(reps[m], q))
+            how = f"bootstrap over {len(benchmarks)} problems (1 seed: no seed noise)"
+        rs = runs[m]
+        steps = np.array([int(r.metrics["step"].max()) for r in rs])
+        total = np.array([int(r.metrics["rollouts_total"].iloc[-1]) for r in rs])
+        trained = np.array([int(r.metrics["rollouts_trained"].sum()) if "rollouts_trained" in r.metrics else t
+                            for r, t in zip(rs, total)])
+        ppm = np.array([float(r.metrics["rollouts_per_prompt_mean"].mean()) if "rollouts_per_prompt_mean"
+                        in r.metrics else np.nan for r in rs])
+        rows.append({"rank": 1 + sum(means[o] > means[m] for o in methods), "method": m, **_spec_columns(m),
+                     "run": owners[m], "seeds": len(rs), "steps": float(steps.mean()),
+                     "rollouts_per_step": float((total / steps).mean()),
+                     "rollouts_per_prompt": float(np.nanmean(ppm)) if np.isfinite(ppm).any() else np.nan,
+                     "rollouts_total": float(total.mean()), "rollouts_trained": float(trained.mean()),
+                     "wall_time_s": float(np.mean([r.metrics["wall_time_s"].sum() for r in rs])),
+                     "accuracy": means[m], "accuracy_sd": float(accs.std(ddof=1)) if len(accs) > 1 else np.nan,
+                     "ci_lo": float(lo), "ci_hi": float(hi), "ci_method": how,
+                     "tie_group": labels[m], "n_ties": len(ties[m]), "ties_with": ", ".join(ties[m])})
+    ranking = pd.DataFrame(rows)
+
+    curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)
+    start = start_eval_table(cfg)
+    if start is not None:
+        ev = read_table(start)
+        _need(ev, ("benchmark", "accuracy"), start)
+        acc0 = float(ev["accuracy"].mean())
+        curves = pd.concat([pd.DataFrame([{"method": m, "seed": s, "checkpoint": "start", "step": 0, "rollouts": 0,
+                                           "wall_time_s": 0.0, "accuracy": acc0} for m in methods for s in seeds]),
+                            curves], ignore_index=True)
+    curves["method"] = pd.Categorical(curves["method"], methods)
+    curves = curves.sort_values(["method", "seed", "step"], kind="stable").reset_index(drop=True)
+    curves["method"] = curves["method"].astype(str)
+    return {"ranking": ranking, "pairs": pairs, "curves": curves}
+
+
+def curve_summary(curves: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
+    """Per (method, checkpoint): the seeds' mean step, rollouts, wall time and accuracy, with the
+    t-interval of the accuracy when there are >= 2 seeds (NaN otherwise). Methods keep their order."""
+    rows = []
+    for (m, ck), d in curves.groupby(["method", "checkpoint"], sort=False):
+        lo = hi = np.nan
+        if len(d) >= 2:
+            _, lo, hi = t_interval(d["accuracy"].to_numpy(), level)
+        rows.append({"method": m, "checkpoint": ck, "seeds": len(d), "step": float(d["step"].mean()),
+                     "rollouts": float(d["rollouts"].mean()), "wall_time_s": float(d["wall_time_s"].mean()),
+                     "accuracy": float(d["accuracy"].mean()), "ci_lo": lo, "ci_hi": hi})
+    out = pd.DataFrame(rows)
+    order = {m: i for i, m in enumerate(dict.fromkeys(curves["method"]))}
+    out = out.assign(_o=out["method"].map(order)).sort_values(["_o", "step"], kind="stable")
+    return out.drop(columns="_o").reset_index(drop=True)
+
+
+def write_head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, Path]:
+    """Run the study and write its tables atomically, with manifests."""
+    P = Paths(cfg)
+    tables = head_to_head(cfg, n_boot)
+    extra = {"study": "head_to_head", "level": LEVEL, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
+             "seed": int(cfg.get("seed", 0)), "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"])}
+    out = {}
+    for name in TABLES:
+        out[name] = write_table(tables[name], P.head_to_head(name), cfg=cfg, extra=extra)
+    r = tables["ranking"]
+    with pd.option_context("display.width", 200, "display.max_colwidth", 40):
+        log.info("head-to-head ranking:\n" + r[["rank", "method", "family", "seeds", "rollouts_total", "wall_time_s",
+                                                "accuracy", "ci_lo", "ci_hi", "tie_group"]].round(4).to_string(index=False))
+    pairs = tables["pairs"]
+    welch = f" (Welch t over seeds: {int(pairs['welch_separated'].sum())})" if "welch_separated" in pairs else ""
+    log.info(f"{int(pairs['separated'].sum())} of {len(pairs)} pairs separated at {LEVEL:.0%}{welch} "
+             f"-> {P.head_to_head('ranking').parent}")
+    return out

@@ -1,0 +1,81 @@
+"""Synthetic RL run tables for the head-to-head (tests/test_head_to_head.py, tests/test_figures.py):
+each run's metrics.parquet, eval.parquet and per-problem tables in the layout `sparserl rl-train`
+and `sparserl rl-eval` write, and the start policy's evaluation, with per-problem scores whose
+differences between methods the test chooses."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from sparserl.core.artifacts import write_table
+from sparserl.core.paths import Paths
+from sparserl.methods.spec import load_method, method_run, run_owners, snapshot_steps, total_steps
+
+BENCHMARKS = (("b1", 40), ("b2", 60))
+
+
+def problems(benchmarks=BENCHMARKS) -> pd.DataFrame:
+    rows = [{"benchmark": b, "id": f"{b}/{i}"} for b, n in benchmarks for i in range(n)]
+    df = pd.DataFrame(rows)
+    # a start score per problem on a 1/16 grid, as mean@16 gives
+    df["p0"] = np.random.default_rng(7).integers(0, 17, len(df)) / 16
+    return df
+
+
+def default_lift(method: str, seed: int, methods: list[str]) -> float:
+    """A final-checkpoint lift of the score: methods apart by 0.05 in list order, seeds by 0.01."""
+    return 0.05 * (len(methods) - methods.index(method)) + 0.01 * seed
+
+
+def write_runs(cfg: dict, lift: Callable[[str, int], float] | None = None,
+               scores: Callable[[str, int, np.ndarray], np.ndarray] | None = None,
+               benchmarks=BENCHMARKS) -> pd.DataFrame:
+    """Write every run of cfg's rl.methods x rl.seeds (aliases once, in their owner's dir). A
+    checkpoint at fraction f of the run scores clip(p0 + f * lift(method, seed)), or
+    `scores(method, seed, p0)` at the final checkpoint when given. Returns the problems."""
+    rl = cfg["rl"]
+    methods = list(rl["methods"])
+    lift = lift or (lambda m, s: default_lift(m, s, methods))
+    probs = problems(benchmarks)
+    p0 = probs["p0"].to_numpy()
+    owners = run_owners(methods)
+    P = Paths(cfg)
+    for m in methods:
+        if owners[m] != m:
+            continue
+        spec = load_method(m)
+        n = total_steps(rl, spec)
+        for seed in rl["seeds"]:
+            run = method_run(cfg, m, seed)
+            steps = np.arange(1, n + 1)
+            per = rl["rollouts_per_step"]
+            write_table(pd.DataFrame({"step": steps, "reward_mean": 0.3 + 0.01 * steps,
+                                      "rollouts_total": per * steps, "rollouts_trained": per,
+                                      "rollouts_per_prompt_mean": float(spec.group_size),
+                                      "wall_time_s": 0.25 * (1 + methods.index(m))}), run.metrics, cfg=cfg)
+            rows = []
+            for label, step in [(run.checkpoint_label(s), s) for s in snapshot_steps(rl, spec)] + [("final", n)]:
+                if label == "final" and scores is not None:
+                    p = np.asarray(scores(m, seed, p0), dtype=float)
+                else:
+                    p = np.clip(p0 + step / n * lift(m, seed), 0, 1)
+                pp = probs[["benchmark", "id"]].assign(p=p)
+                write_table(pp, run.eval_dir / f"{label}_per_problem.parquet", cfg=cfg)
+                for b, d in pp.groupby("benchmark", sort=False):
+                    rows.append({"policy": f"{m}/seed{seed}/{label}", "method": m, "seed": seed, "checkpoint": label,
+                                 "benchmark": b, "problems": len(d), "accuracy": float(d["p"].mean())})
+            write_table(pd.DataFrame(rows), run.eval, cfg=cfg)
+    start = [{"policy": rl["policy"], "benchmark": b, "accuracy": float(d["p0"].mean())}
+             for b, d in probs.groupby("benchmark", sort=False)]
+    write_table(pd.DataFrame(start), P.eval_table(rl["policy"]), cfg=cfg)
+    return probs
+
+
+def write_head_to_head_tables(cfg: dict, n_boot: int = 200, **kw) -> dict:
+    """Synthetic runs, then the study's tables (ranking, pairs, curves) as `sparserl head-to-head` writes them."""
+    from sparserl.core.artifacts import read_table
+    from sparserl.studies.head_to_head import write_head_to_head
+    write_runs(cfg, **kw)
+    return {name: read_table(path) for name, path in write_head_to_head(cfg, n_boot=n_boot).items()}

@@ -1,0 +1,285 @@
+"""The claims table (sparserl.studies.claims, `sparserl claims`): the status rule, the intervals,
+measures on small synthetic artifacts, and the CLI on a synthetic tree."""
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sparserl.core.artifacts import write_json, write_table
+from sparserl.core.paths import Paths
+from sparserl.studies import claims as C
+
+BENCH = {"add_sub_2x1digit": 20, "add_sub_3x1digit": 30}
+
+
+# --------------------------------------------------------------------------- the status rule
+
+@pytest.mark.parametrize("lo,hi,rel,t,status", [
+    (0.01, 0.05, ">", 0.0, C.REPRODUCED),        # above the threshold
+    (-0.05, -0.01, ">", 0.0, C.CONTRADICTED),    # below it
+    (-0.01, 0.05, ">", 0.0, C.NOT_REPRODUCED),   # contains it
+    (0.70, 0.80, ">", 0.85, C.CONTRADICTED),     # a paper's bound: Intra-AUC > .85
+    (0.86, 0.90, ">", 0.85, C.REPRODUCED),
+    (-0.015, 0.02, ">", -0.021, C.REPRODUCED),   # "matches" = above -tolerance
+    (-0.60, -0.50, "<", 0.0, C.REPRODUCED),      # "reduces the MSE"
+    (0.10, 0.20, "<", 0.0, C.CONTRADICTED),
+    (-0.10, 0.20, "<", 0.0, C.NOT_REPRODUCED),
+    (np.nan, np.nan, ">", 0.0, C.NOT_REPRODUCED),  # no interval: undecided
+])
+def test_decide(lo, hi, rel, t, status):
+    assert C.decide(lo, hi, rel, t) == status
+
+
+def test_decide_refuses_bad_input():
+    with pytest.raises(ValueError):
+        C.decide(0.0, 1.0, ">=", 0.0)
+    with pytest.raises(ValueError):
+        C.decide(1.0, 0.0, ">", 0.0)
+
+
+def test_not_run_is_a_status_of_build_rows():
+    def inputs(cfg):
+        raise C.NotRun("rl.methods of this config lacks x")
+    claim = C.Claim(id="t.x", paper="V0", claim="c", paper_number="1", quantity="q", relation=">", threshold=0.0,
+                    target="v0/t1", inputs=inputs, measure=lambda ctx: C.Interval(1, 1, 1, "m"))
+    df = C.build_rows({"scale": "smoke"}, {}, [claim])
+    assert df["status"].tolist() == [C.NOT_RUN] and "lacks x" in df["reason"].iloc[0]
+
+
+# --------------------------------------------------------------------------- intervals
+
+@pytest.mark.parametrize("df,q", [(1, 12.706204736), (2, 4.302652730), (4, 2.776445105), (10, 2.228138852),
+                                  (1e6, 1.959966)])
+def test_t_quantile(df, q):
+    assert C.t_quantile(0.975, df) == pytest.approx(q, abs=2e-6)
+    assert C.t_quantile(0.025, df) == pytest.approx(-q, abs=2e-6)
+
+
+def test_seed_interval_paired_welch_and_degenerate():
+    a, b = pd.Series([0.5, 0.6, 0.7], index=[0, 1, 2]), pd.Series([0.4, 0.5, 0.7], index=[0, 1, 2])
+    iv = C.seed_interval(a, b)
+    d = (a - b).to_numpy()
+    h = C.t_quantile(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+    assert iv.method.startswith("paired t over 3") and iv.value == pytest.approx(d.mean())
+    assert (iv.lo, iv.hi) == pytest.approx((d.mean() - h, d.mean() + h))
+    assert C.seed_interval(a, b.set_axis([3, 4, 5])).method.startswith("Welch")
+    same = C.seed_interval(pd.Series([0.3, 0.4]), pd.Series([0.2, 0.3]))  # equal differences: no spread
+    assert np.isnan(same.lo) and "no spread" in same.method
+    assert np.isnan(C.seed_interval(pd.Series([0.3])).lo)
+
+
+def _per_problem(rng, shift=0.0):
+    rows = [{"benchmark": b, "id": f"{b}/{i}", "p": float(np.clip(rng.random() + shift, 0, 1))}
+            for b, n in BENCH.items() for i in range(n)]
+    return pd.DataFrame(rows)
+
+
+def test_stratified_bootstrap_is_paired_deterministic_and_checks_problems():
+    rng = np.random.default_rng(0)
+    a = _per_problem(rng)
+    b = a.assign(p=a["p"] - 0.1)
+    m, lo, hi = C.stratified_bootstrap_diff(a, b)
+    assert m == pytest.approx(0.1) and lo == pytest.approx(0.1) and hi == pytest.approx(0.1)  # paired: no noise
+    noisy = b.assign(p=b["p"] + rng.normal(0, 0.05, len(b)))
+    first, again = C.stratified_bootstrap_diff(a, noisy), C.stratified_bootstrap_diff(a, noisy)
+    assert first == again and first[1] < first[0] < first[2]
+    # the point is the mean over benchmarks of per-benchmark means (runs.parquet's accuracy)
+    per = a.groupby("benchmark")["p"].mean().mean()
+    assert C.stratified_bootstrap_diff(a, None)[0] == pytest.approx(per)
+    with pytest.raises(ValueError, match="different problems"):
+        C.stratified_bootstrap_diff(a, b.iloc[1:])
+
+
+# --------------------------------------------------------------------------- synthetic artifacts
+
+def _cfg(repo, methods=("grpo_g16", "v05_osla", "v05_k4"), seeds=(0,), critique=True):
+    cfg = yaml.safe_load((repo / "configs/smoke.yaml").read_text())
+    tiny = yaml.safe_load((repo / "configs/tiny.yaml").read_text())
+    cfg.pop("v0", None)  # V0's claims: not run in this tree
+    cfg["rl"] = dict(tiny["rl"], methods=list(methods), seeds=list(seeds))
+    if critique:
+        cfg["critique"] = dict(tiny["critique"], experiments={
+            "sudoku_k4": {"env": "sudoku", "k": 4, "methods": ["lc_mean", "lc_vf", "lc_pvf_answer", "lc_tether"]}})
+    return cfg
+
+
+def _write_rl(cfg, better=("v05_osla",), shift=0.2):
+    from sparserl.methods.spec import method_run
+    P = Paths(cfg)
+    rows = []
+    for m in cfg["rl"]["methods"]:
+        for s in cfg["rl"]["seeds"]:
+            rng = np.random.default_rng(7 + s)  # the same problems' difficulty for every method
+            pp = _per_problem(rng)
+            if m in better:
+                pp = pp.assign(p=(pp["p"] + shift).clip(0, 1))
+            run = method_run(cfg, m, s)
+            write_table(pp, run.eval_dir / "final_per_problem.parquet")
+            acc = pp.groupby("benchmark")["p"].mean()
+            write_table(pd.DataFrame({"benchmark": acc.index, "accuracy": acc.values, "checkpoint": "final"}), run.eval)
+            rows.append({"method": m, "seed": s, "eval_accuracy_final": float(acc.mean()), "rollouts_total": 1024})
+    write_table(pd.DataFrame(rows), P.rl_runs())
+
+
+def _write_basis(cfg):
+    from sparserl.studies import StudyPaths
+    SP = StudyPaths(cfg)
+    head = {"basis_vs_reinforce_pp_pct": {"pct_change": -60.0, "ci95": [-62.0, -58.0], "n_batches": 12},
+            "basis_vs_grpo_g8_pct": {"pct_change": 5.0, "ci95": [-1.0, 11.0], "n_batches": 12}}
+    write_json({"headline": head}, SP.summary("basis"))
+    write_table(pd.DataFrame({"param": "n", "value": [8.0, 16.0, 64.0], "skipped": ["", "", ""],
+                              "mse": [0.03, 0.02, 0.012], "mse_se": [0.001, 0.001, 0.0005]}),
+                SP.table("basis", "sensitivity_n"))
+    write_table(pd.DataFrame({"method": ["basis_unb", "reinforce_pp"], "mse": [0.01, 0.03], "mse_se": [0.001, 0.001]}),
+                SP.table("basis", "mse_by_method"))
+
+
+def _write_critique(cfg):
+    from sparserl.envs.world import CritiquePaths
+    CP = CritiquePaths(cfg)
+    rows, steps = [], []
+    for s in (0, 1, 2):
+        for m, ev, rew, rho in (("lc_mean", np.nan, 0.40, np.nan), ("lc_vf", 0.05, 0.30, np.nan),
+                                ("lc_pvf_answer", 0.20 + 0.01 * s, 0.35, np.nan), ("lc_tether", 0.06, 0.38 + 0.01 * s, 0.4 + 0.05 * s)):
+            rows.append({"experiment": "sudoku_k4", "method": m, "seed": s, "ev_final": ev,
+                         "final_reward": rew + 0.002 * s * (m == "lc_vf"), "rho_final": rho})
+            steps += [{"experiment": "sudoku_k4", "method": m, "seed": s, "step": t,
+                       "est_tether_rho": (0.1 * t if m == "lc_tether" else np.nan)} for t in (1, 2)]
+    write_table(pd.DataFrame(rows), CP.final_table())
+    write_table(pd.DataFrame(steps), CP.runs_table())
+
+
+def _write_v0(cfg, protocol="sequential"):
+    P = Paths(cfg)
+    rng = np.random.default_rng(3)
+    rows = []
+    for model in ("s", "m"):
+        for step in range(4):
+            v = rng.random(20)
+            for method, p in (("v0", v), ("vanilla_value_model", rng.random(20))):  # v0 ranks perfectly
+                rows += [{"model": model, "step": step, "value": float(x), "p": float(q), "method": method}
+                         for x, q in zip(v, p)]
+    pred = pd.DataFrame(rows)
+    from sparserl.values.v0.metrics import intra_context_auc
+    table = pd.DataFrame([{"method": m, "model": "all", "seed": 0, "intra_auc": intra_context_auc(pred[pred.method == m])}
+                          for m in ("v0", "vanilla_value_model")])
+    write_table(pred, P.value_eval(f"v0_{protocol}_predictions"))
+    write_table(table, P.value_eval(f"v0_{protocol}"))
+
+
+def test_rl_measure_one_seed_bootstrap_and_seeds_t(repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(repo)
+    _write_rl(cfg)
+    iv = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
+    assert iv.method.startswith("bootstrap over benchmark problems") and iv.lo > 0 and iv.value < 0.2 + 1e-9
+    assert C.rl_accuracy(C.Context(cfg), "v05_k4", "grpo_g16").value == pytest.approx(0.0)  # same problems' p
+    cfg2 = _cfg(repo, seeds=(0, 1, 2))
+    _write_rl(cfg2, shift=0.1)
+    iv2 = C.rl_accuracy(C.Context(cfg2), "v05_osla", "grpo_g16")
+    assert iv2.method == "paired t over 3 seeds" and iv2.lo > 0
+    with pytest.raises(C.NotRun, match="grpo_budget_v0"):
+        C.rl_accuracy(C.Context(cfg), "grpo_budget_v0", "grpo_g8")
+
+
+def test_v0_measure_bootstraps_contexts(repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = dict(_cfg(repo), v0={"harvest": {}})
+    _write_v0(cfg)
+    ctx = C.Context(cfg)
+    auc = C.v0_auc_interval(ctx, "sequential", "v0")
+    assert auc.value == pytest.approx(1.0) and "8 checkpoint contexts" in auc.method
+    diff = C.v0_auc_interval(ctx, "sequential", "v0", "vanilla_value_model")
+    table = ctx.table(Paths(cfg).value_eval("v0_sequential")).set_index("method")["intra_auc"]
+    assert diff.value == pytest.approx(table["v0"] - table["vanilla_value_model"]) and diff.lo > 0
+
+
+def test_basis_and_critique_measures(repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(repo)
+    _write_basis(cfg)
+    _write_critique(cfg)
+    ctx = C.Context(cfg)
+    n = C.basis_sensitivity_n(ctx)
+    assert n.value == pytest.approx(-60.0) and n.lo < -60 < n.hi  # n=8 -> n=64: 0.03 -> 0.012
+    r = C.basis_headline("basis_vs_grpo_g8_pct")["measure"](ctx)
+    assert (r.value, r.lo, r.hi) == (5.0, -1.0, 11.0)
+    with pytest.raises(C.NotRun, match="unrefined"):
+        C.basis_refined_vs_initial(ctx)
+    ev = C.critique_diff("sudoku_k4", "ev_final", "pvf", "vf")["measure"](ctx)
+    assert ev.value == pytest.approx(0.16) and ev.lo > 0 and "lc_pvf_answer" in ev.detail
+    rho = C.tether_rho("sudoku_k4")["measure"](ctx)
+    assert rho.value == pytest.approx(0.45) and rho.lo > 0 and "after the first step 0.100" in rho.detail
+    with pytest.raises(C.NotRun, match="rg_k8"):
+        C.critique_diff("rg_k8", "ev_final", "pvf", "vf")["inputs"](cfg)
+    # the paper's n = 8 -> 64: a table without n = 64 is not run; a table without a column is an error
+    from sparserl.studies import StudyPaths
+    path = StudyPaths(cfg).table("basis", "sensitivity_n")
+    write_table(pd.DataFrame({"value": [8.0, 16.0], "skipped": ["", ""], "mse": [0.03, 0.02], "mse_se": [0.001] * 2}), path)
+    with pytest.raises(C.NotRun, match="n=64"):
+        C.basis_sensitivity_n(C.Context(cfg))
+    write_table(pd.DataFrame({"value": [8.0, 64.0], "mse": [0.03, 0.02]}), path)
+    with pytest.raises(C.BadArtifact, match=r"sensitivity_n.parquet: no column\(s\) \['skipped', 'mse_se'\]"):
+        C.basis_sensitivity_n(C.Context(cfg))
+
+
+def test_claims_are_data():
+    ids = [c.id for c in C.CLAIMS]
+    assert len(ids) == len(set(ids)) >= 12
+    assert {c.paper for c in C.CLAIMS} == set(C.PAPERS)
+    assert all(c.relation in (">", "<") for c in C.CLAIMS)
+
+
+def test_resolve_target_by_prefix():
+    figs = {"basis/f3a_mse_by_method": "paper_figures/x/basis/f3a_mse_by_method.png", "basis/f3b_x": "b.png"}
+    assert C.resolve_target("basis/f3a", figs) == figs["basis/f3a_mse_by_method"]
+    assert "no figure registered" in C.resolve_target("basis/t1", figs)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monkeypatch):
+    from sparserl.cli import main
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(repo)
+    cfg_path = tmp_path / "cfg.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    _write_rl(cfg)
+    _write_basis(cfg)
+    _write_critique(cfg)
+    inputs = C.claim_inputs(cfg)
+    assert str(Paths(cfg).rl_runs()) in inputs and not any("values/eval" in p for p in inputs)
+    assert main(["claims", "--config", str(cfg_path), "--config-name", "smoke+claims.yaml"]) == 0
+    P = Paths(cfg)
+    md, csv = P.claims_md(), P.claims_csv()
+    assert (md, csv) == (Path("paper_figures/smoke/CLAIMS.md"), Path("paper_figures/smoke/CLAIMS.csv"))
+    df = pd.read_csv(csv, keep_default_na=False)
+    assert len(df) == len(C.CLAIMS) and set(df["status"]) <= set(C.STATUSES)
+    status = df.set_index("id")["status"]
+    assert status["v05.osla_vs_grpo16"] == C.REPRODUCED            # osla's problems are +0.2 each
+    assert status["v05.k4_vs_grpo16"] == C.REPRODUCED              # equal: within the tolerance
+    assert status["v05.osla_vs_dapo16"] == C.NOT_RUN               # dapo_g16 not in rl.methods
+    assert status["v0.sequential_auc"] == C.NOT_RUN                # no v0.harvest
+    assert status["basis.mse_vs_reinforce_pp"] == C.REPRODUCED
+    assert status["basis.mse_vs_grpo8"] == C.NOT_REPRODUCED        # CI [-1, 11] contains 0
+    assert status["lc.pvf_ev.sudoku_k4"] == C.REPRODUCED
+    assert status["lc.vf_vs_mean.sudoku_k4"] == C.REPRODUCED       # VF 0.30 < Mean 0.40
+    assert status["lc.pvf_ev.rg_k1"] == C.NOT_RUN
+    row = df.set_index("id").loc["basis.mse_vs_reinforce_pp"]
+    assert row["paper_in_ci"] == "no" and row["ci_method"].startswith("the study's paired bootstrap")
+    text = md.read_text()
+    assert "scale `smoke`" in text and "SMOKE SCALE: not paper numbers" in text and "smoke+claims.yaml" in text
+    from sparserl.core.artifacts import git_commit
+    assert f"commit `{git_commit()}`" in text and text.count("\n| ") == len(C.CLAIMS) + 1
+    # same artifacts, same bytes
+    before = (md.read_bytes(), csv.read_bytes())
+    assert main(["claims", "--config", str(cfg_path), "--config-name", "smoke+claims.yaml"]) == 0
+    assert (md.read_bytes(), csv.read_bytes()) == before
+    # an artifact the config makes but that is missing: an error naming it, not a status
+    from sparserl.methods.spec import method_run
+    gone = method_run(cfg, "v05_k4", 0).eval_dir / "final_per_problem.parquet"
+    gone.unlink()
+    with pytest.raises(SystemExit, match="v05_k4/seed0/eval/final_per_problem.parquet"):
+        main(["claims", "--config", str(cfg_path)])

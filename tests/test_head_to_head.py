@@ -1,0 +1,321 @@
+"""The head-to-head of every RL method (sparserl.studies.head_to_head): the CI and tie rules on
+synthetic per-problem scores whose answer is known, the 1-seed and 3-seed paths, bad input, the
+rule, the CLI, and its figures drawn from synthetic tables."""
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from head_to_head_tables import problems, write_head_to_head_tables, write_runs
+from sparserl.core.paths import Paths
+from sparserl.figures import FigureError, get_figure, list_figures, make_figure
+from sparserl.figures.registry import pyplot
+from sparserl.studies import head_to_head as h2h
+
+# GRPO and V0.5 at k = 4, 8 (the matched figure), RLOO, and an alias: basis_grid_grpo_g1_vanilla
+# is vanilla_g1's spec, so it reports vanilla_g1's run
+METHODS = ["grpo_g4", "v05_k4", "grpo_g8", "v05_k8", "rloo_g8", "vanilla_g1", "basis_grid_grpo_g1_vanilla"]
+
+
+def make_cfg(repo, methods=METHODS, seeds=(0,)):
+    c = yaml.safe_load((repo / "configs/smoke.yaml").read_text())
+    rl = yaml.safe_load((repo / "configs/tiny.yaml").read_text())["rl"]
+    c["rl"] = {**rl, "methods": list(methods), "seeds": list(seeds), "steps": 4, "rollouts_per_step": 64}
+    return c
+
+
+@pytest.fixture
+def cfg(repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return make_cfg(repo)
+
+
+# --- the statistics on arrays --------------------------------------------------------------------
+
+def test_t_quantile_is_students():
+    # the textbook two-sided 95% values
+    for df, t in ((1, 12.7062), (2, 4.3027), (3, 3.1824), (10, 2.2281), (30, 2.0423)):
+        assert h2h.t_quantile(0.975, df) == pytest.approx(t, abs=1e-4)
+    stats = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 5, 17, 60):
+        assert h2h.t_quantile(0.975, df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-9)
+        assert h2h.t_quantile(0.9, df) == pytest.approx(stats.t.ppf(0.9, df), rel=1e-9)
+    m, lo, hi = h2h.t_interval([0.40, 0.42, 0.44])
+    assert m == pytest.approx(0.42) and hi - m == pytest.approx(4.302653 * 0.02 / np.sqrt(3), rel=1e-6)
+    with pytest.raises(ValueError):
+        h2h.t_interval([0.4])
+
+
+def _per_problem(rng, n=(40, 60)):
+    bench = np.repeat(["b1", "b2"], n)
+    base = rng.uniform(0.1, 0.7, len(bench))
+    return bench, base
+
+
+def test_clearly_separated_methods_are_not_tied_identical_ones_are():
+    rng = np.random.default_rng(0)
+    bench, base = _per_problem(rng)
+    pp = {"hi": (base + 0.2)[None], "lo": base[None], "same": base.copy()[None]}
+    reps = h2h.bootstrap_replicates(pp, {}, bench, n_boot=500, seed=0)
+    means = {m: h2h.accuracy(p[0], bench) for m, p in pp.items()}
+    order = h2h.rank_methods(means, list(pp))
+    assert order == ["hi", "lo", "same"]  # equal means keep the given order
+    pairs = h2h.pair_table(means, reps, order).set_index(["a", "b"])
+    assert pairs.loc[("hi", "lo"), "separated"] and pairs.loc[("hi", "lo"), "diff"] == pytest.approx(0.2)
+    # a constant gap on every problem: every replicate sees exactly it
+    assert pairs.loc[("hi", "lo"), "ci_lo"] == pytest.approx(0.2) == pairs.loc[("hi", "lo"), "ci_hi"]
+    same = pairs.loc[("lo", "same")]
+    assert not same["separated"] and same["diff"] == 0 and same["ci_lo"] == 0 == same["ci_hi"]
+    labels, ties = h2h.tie_groups(order, pairs.reset_index())
+    assert labels == {"hi": "a", "lo": "b", "same": "b"} and ties == {"hi": [], "lo": ["same"], "same": ["lo"]}
+
+
+def test_noisy_small_gap_is_a_tie_and_the_paired_ci_is_narrower():
+    """Two methods 0.005 apart with independent per-problem noise of sd 0.05: not separated by 100
+    problems; a shift of 0.1 with the same noise is."""
+    rng = np.random.default_rng(1)
+    bench, base = _per_problem(rng)
+    noise = lambda: rng.normal(0, 0.05, len(base))  # noqa: E731
+    pp = {"a": (base + 0.005 + noise())[None], "b": (base + noise())[None], "c": (base - 0.1 + noise())[None]}
+    reps = h2h.bootstrap_replicates(pp, {}, bench, n_boot=2000, seed=0)
+    means = {m: h2h.accuracy(p[0], bench) for m, p in pp.items()}
+    pairs = h2h.pair_table(means, reps, ["a", "b", "c"]).set_index(["a", "b"])
+    assert not pairs.loc[("a", "b"), "separated"]
+    assert pairs.loc[("a", "c"), "separated"] and pairs.loc[("b", "c"), "separated"]
+    # pairing removes the problems' shared difficulty: the paired CI is far narrower than one method's
+    q = np.quantile(reps["a"], [0.025, 0.975])
+    assert pairs.loc[("a", "b"), "ci_hi"] - pairs.loc[("a", "b"), "ci_lo"] < 0.5 * (q[1] - q[0])
+
+
+def test_one_seed_bootstrap_ci_matches_the_stratified_standard_error():
+    """The problem bootstrap's 95% interval is mean +- 1.96 s.e. of a mean of benchmark means."""
+    rng = np.random.default_rng(2)
+    bench, _ = _per_problem(rng, (200, 300))
+    p = rng.integers(0, 17, len(bench)) / 16
+    reps = h2h.bootstrap_replicates({"m": p[None]}, {}, bench, n_boot=4000, seed=3)["m"]
+    se = np.sqrt(sum(p[bench == b].var(ddof=0) / (bench == b).sum() for b in ("b1", "b2")) / 4)
+    lo, hi = np.quantile(reps, [0.025, 0.975])
+    assert (hi - lo) / 2 == pytest.approx(1.96 * se, rel=0.08)
+    assert reps.mean() == pytest.approx(h2h.accuracy(p, bench), abs=se / 5)
+
+
+def test_seeds_are_resampled_and_aliases_share_their_draw():
+    rng = np.random.default_rng(4)
+    bench, base = _per_problem(rng)
+    seeds = np.stack([base + d for d in (0.0, 0.05, 0.10)])
+    pp = {"x": seeds, "x_alias": seeds.copy(), "y": seeds.copy()}
+    reps = h2h.bootstrap_replicates(pp, {"x_alias": "x"}, bench, n_boot=1000, seed=0)
+    np.testing.assert_array_equal(reps["x"], reps["x_alias"])  # one run, one draw: difference 0
+    assert np.std(reps["x"] - reps["y"]) > 0.005                # independent seed draws of two runs
+    # the same inputs and seed give the same replicates; another seed other ones
+    again = h2h.bootstrap_replicates(pp, {"x_alias": "x"}, bench, n_boot=1000, seed=0)
+    np.testing.assert_array_equal(reps["y"], again["y"])
+    assert not np.array_equal(reps["y"], h2h.bootstrap_replicates(pp, {}, bench, n_boot=1000, seed=1)["y"])
+
+
+def test_tie_groups_are_the_maximal_cliques_of_a_non_transitive_relation():
+    """a ~ b, b ~ c, but a and c separated: b shares a letter with each, a and c none."""
+    order = ["a", "b", "c", "d"]
+    sep = {("a", "c"), ("a", "d"), ("b", "d"), ("c", "d")}
+    pairs = pd.DataFrame([{"a": x, "b": y, "separated": (x, y) in sep} for i, x in enumerate(order) for y in order[i + 1:]])
+    labels, ties = h2h.tie_groups(order, pairs)
+    assert labels == {"a": "a", "b": "ab", "c": "b", "d": "c"}
+    assert ties["b"] == ["a", "c"] and ties["d"] == []
+    # every tied pair shares a letter, every separated pair none
+    for r in pairs.itertuples():
+        assert bool(set(labels[r.a]) & set(labels[r.b])) == (not r.separated)
+
+
+# --- the study on synthetic run tables -------------------------------------------------------------
+
+def test_one_seed_study_ranks_bootstraps_and_writes_three_tables(cfg, tmp_path):
+    t = write_head_to_head_tables(cfg, n_boot=300)
+    r = t["ranking"]
+    # default_lift: methods apart by 0.05 in config order; the alias repeats vanilla_g1's run
+    assert list(r["method"]) == METHODS
+    alias = r.set_index("method").loc[["vanilla_g1", "basis_grid_grpo_g1_vanilla"]]
+    assert alias["rank"].tolist() == [6, 6] and alias["accuracy"].nunique() == 1
+    assert (alias["run"] == "vanilla_g1").all() and alias["tie_group"].nunique() == 1
+    assert (r["ci_method"] == "bootstrap over 100 problems (1 seed: no seed noise)").all()
+    assert ((r["ci_lo"] < r["accuracy"]) & (r["accuracy"] < r["ci_hi"])).all()
+    assert r["rank"].tolist() == [1, 2, 3, 4, 5, 6, 6]
+    row = r.set_index("method").loc["grpo_g8"]
+    assert row["family"] == "grpo" and row["group_size"] == 8 and row["seeds"] == 1
+    assert row["rollouts_total"] == 4 * 64 and row["rollouts_per_step"] == 64
+    assert row["wall_time_s"] == pytest.approx(4 * 0.25 * 3)  # 4 steps x 0.25 s x (index 2 + 1)
+    assert r.set_index("method").loc["v05_k4", "family"] == "v05_fusion"
+    # a 0.05 lift apart on 100 problems with the same per-problem start: every pair separated but the alias
+    p = t["pairs"]
+    assert len(p) == 7 * 6 // 2 and "welch_separated" not in p  # 1 seed: no t over seeds
+    assert p.loc[~p["separated"], ["a", "b"]].values.tolist() == [["vanilla_g1", "basis_grid_grpo_g1_vanilla"]]
+    # curves: the start policy at 0, the half-way checkpoint, the final one
+    c = t["curves"]
+    g = c[(c["method"] == "grpo_g8") & (c["seed"] == 0)]
+    assert g["checkpoint"].tolist() == ["start", "step00002", "final"]
+    assert g["rollouts"].tolist() == [0, 128, 256] and g["wall_time_s"].tolist() == pytest.approx([0, 1.5, 3.0])
+    assert g["accuracy"].iloc[0] == pytest.approx(h2h.accuracy(problems()["p0"], problems()["benchmark"]))
+    assert list(dict.fromkeys(c["method"])) == METHODS
+    # the same tables give the same bytes
+    P = Paths(cfg)
+    first = {n: P.head_to_head(n).read_bytes() for n in h2h.TABLES}
+    h2h.write_head_to_head(cfg, n_boot=300)
+    assert {n: P.head_to_head(n).read_bytes() for n in h2h.TABLES} == first
+    assert (tmp_path / "results/smoke/head_to_head/ranking.parquet.manifest.json").exists()
+
+
+def test_three_seeds_give_t_intervals_over_seeds(repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = make_cfg(repo, ["grpo_g8", "rloo_g8", "v05_k4"], seeds=(0, 1, 2))
+    # final per-problem score p0 / 2 + 0.3 + a known lift per (method, seed), within [0, 1]
+    lifts = {"grpo_g8": (0.00, 0.01, 0.02), "rloo_g8": (0.005, 0.015, 0.013), "v05_k4": (-0.3, -0.31, -0.29)}
+    t = write_head_to_head_tables(cfg, n_boot=400, scores=lambda m, s, p0: p0 * 0.5 + 0.3 + lifts[m][s])
+    r = t["ranking"].set_index("method")
+    p0 = problems()
+    base = h2h.accuracy(p0["p0"].to_numpy() * 0.5 + 0.3, p0["benchmark"].to_numpy())
+    for m, ls in lifts.items():
+        m_, lo, hi = h2h.t_interval(base + np.array(ls))
+        assert r.loc[m, "accuracy"] == pytest.approx(m_) and r.loc[m, "seeds"] == 3
+        assert (r.loc[m, "ci_lo"], r.loc[m, "ci_hi"]) == pytest.approx((lo, hi))
+        assert r.loc[m, "ci_method"] == "t over 3 seeds"
+        assert r.loc[m, "accuracy_sd"] == pytest.approx(np.std(ls, ddof=1))
+    pairs = t["pairs"].set_index(["a", "b"])
+    assert list(t["ranking"]["method"]) == ["rloo_g8", "grpo_g8", "v05_k4"]
+    assert not pairs.loc[("rloo_g8", "grpo_g8"), "separated"]   # .001 apart on average, seeds overlap
+    assert pairs.loc[("grpo_g8", "v05_k4"), "separated"]        # 0.3 apart, every seed
+    assert r.loc["v05_k4", "tie_group"] != r.loc["grpo_g8", "tie_group"] == r.loc["rloo_g8", "tie_group"]
+    # beside the rule, the Welch t-interval over seeds (floor of the Welch-Satterthwaite df)
+    a, b = base + np.array(lifts["grpo_g8"]), base + np.array(lifts["v05_k4"])
+    va, vb = a.var(ddof=1) / 3, b.var(ddof=1) / 3
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 2)
+    h = h2h.t_quantile(0.975, int(df)) * np.sqrt(va + vb)
+    w = pairs.loc[("grpo_g8", "v05_k4")]
+    assert (w["welch_ci_lo"], w["welch_ci_hi"]) == pytest.approx((a.mean() - b.mean() - h, a.mean() - b.mean() + h))
+    assert w["welch_separated"] and not pairs.loc[("rloo_g8", "grpo_g8"), "welch_separated"]
+    # curves: the band of a 3-seed checkpoint is the t-interval over its seeds
+    s = h2h.curve_summary(t["curves"])
+    fin = s[(s["method"] == "grpo_g8") & (s["checkpoint"] == "final")].iloc[0]
+    assert fin["seeds"] == 3 and (fin["ci_lo"], fin["ci_hi"]) == pytest.approx(h2h.t_interval(base + np.array(lifts["grpo_g8"]))[1:])
+
+
+def test_runs_on_other_problems_or_inconsistent_tables_are_refused(cfg):
+    write_runs(cfg)
+    run = Paths(cfg).run("rloo_g8", 0)
+    pp = pd.read_parquet(run.eval_dir / "final_per_problem.parquet")
+    pp.iloc[:-1].to_parquet(run.eval_dir / "final_per_problem.parquet")
+    with pytest.raises(h2h.HeadToHeadError, match=r"rl/rloo_g8/seed0/eval/final_per_problem\.parquet.*disagrees"):
+        h2h.head_to_head(cfg, n_boot=50)
+    # same accuracy, other problem ids: not the same benchmark items
+    pp.assign(id=pp["id"] + "x").to_parquet(run.eval_dir / "final_per_problem.parquet")
+    with pytest.raises(h2h.HeadToHeadError, match=r"rloo_g8/seed0/eval/final_per_problem\.parquet: evaluated on other "
+                                                  r"problems.*sparserl rl-eval --method rloo_g8 --seed 0"):
+        h2h.head_to_head(cfg, n_boot=50)
+    (run.eval_dir / "final_per_problem.parquet").unlink()
+    with pytest.raises(h2h.HeadToHeadError, match=r"final_per_problem\.parquet is missing.*rl-eval --method rloo_g8"):
+        h2h.head_to_head(cfg, n_boot=50)
+    write_runs(cfg)
+    met = pd.read_parquet(run.metrics).drop(columns="wall_time_s")
+    met.to_parquet(run.metrics)
+    with pytest.raises(h2h.HeadToHeadError, match=r"rloo_g8/seed0/metrics\.parquet: no column\(s\) \['wall_time_s'\]"):
+        h2h.head_to_head(cfg, n_boot=50)
+
+
+def test_cli_writes_the_tables_and_refuses_a_config_without_rl(cfg, tmp_path, capsys):
+    from sparserl.cli import main
+    write_runs(cfg)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["head-to-head", "--config", str(path), "--bootstrap", "100"]) == 0
+    out = capsys.readouterr().out
+    for name in h2h.TABLES:
+        assert f"results/smoke/head_to_head/{name}.parquet" in out
+    bad = tmp_path / "norl.yaml"
+    bad.write_text(yaml.safe_dump({k: v for k, v in cfg.items() if k != "rl"}))
+    with pytest.raises(SystemExit, match="no `rl` section"):
+        main(["head-to-head", "--config", str(bad)])
+
+
+def test_rule_reads_every_run_once_and_the_start_evaluation(repo, tmp_path):
+    """A dry run of the tiny DAG's head-to-head table: its inputs are the runs' metrics and eval
+    tables (an alias reads its owner's) and the start policy's evaluation."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n",
+           "results/tiny/head_to_head/ranking.parquet"]
+    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    block = out.stdout.split("rule head_to_head:\n")[1].split("\n\n")[0]
+    from sparserl.core.config import load_config
+    from sparserl.methods.spec import run_owners
+    tiny = load_config([str(repo / "configs/tiny.yaml")])
+    inputs = [i.strip() for i in block.split("input: ")[1].split("\n")[0].split(",")]
+    owners = set(run_owners(tiny["rl"]["methods"]).values())
+    assert len(inputs) == 2 * len(owners) * len(tiny["rl"]["seeds"]) + 1
+    assert "results/tiny/eval/s/eval.parquet" in inputs and "results/tiny/rl/vanilla_g1/seed0/eval.parquet" in inputs
+    assert not any("basis_grid_grpo_g1_vanilla" in i for i in inputs)
+    assert "results/tiny/head_to_head/pairs.parquet" in block and "results/tiny/head_to_head/curves.parquet" in block
+
+
+# --- figures ----------------------------------------------------------------------------------------
+
+H2H = ["head_to_head/accuracy_vs_rollouts", "head_to_head/accuracy_vs_wall_time", "head_to_head/ranking",
+       "head_to_head/grpo_vs_v05_k"]
+
+
+def test_figures_follow_the_config(cfg):
+    ids = {f.id for f in list_figures(cfg)}
+    assert set(H2H) <= ids
+    assert not set(H2H) & {f.id for f in list_figures({k: v for k, v in cfg.items() if k != "rl"})}
+    no_v05 = {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g4", "grpo_g8", "rloo_g8"]}}
+    assert set(H2H[:3]) <= {f.id for f in list_figures(no_v05)} and H2H[3] not in {f.id for f in list_figures(no_v05)}
+    with pytest.raises(FigureError, match="missing: v05_k4, v05_k8"):
+        make_figure("head_to_head/grpo_vs_v05_k", no_v05)
+    assert get_figure(H2H[0]).tables(cfg) == [Paths(cfg).head_to_head("curves")]
+
+
+def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = make_cfg(repo, METHODS[:4] + ["v05_k4_v0"], seeds=(0, 1, 2))
+    t = write_head_to_head_tables(cfg, n_boot=200)
+    for fig_id in H2H:
+        out = make_figure(fig_id, cfg)
+        assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, fig_id
+    # ranking: bars in rank order, whiskers = the CIs, the tie letters beside them; CSV = the table
+    f = get_figure("head_to_head/ranking")
+    data = f.read(cfg, f.tables(cfg))
+    fig, ax = f.layout(data)
+    f.draw(data, ax)
+    r = t["ranking"]
+    widths = [p.get_width() for p in ax.patches]
+    np.testing.assert_allclose(widths, r["accuracy"].to_numpy())
+    assert [tx.get_text() for tx in ax.texts] == r["tie_group"].tolist()
+    pyplot().close(fig)
+    csv = pd.read_csv(tmp_path / "paper_figures/smoke/head_to_head/ranking.csv")
+    assert csv["method"].tolist() == r["method"].tolist()
+    np.testing.assert_allclose(csv["ci_hi"], r["ci_hi"])
+    # curves: one line per method through the seeds' means, a band per method (3 seeds)
+    f = get_figure("head_to_head/accuracy_vs_rollouts")
+    data = f.read(cfg, f.tables(cfg))
+    fig, (ax, legend_ax) = f.layout(data)
+    f.draw(data, (ax, legend_ax))
+    lines = {ln.get_label(): ln for ln in ax.lines}
+    assert list(lines) == cfg["rl"]["methods"]
+    c = t["curves"]
+    g = c[c["method"] == "v05_k4"].groupby("step")[["rollouts", "accuracy"]].mean()
+    np.testing.assert_allclose(lines["v05_k4"].get_xdata(), g["rollouts"])
+    np.testing.assert_allclose(lines["v05_k4"].get_ydata(), g["accuracy"])
+    assert len([p for p in ax.collections if p.get_paths()]) == len(cfg["rl"]["methods"])
+    from sparserl.figures.style import method_color
+    assert lines["grpo_g8"].get_color() == method_color("grpo_g8")
+    pyplot().close(fig)
+    # the matched comparison: V0.5 - GRPO at the same k from the pairs table, V0's prior included
+    f = get_figure("head_to_head/grpo_vs_v05_k")
+    data = f.read(cfg, f.tables(cfg))
+    bars = data["df"].set_index("method")
+    assert list(bars.index) == ["grpo_g4", "v05_k4", "v05_k4_v0", "grpo_g8", "v05_k8"]
+    p = t["pairs"].set_index(["a", "b"])
+    want = p.loc[("grpo_g4", "v05_k4")]  # default_lift ranks grpo_g4 above v05_k4
+    assert bars.loc["v05_k4", "vs_grpo_diff"] == pytest.approx(-want["diff"])
+    assert (bars.loc["v05_k4", "vs_grpo_ci_lo"], bars.loc["v05_k4", "vs_grpo_ci_hi"]) == \
+        pytest.approx((-want["ci_hi"], -want["ci_lo"]))
+    assert np.isnan(bars.loc["grpo_g8", "vs_grpo_diff"])

@@ -1,0 +1,31 @@
+# Stage: the head-to-head of every RL method (issue 14; no paper has it), from the RL runs' cached
+# tables only: ranking with 95% CIs and tie groups, the pairs, accuracy vs rollouts and wall time.
+#   snakemake --cores 2 head_to_head                               # results/{scale}/head_to_head/*.parquet
+# Its figures (paper_figures/{scale}/head_to_head/) are registered in sparserl.figures.head_to_head.
+
+
+def head_to_head_targets():
+    """The head-to-head's tables; empty without an `rl` section."""
+    return [str(P.head_to_head(t)) for t in ("ranking", "pairs", "curves")] if CFG.get("rl") else []
+
+
+if CFG.get("rl"):
+    from sparserl.studies.head_to_head import input_tables as head_to_head_inputs
+
+    rule head_to_head:
+        input:
+            # each run's metrics and eval.parquet (aliases read their owner's run), the start
+            # policy's evaluation; the per-problem tables come with eval.parquet (`sparserl rl-eval`)
+            [str(t) for t in head_to_head_inputs(CFG)],
+        output:
+            ranking=str(P.head_to_head("ranking")),
+            pairs=str(P.head_to_head("pairs")),
+            curves=str(P.head_to_head("curves")),
+        log:
+            str(P.stage("logs", "head_to_head.log")),
+        # a few seconds from cached tables: not worth a cluster job
+        localrule: True
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} head-to-head --config {CONFIGS} > {log} 2>&1"
