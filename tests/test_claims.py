@@ -206,8 +206,19 @@ def test_basis_and_critique_measures(repo, tmp_path, monkeypatch):
     assert n.value == pytest.approx(-60.0) and n.lo < -60 < n.hi  # n=8 -> n=64: 0.03 -> 0.012
     r = C.basis_headline("basis_vs_grpo_g8_pct")["measure"](ctx)
     assert (r.value, r.lo, r.hi) == (5.0, -1.0, 11.0)
-    with pytest.raises(C.NotRun, match="unrefined"):
-        C.basis_refined_vs_initial(ctx)
+    # Figure 2 reads the RL-checkpoint study's table at the middle checkpoint, mean over the beta grid
+    from sparserl.studies import StudyPaths
+    f2 = pd.DataFrame([{"stage": st, "estimator": est, "beta": b, "mse": m, "mse_se": 0.001}
+                       for st, scale in (("early", 1.0), ("middle", 2.0), ("late", 3.0))
+                       for est, ms in (("initial", (0.02, 0.10)), ("refined", (0.03, 0.03)))
+                       for b, m in zip((1.0, 10.0), (scale * x for x in ms))])
+    write_table(f2, StudyPaths(cfg).table("basis", "stage_initial_vs_refined"), cfg=cfg)
+    f2c = C.basis_refined_vs_initial(ctx)
+    assert f2c.value == pytest.approx(100 * (0.06 / 0.12 - 1)) and f2c.hi < 0  # middle: 0.06 vs 0.12
+    assert "best beta: initial 0.0400, refined 0.0600" in f2c.detail
+    write_table(f2[f2["estimator"] == "initial"], StudyPaths(cfg).table("basis", "stage_initial_vs_refined"), cfg=cfg)
+    with pytest.raises(C.BadArtifact, match="no 'refined' rows at stage middle"):
+        C.basis_refined_vs_initial(C.Context(cfg))
     ev = C.critique_diff("sudoku_k4", "ev_final", "pvf", "vf")["measure"](ctx)
     assert ev.value == pytest.approx(0.16) and ev.lo > 0 and "lc_pvf_answer" in ev.detail
     rho = C.tether_rho("sudoku_k4")["measure"](ctx)
