@@ -145,44 +145,6 @@ def load_fast_tokenizer(tok_dir: Path):
     return Tokenizer.from_file(str(path))
 
 
-def _generate(level: dict, n: int, seed: int) -> list[tuple[str, str]]:
-    """(problem, answer) pairs of a level, as the world draws them (`tasks.procedural`), or with
-    `field` the problem read from that metadata key: simple_equations' `equation` ("x + 3 = 7")
-    instead of its question's wording, whose longer forms outrun a tiny policy's positions."""
-    if "field" not in level:
-        from sparserl.tasks.procedural import _generate as world_generate
-        return world_generate(level, n, seed)
-    import reasoning_gym as rg
-    params = {k: tuple(v) if k == "operators" else v for k, v in (level.get("params") or {}).items()}
-    try:
-        ds = rg.create_dataset(level["generator"], size=n, seed=seed, **params)
-    except Exception as e:  # rg raises bare asserts/TypeErrors on bad params
-        raise ConfigError(f"ood.benchmarks '{level['name']}': reasoning-gym could not build "
-                          f"'{level['generator']}' with params {params}: {e}") from e
-    out = []
-    for e in ds:
-        if level["field"] not in e["metadata"]:
-            raise ConfigError(f"ood.benchmarks '{level['name']}': {level['generator']} has no metadata field "
-                              f"{level['field']!r} (has {sorted(e['metadata'])}); fix `field`")
-        out.append((str(e["metadata"][level["field"]]), str(e["answer"]).strip()))
-    return out
-
-
-def _distinct(level: dict, want: int, seed: int, split: dict, exclude: set[str], max_tries: int = 8):
-    """Up to `want` distinct held-out problems (the benchmarks' `eval` side of the hash split)."""
-    from sparserl.tasks.procedural import split_of
-    seen: dict[str, str] = {}
-    n = max(256, 4 * want)
-    for t in range(max_tries):
-        for prob, ans in _generate(level, n, seed + 7919 * t):
-            if prob not in seen and prob not in exclude and split_of(prob, split) == "eval":
-                seen[prob] = ans
-                if len(seen) >= want:
-                    return list(seen.items())
-        n *= 2
-    return list(seen.items())
-
-
 def build_ood_tasks(cfg: dict, tokenizer=None, corpus: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """One table per `ood.benchmarks` family: its held-out problems (columns of the benchmarks'
     records plus `prompt_tokens`, `unseen_prompt_tokens`), drawn like the in-domain benchmarks.
@@ -191,7 +153,7 @@ def build_ood_tasks(cfg: dict, tokenizer=None, corpus: pd.DataFrame | None = Non
     never trained to write it: a decimal point, a letter), naming the family, the token and the fix.
     """
     from sparserl.tasks import format_prompt, format_target
-    from sparserl.tasks.procedural import _records, task_split
+    from sparserl.tasks.procedural import _records, distinct_problems, task_split
     s = ood_settings(cfg)
     P = Paths(cfg)
     tokenizer = tokenizer or load_fast_tokenizer(P.tokenizer())
@@ -211,7 +173,8 @@ def build_ood_tasks(cfg: dict, tokenizer=None, corpus: pd.DataFrame | None = Non
         if lv["name"] in in_domain:
             raise ConfigError(f"ood.benchmarks: '{lv['name']}' is also an in-domain benchmark "
                               "(tasks.benchmarks); give the OOD family another name")
-        pairs = _distinct(lv, lv.get("size", 128), cfg["seed"] * 1000 + 3_000 + bi, split, taken)
+        pairs = distinct_problems(lv, lv.get("size", 128), cfg["seed"] * 1000 + 3_000 + bi, "eval", split, taken,
+                                  where="ood.benchmarks")
         if not pairs:
             raise ValueError(f"ood.benchmarks '{lv['name']}': no held-out problems could be generated; "
                              "change its params or raise tasks.split.eval")

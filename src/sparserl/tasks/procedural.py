@@ -19,6 +19,8 @@ import hashlib
 import numpy as np
 import pandas as pd
 
+from sparserl.core.config import ConfigError
+
 SIDES = ("eval", "rl", "pretrain")
 
 
@@ -44,30 +46,41 @@ def pool_side(split: dict) -> str:
     return "rl" if split["rl"] > 0 else "pretrain"
 
 
-def _generate(level: dict, n: int, seed: int) -> list[tuple[str, str]]:
+def _generate(level: dict, n: int, seed: int, where: str = "tasks level") -> list[tuple[str, str]]:
+    """(problem, answer) pairs of a reasoning-gym level. The problem is its metadata's
+    `expression` (else the question), or the metadata key `field` names (BASIS Table 2's OOD
+    families: simple_equations' `equation`). `where` names the config list in errors."""
     import reasoning_gym as rg  # 2 s to import: only the jobs that make tasks pay for it
-    params = dict(level.get("params", {}))
+    params = dict(level.get("params") or {})
     if "operators" in params:
         params["operators"] = tuple(params["operators"])
     try:
         ds = rg.create_dataset(level["generator"], size=n, seed=seed, **params)
     except Exception as e:  # rg raises bare asserts/TypeErrors on bad params
-        raise ValueError(f"tasks level '{level['name']}': reasoning-gym could not build "
-                         f"'{level['generator']}' with params {params}: {e}") from e
+        raise ConfigError(f"{where} '{level['name']}': reasoning-gym could not build "
+                          f"'{level['generator']}' with params {params}: {e}") from e
+    field = level.get("field")
     out = []
     for e in ds:
-        expr = e["metadata"].get("expression") or e["question"]
+        if field is None:
+            expr = e["metadata"].get("expression") or e["question"]
+        elif field in e["metadata"]:
+            expr = e["metadata"][field]
+        else:
+            raise ConfigError(f"{where} '{level['name']}': {level['generator']} has no metadata field "
+                              f"{field!r} (has {sorted(e['metadata'])}); fix `field`")
         out.append((str(expr), str(e["answer"]).strip()))
     return out
 
 
 def distinct_problems(level: dict, want: int, seed: int, side: str, split: dict,
-                      exclude: set[str] = frozenset(), max_tries: int = 8) -> list[tuple[str, str]]:
+                      exclude: set[str] = frozenset(), max_tries: int = 8,
+                      where: str = "tasks level") -> list[tuple[str, str]]:
     """Up to `want` distinct (problem, answer) pairs on one side of the split."""
     seen: dict[str, str] = {}
     n = max(256, 4 * want)
     for t in range(max_tries):
-        for prob, ans in _generate(level, n, seed + 7919 * t):
+        for prob, ans in _generate(level, n, seed + 7919 * t, where):
             if prob not in seen and prob not in exclude and split_of(prob, split) == side:
                 seen[prob] = ans
                 if len(seen) >= want:
