@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from test_studies import cache_frame  # tests/test_studies.py: the study's synthetic caches
+
 from sparserl.core.artifacts import read_manifest, read_table, write_table
 from sparserl.core.config import load_config
 from sparserl.core.paths import Paths
@@ -75,21 +77,11 @@ def test_prompt_subset_is_fixed_seeded_and_in_pool_order(repo):
 # --------------------------------------------------------------------------- synthetic caches
 
 
-def _cache(ids, successes, n, rng):
-    rows = []
-    for pid, s in zip(ids, successes):
-        r = np.zeros(n, dtype=int)
-        r[:s] = 1
-        rng.shuffle(r)
-        rows.append(dict(prompt_id=pid, n=n, successes=int(s), phat=s / n, rewards=r.tolist()))
-    return pd.DataFrame(rows)
-
-
 def write_pair(ref_path, oracle_path, p_ref, p_oracle, n_ref=64, n_oracle=256, seed=0, cfg=None):
     rng = np.random.default_rng(seed)
     ids = [f"t/{i}" for i in range(len(p_ref))]
-    write_table(_cache(ids, np.round(np.asarray(p_ref) * n_ref).astype(int), n_ref, rng), ref_path, cfg=cfg)
-    write_table(_cache(ids, np.round(np.asarray(p_oracle) * n_oracle).astype(int), n_oracle, rng), oracle_path,
+    write_table(cache_frame(ids, np.round(np.asarray(p_ref) * n_ref).astype(int), n_ref, rng), ref_path, cfg=cfg)
+    write_table(cache_frame(ids, np.round(np.asarray(p_oracle) * n_oracle).astype(int), n_oracle, rng), oracle_path,
                 cfg=cfg)
 
 
