@@ -471,3 +471,23 @@ def test_budget_sampler_spends_the_step_total_where_u_is_largest():
     # hard prompts that are not hopeless, up to b_max; p = 0 or 1 earn nothing beyond b_min
     assert c["q5"] == 16 and c["q5"] >= c["q2"] and c["q4"] == 2
     assert info["budget_prompts_dropped"] == 0 and set(pool[out.idx]) == set(c) and out.prior["q2"] == 0.5
+
+
+def test_table_6_reads_its_base_row_from_the_tables_predictions_of_the_same_protocol_and_seed(tmp_path):
+    """v0-ablations scores the unchanged variant from v0-table's predictions: only V0's rows,
+    and only when that table's manifest names the same protocol and seed."""
+    from sparserl.core.artifacts import write_table
+    from sparserl.values.v0.experiments import _table_predictions
+    preds = pd.DataFrame({"model": ["s", "s", "m"], "step": [0, 0, 2], "query_id": ["a", "b", "a"],
+                          "value": [0.5, 0.25, 1.0], "p": [0.4, 0.3, 0.9],
+                          "method": ["v0", "knn_contextual", "v0"]})
+    path = write_table(preds, tmp_path / "v0_strict_predictions.parquet", extra={"protocol": "strict", "seed": 0})
+    got = _table_predictions(path, "strict", 0)
+    pd.testing.assert_frame_equal(got, preds[preds["method"] == "v0"].drop(columns="method").reset_index(drop=True))
+    for protocol, seed in (("sequential", 0), ("strict", 1)):
+        with pytest.raises(ValueError, match=r"v0_strict_predictions\.parquet.*protocol 'strict', seed 0.*"
+                                             r"v0-table --protocol|leave out --base-predictions"):
+            _table_predictions(path, protocol, seed)
+    old = write_table(preds, tmp_path / "old_predictions.parquet")  # written before the manifest said
+    with pytest.raises(ValueError, match=r"protocol None, seed None"):
+        _table_predictions(old, "strict", 0)

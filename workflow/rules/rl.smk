@@ -17,7 +17,7 @@ if RL:
         if m.needs_reference_cache:
             ins.append(str(P.reference_cache(RL_POLICY)))
         if m.needs_v0_model:  # V0 as the prior: trained on the harvest (workflow/rules/values.smk)
-            ins.append(str(P.v0_prior_model()))
+            ins += [str(P.v0_prior_model()), V0_POOL_EMBEDDINGS]
         return ins
 
     if rl_engine(CFG) == "local":

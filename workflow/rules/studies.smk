@@ -127,6 +127,7 @@ if STUDY_REFS:
         ins = dict(STUDY_CACHES)
         if settings(CFG)["v05"].get("v0_prior"):  # as the study command reads it
             ins["v0"] = str(P.v0_prior_model())
+            ins["v0_pool"] = V0_POOL_EMBEDDINGS
         return ins
 
     rule study_v05_bias:

@@ -34,6 +34,29 @@ rule v0_official:
         "{SPARSERL} v0-official --config {CONFIGS} --threads {threads} > {log} 2>&1"
 
 
+from sparserl.values.v0.settings import v0_settings
+
+# the RL pool under V0's embedder, once for every run and study with V0's prior (values.v0.prior)
+V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(v0_settings(CFG)["embedder"]["kind"]))
+
+
+rule v0_pool_embeddings:
+    input:
+        str(P.train_pool()),
+    output:
+        V0_POOL_EMBEDDINGS,
+    params:
+        key=cfg_key("v0"),
+    priority: 5
+    log:
+        str(P.stage("logs", "v0_pool_embeddings.log")),
+    threads: T("cpu_small", 1)
+    resources:
+        **R("cpu_small"),
+    shell:
+        "{SPARSERL} v0-embed --pool --config {CONFIGS} --threads {threads} > {log} 2>&1"
+
+
 # V0's trajectory harvest (sparserl.engines.harvest): per policy a GRPO run with a checkpoint every
 # v0.harvest.checkpoint_samples samples, avg@k of each checkpoint on the held-out benchmarks, and
 # the run's on-policy rollouts, in one long table (`sparserl show results/<scale>/values/harvest.parquet`).
@@ -98,10 +121,31 @@ if V0_HARVEST is not None:
         shell:
             "{SPARSERL} v0-harvest-all --config {CONFIGS}"
 
+    V0_EMBEDDINGS = str(P.v0_embeddings(v0_settings(CFG)["embedder"]["kind"]))
+
+    rule v0_embeddings:
+        # the embedder over every harvest prompt, once: the table, ablation and routing jobs that
+        # run side by side would each embed them again
+        input:
+            str(P.harvest_table()),
+        output:
+            V0_EMBEDDINGS,
+        params:
+            key=cfg_key("v0"),
+        priority: 5
+        log:
+            str(P.stage("logs", "v0_embeddings.log")),
+        threads: T("cpu_small", 1)
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} v0-embed --config {CONFIGS} --threads {threads} > {log} 2>&1"
+
     rule v0_table:
         # Table 1 (sequential alignment) and Table 2 (strict generalisation): V0 and its baselines
         input:
             str(P.harvest_table()),
+            V0_EMBEDDINGS,
         output:
             str(P.value_eval("v0_{protocol}")),
             str(P.value_eval("v0_{protocol}_predictions")),
@@ -123,9 +167,12 @@ if V0_HARVEST is not None:
             "--threads {threads} > {log} 2>&1"
 
     rule v0_ablations:
-        # Table 6: connector variants, rank / CE / both losses, frozen vs tuned head (strict protocol)
+        # Table 6: connector variants, rank / CE / both losses, frozen vs tuned head (strict
+        # protocol); the unchanged variant is Table 2's V0, read from its predictions
         input:
-            str(P.harvest_table()),
+            harvest=str(P.harvest_table()),
+            embeddings=V0_EMBEDDINGS,
+            base=str(P.value_eval("v0_strict_predictions")),
         output:
             str(P.value_eval("v0_ablations")),
         params:
@@ -137,12 +184,14 @@ if V0_HARVEST is not None:
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} v0-ablations --config {CONFIGS} --threads {threads} > {log} 2>&1"
+            "{SPARSERL} v0-ablations --config {CONFIGS} --protocol strict --seed 0 "
+            "--base-predictions {input.base} --threads {threads} > {log} 2>&1"
 
     rule v0_routing:
         # Figure 5 (right): the accuracy-cost frontier of routing across the policy fleet
         input:
             str(P.harvest_table()),
+            V0_EMBEDDINGS,
             str(P.value_eval("v0_strict_predictions")),
         output:
             str(P.value_eval("v0_routing")),

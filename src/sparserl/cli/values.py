@@ -61,12 +61,30 @@ def cmd_v0_table(args):
     print(t[t["model"] == "all"][cols].round(3).to_string(index=False))
 
 
+def cmd_v0_embed(args):
+    import torch
+    from sparserl.core.config import load_config
+    from sparserl.core.logs import get_logger
+    from sparserl.core.paths import Paths
+    from sparserl.values.v0.experiments import harvest_embeddings
+    from sparserl.values.v0.settings import v0_settings
+    from sparserl.values.v0.prior import pool_embeddings
+    torch.set_num_threads(args.threads)
+    cfg = load_config(args.config)
+    log, kind = get_logger("sparserl.v0").info, v0_settings(cfg)["embedder"]["kind"]
+    if args.pool:
+        t, out = pool_embeddings(cfg, log=log), Paths(cfg).v0_pool_embeddings(kind)
+    else:
+        t, out = harvest_embeddings(cfg, log=log), Paths(cfg).v0_embeddings(kind)
+    print(f"{len(t.ids)} prompts, states {tuple(t.states.shape)} ({t.embedder}) -> {out}")
+
+
 def cmd_v0_ablations(args):
     from sparserl.core.config import load_config
     from sparserl.core.logs import get_logger
     from sparserl.values.v0.experiments import run_ablations
     t = run_ablations(load_config(args.config), args.protocol, seed=args.seed, threads=args.threads,
-                      log=get_logger("sparserl.v0").info)
+                      log=get_logger("sparserl.v0").info, base_predictions=args.base_predictions)
     print(t[["variant", "intra_auc", "calibration_mse", "pairwise_acc"]].round(3).to_string(index=False))
 
 
@@ -85,6 +103,10 @@ def register(sub, add):
         "harvest checkpoints on the held-out queries, plus its on-policy rollouts (one long table)",
         policy=True, threads=True)
     add("v0-harvest-all", cmd_v0_harvest_all, "V0 harvest: one long table of every harvested policy")
+    p = add("v0-embed", cmd_v0_embed, "V0's embedder over every harvest prompt, once (the token "
+            "states Tables 1, 2 and 6 and routing read), or with --pool over the RL pool (V0's prior)",
+            threads=True)
+    p.add_argument("--pool", action="store_true", help="embed the RL pool (V0's prior) instead")
     p = add("v0-table", cmd_v0_table, "V0 against every baseline on the harvest under one protocol "
             "(Table 1: sequential, Table 2: strict)", threads=True)
     p.add_argument("--protocol", choices=["sequential", "strict"], required=True)
@@ -95,6 +117,9 @@ def register(sub, add):
             "(connector, loss, frozen vs tuned head)", threads=True)
     p.add_argument("--protocol", choices=["sequential", "strict"], default="strict")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--base-predictions", default=None,
+                   help="v0-table's predictions of the same protocol and seed: the unchanged "
+                        "variant's row is scored from them instead of retraining that model")
     p = add("v0-official", cmd_v0_official, "train and evaluate V0 and its baselines on the V0 paper's "
             "released sample (intra-context AUC, calibration MSE, pairwise calibration)", threads=True)
     p.add_argument("--sample", default=None, help="the sample folder (default: v0.official_sample)")

@@ -220,6 +220,16 @@ class Paths:
     def value_model(self, name: str) -> Path:
         return self.stage("values", "models", name)
 
+    def v0_embeddings(self, kind: str) -> Path:
+        """Every harvest prompt's token states under V0's embedder `kind` (rule v0_embeddings):
+        computed once, read by Tables 1, 2 and 6 and routing."""
+        return self.value_model("v0") / f"embeddings.{kind}.pt"
+
+    def v0_pool_embeddings(self, kind: str) -> Path:
+        """The RL pool's prompts under V0's embedder `kind`, beside the prior's model (rule
+        v0_pool_embeddings): read by every run and study with V0's prior."""
+        return self.value_model("v0") / f"pool_embeddings.{kind}.pt"
+
     def v0_prior_model(self) -> Path:
         """The trained V0 that the 'v0' prior of V0.5's methods loads (sequential protocol, seed 0)."""
         return self.value_model("v0") / "v0.sequential.seed0.pt"

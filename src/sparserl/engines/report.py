@@ -9,6 +9,7 @@ import pandas as pd
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
+from sparserl.grading.verifier import open_verifier
 from sparserl.core.paths import Paths
 from sparserl.methods.spec import load_method, method_run, snapshot_steps
 from sparserl.tasks.procedural import in_distribution
@@ -43,11 +44,12 @@ def openrlhf_step_offset(method) -> int:
 def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.DataFrame:
     run = Paths(cfg).run(method, seed)
     tables = []
-    for label, ck in run_checkpoints(cfg, method, seed):
-        t = evaluate_checkpoint(cfg, str(ck), run.eval_dir / f"{label}.parquet",
-                                f"{method}/seed{seed}/{label}", threads=threads,
-                                extra_cols={"method": method, "seed": seed, "checkpoint": label})
-        tables.append(t)
+    with open_verifier(cfg) as ver:  # one set of grading workers for every checkpoint
+        for label, ck in run_checkpoints(cfg, method, seed):
+            tables.append(evaluate_checkpoint(
+                cfg, str(ck), run.eval_dir / f"{label}.parquet", f"{method}/seed{seed}/{label}",
+                threads=threads, extra_cols={"method": method, "seed": seed, "checkpoint": label},
+                verifier=ver))
     out = pd.concat(tables, ignore_index=True)
     write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed})
     return out

@@ -147,15 +147,21 @@ def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
 
 
 def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: int = 1,
-                        extra_cols: dict | None = None) -> pd.DataFrame:
-    """Evaluate one checkpoint (dir or hub name) on every benchmark; write `path` (+ per problem)."""
+                        extra_cols: dict | None = None, verifier=None) -> pd.DataFrame:
+    """Evaluate one checkpoint (dir or hub name) on every benchmark; write `path` (+ per problem).
+    `verifier`: an open one to share across checkpoints (its workers start once); the manifest
+    counts this checkpoint's items only."""
+    if verifier is None:
+        with open_verifier(cfg) as ver:
+            return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver)
+    ver, before = verifier, verifier.timeout_counts()
     P = Paths(cfg)
     backend = make_backend(cfg, model, threads=threads)
     rows, per_problem = [], []
     benches = [(b, read_table(P.benchmark(b)), protocol_for(cfg, b)) for b in P.benchmark_names()]
     ks = [1 if spec.get("protocol") == "greedy" else spec.get("k", 16) for _, _, spec in benches]
     total = sum(len(df) * k for (_, df, _), k in zip(benches, ks))
-    with open_verifier(cfg) as ver, rollout_progress(backend, total, f"evaluate {label}", log):
+    with rollout_progress(backend, total, f"evaluate {label}", log):
         for bi, ((bench, df, spec), k) in enumerate(zip(benches, ks)):
             greedy = spec.get("protocol") == "greedy"
             params = SamplingParams(temperature=spec.get("temperature", 1.0),
@@ -180,7 +186,8 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     path = Path(path)
     write_table(pd.concat(per_problem, ignore_index=True),
                 path.with_name(path.stem + "_per_problem.parquet"), cfg=cfg)
-    write_table(out, path, cfg=cfg, extra={"policy": label, "verifier": ver.timeout_counts()})
+    counts = {k: v - before.get(k, 0) for k, v in ver.timeout_counts().items()}
+    write_table(out, path, cfg=cfg, extra={"policy": label, "verifier": counts})
     log.info(f"{label}:\n" + out[["benchmark", "metric", "problems", "accuracy"]].to_string(index=False))
     return out
 

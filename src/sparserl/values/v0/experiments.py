@@ -44,6 +44,21 @@ def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=_log.info) 
     return t
 
 
+def harvest_embeddings(cfg: dict, s: dict | None = None, harvest: pd.DataFrame | None = None,
+                       log=_log.info) -> EmbeddingTable:
+    """The token states of every harvest prompt (`Paths.v0_embeddings`; rule v0_embeddings
+    computes them once, so the table, ablation and routing jobs that run side by side only load
+    them)."""
+    from sparserl.core.artifacts import read_table
+    from sparserl.core.paths import Paths
+    from sparserl.tasks import format_prompt
+    P = Paths(cfg)
+    s = s or v0_settings(cfg)
+    harvest = read_table(P.harvest_table()) if harvest is None else harvest
+    texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
+    return embedding_table(cfg, s, texts, P.v0_embeddings(s["embedder"]["kind"]), log=log)
+
+
 def knn_predictions(timeline: pd.DataFrame, pooled: np.ndarray, table: EmbeddingTable,
                     window: int = 2048, k: int = 64) -> pd.DataFrame:
     """Per policy, in step order: the FIFO holds the context pairs seen so far; test rows of a
@@ -71,7 +86,7 @@ def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log):
     harvest = read_table(P.harvest_table())
     tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
     texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
-    table = embedding_table(cfg, s, texts, P.value_model("v0") / f"embeddings.{s['embedder']['kind']}.pt", log=log)
+    table = harvest_embeddings(cfg, s, harvest, log=log)
     hist = harvest.groupby("query_id")["value"].mean()
     return P, s, harvest, tl, texts, table, hist, tl[tl["role"] == "test"]
 
@@ -115,7 +130,8 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
             rows.append({"protocol": protocol, "method": name, "model": m, "seed": seed,
                          "head": s["head"]["kind"], "embedder": table.embedder, **metrics.score_against_history(g, hist)})
     allp = pd.concat([p.assign(method=n) for n, p in preds.items()], ignore_index=True)
-    write_table(allp, P.value_eval(f"v0_{protocol}_predictions"), cfg=cfg)
+    write_table(allp, P.value_eval(f"v0_{protocol}_predictions"), cfg=cfg,
+                extra={"protocol": protocol, "seed": seed})
     result = pd.DataFrame(rows)
     write_table(result, P.value_eval(f"v0_{protocol}"), cfg=cfg,
                 extra={"protocol": protocol, "head": s["head"]["kind"], "embedder": table.embedder,
@@ -134,18 +150,37 @@ ABLATIONS = {
 }
 
 
+def _table_predictions(path: Path, protocol: str, seed: int) -> pd.DataFrame:
+    """V0's test predictions from `run_protocol`'s predictions table, checked to be the same
+    protocol and seed (its manifest says which)."""
+    from sparserl.core.artifacts import read_manifest, read_table
+    m = read_manifest(path) or {}
+    if (m.get("protocol"), m.get("seed")) != (protocol, seed):
+        raise ValueError(f"{path}: predictions of protocol {m.get('protocol')!r}, seed "
+                         f"{m.get('seed')!r} (its manifest), but Table 6 runs protocol "
+                         f"{protocol!r}, seed {seed}; rerun `sparserl v0-table --protocol {protocol}` "
+                         "or leave out --base-predictions to retrain the base variant")
+    pred = read_table(path)
+    return pred[pred["method"] == "v0"].drop(columns="method").reset_index(drop=True)
+
+
 def run_ablations(cfg: dict, protocol: str = "strict", *, seed: int = 0, threads: int = 2,
-                  log=_log.info) -> pd.DataFrame:
-    """Table 6 under one protocol (the paper's is zero-shot): V0 retrained per variant, same data."""
+                  log=_log.info, base_predictions: Path | None = None) -> pd.DataFrame:
+    """Table 6 under one protocol (the paper's is zero-shot): V0 retrained per variant, same data.
+    The unchanged variant is the V0 of `run_protocol`: with `base_predictions` (that run's
+    predictions table) its row is scored from them instead of training the same model again."""
     from sparserl.core.artifacts import write_table
     P, _, _, tl, _, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log)
     rows = []
     for name, over in ABLATIONS.items():
         s = v0_settings(cfg, **over)
-        torch.manual_seed(seed)
-        model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
-        fit_v0(model, table, tl, s, seed, log=log)
-        pred = predict_v0(model, table, tl, test, s, seed)
+        if not over and base_predictions is not None:
+            pred = _table_predictions(Path(base_predictions), protocol, seed)
+        else:
+            torch.manual_seed(seed)
+            model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
+            fit_v0(model, table, tl, s, seed, log=log)
+            pred = predict_v0(model, table, tl, test, s, seed)
         rows.append({"protocol": protocol, "variant": name, "seed": seed, "head": s["head"]["kind"],
                      "embedder": table.embedder, **metrics.score_against_history(pred, hist)})
         log(f"ablation {name}: intra AUC {rows[-1]['intra_auc']:.3f}, MSE {rows[-1]['calibration_mse']:.3f}")

@@ -52,21 +52,32 @@ class V0Prior:
         return f"V0Prior({self.model.config['embedder']}, head {self.model.config['head'].get('kind')})"
 
 
-def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, **_) -> V0Prior:
+def pool_embeddings(cfg: dict, s: dict | None = None, path: Path | None = None, log=None):
+    """The RL pool's prompts embedded once (default `Paths.v0_pool_embeddings`, rule
+    v0_pool_embeddings; loaded when its prompts are the pool's)."""
     from sparserl.core.artifacts import read_table
     from sparserl.core.paths import Paths
     from sparserl.tasks import format_prompt
     from sparserl.values.v0.experiments import embedding_table
+    from sparserl.values.v0.settings import v0_settings
+    P = Paths(cfg)
+    s = s or v0_settings(cfg)
+    pool = read_table(P.train_pool())
+    texts = {i: format_prompt(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
+    path = path or P.v0_pool_embeddings(s["embedder"]["kind"])
+    return embedding_table(cfg, s, texts, path, **({"log": log} if log else {}))
+
+
+def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, **_) -> V0Prior:
+    from sparserl.core.paths import Paths
     from sparserl.values.v0.settings import v0_settings
     if cfg is None:
         raise ValueError("the v0 prior needs the run's config (cfg=...) to find the trained V0")
     P = Paths(cfg)
     path = Path((spec or {}).get("model") or P.v0_prior_model())
     model = load_v0(path)
-    pool = read_table(P.train_pool())
-    texts = {i: format_prompt(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
     s = v0_settings(cfg)
-    table = embedding_table(cfg, s, texts, path.with_name(f"pool_embeddings.{s['embedder']['kind']}.pt"))
+    table = pool_embeddings(cfg, s, path.with_name(P.v0_pool_embeddings(s["embedder"]["kind"]).name))
     if table.embedder != model.config["embedder"]:
         raise ValueError(f"{path} was trained on {model.config['embedder']} embeddings but v0.embedder "
                          f"gives {table.embedder}; retrain V0 (rule v0_table) or fix v0.embedder")
