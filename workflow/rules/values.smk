@@ -37,7 +37,8 @@ rule v0_official:
 from sparserl.values.v0.settings import v0_settings
 
 # the RL pool under V0's embedder, once for every run and study with V0's prior (values.v0.prior)
-V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(v0_settings(CFG)["embedder"]["kind"]))
+V0_EMBEDDER = v0_settings(CFG)["embedder"]["kind"]
+V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(V0_EMBEDDER))
 
 
 rule v0_pool_embeddings:
@@ -121,7 +122,7 @@ if V0_HARVEST is not None:
         shell:
             "{SPARSERL} v0-harvest-all --config {CONFIGS}"
 
-    V0_EMBEDDINGS = str(P.v0_embeddings(v0_settings(CFG)["embedder"]["kind"]))
+    V0_EMBEDDINGS = str(P.v0_embeddings(V0_EMBEDDER))
 
     rule v0_embeddings:
         # the embedder over every harvest prompt, once: the table, ablation and routing jobs that

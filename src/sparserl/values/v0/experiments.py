@@ -28,8 +28,9 @@ from sparserl.core.logs import get_logger
 _log = get_logger(__name__)
 
 
-def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=_log.info) -> EmbeddingTable:
+def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=None) -> EmbeddingTable:
     """Every prompt's token states, cached at `path` (rebuilt when the prompts differ)."""
+    log = log or _log.info
     ids = sorted(texts)
     if path.is_file():
         t = EmbeddingTable.load(path)
@@ -44,18 +45,22 @@ def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=_log.info) 
     return t
 
 
-def harvest_embeddings(cfg: dict, s: dict | None = None, harvest: pd.DataFrame | None = None,
-                       log=_log.info) -> EmbeddingTable:
+def harvest_texts(cfg: dict, harvest: pd.DataFrame) -> dict:
+    """Each harvest query's prompt as the policies read it, by query id."""
+    from sparserl.tasks import format_prompt
+    return {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
+
+
+def harvest_embeddings(cfg: dict, s: dict | None = None, texts: dict | None = None,
+                       log=None) -> EmbeddingTable:
     """The token states of every harvest prompt (`Paths.v0_embeddings`; rule v0_embeddings
     computes them once, so the table, ablation and routing jobs that run side by side only load
-    them)."""
+    them). `texts`: `harvest_texts` of the harvest table, read when not given."""
     from sparserl.core.artifacts import read_table
     from sparserl.core.paths import Paths
-    from sparserl.tasks import format_prompt
     P = Paths(cfg)
     s = s or v0_settings(cfg)
-    harvest = read_table(P.harvest_table()) if harvest is None else harvest
-    texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
+    texts = harvest_texts(cfg, read_table(P.harvest_table())) if texts is None else texts
     return embedding_table(cfg, s, texts, P.v0_embeddings(s["embedder"]["kind"]), log=log)
 
 
@@ -79,14 +84,13 @@ def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log):
     timeline, prompt texts, their embeddings, each query's mean value over the history, the test rows."""
     from sparserl.core.artifacts import read_table
     from sparserl.core.paths import Paths
-    from sparserl.tasks import format_prompt
     torch.set_num_threads(threads)
     P = Paths(cfg)
     s = v0_settings(cfg)
     harvest = read_table(P.harvest_table())
     tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
-    texts = {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
-    table = harvest_embeddings(cfg, s, harvest, log=log)
+    texts = harvest_texts(cfg, harvest)
+    table = harvest_embeddings(cfg, s, texts, log=log)
     hist = harvest.groupby("query_id")["value"].mean()
     return P, s, harvest, tl, texts, table, hist, tl[tl["role"] == "test"]
 

@@ -65,7 +65,7 @@ def pool_embeddings(cfg: dict, s: dict | None = None, path: Path | None = None, 
     pool = read_table(P.train_pool())
     texts = {i: format_prompt(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
     path = path or P.v0_pool_embeddings(s["embedder"]["kind"])
-    return embedding_table(cfg, s, texts, path, **({"log": log} if log else {}))
+    return embedding_table(cfg, s, texts, path, log=log)
 
 
 def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, **_) -> V0Prior:

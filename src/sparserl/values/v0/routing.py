@@ -89,7 +89,7 @@ def fit_mf(x: np.ndarray, rows: pd.DataFrame, models: list, rank: int = 8, steps
 def run_routing(cfg: dict, *, seed: int = 0, log=_log.info) -> pd.DataFrame:
     from sparserl.core.artifacts import read_table, write_table
     from sparserl.core.paths import Paths
-    from sparserl.values.v0.experiments import harvest_embeddings
+    from sparserl.values.v0.experiments import harvest_embeddings, harvest_texts
     from sparserl.values.v0.protocols import strict_generalisation
     from sparserl.values.v0.settings import v0_settings
     P = Paths(cfg)
@@ -102,7 +102,7 @@ def run_routing(cfg: dict, *, seed: int = 0, log=_log.info) -> pd.DataFrame:
     v0 = preds[(preds["method"] == "v0") & (preds["step"] == 0)].pivot_table(index="query_id", columns="model", values="p")
     truth = start.pivot_table(index="query_id", columns="model", values="value")
     v0 = v0.dropna()
-    table = harvest_embeddings(cfg, s, harvest, log=log)
+    table = harvest_embeddings(cfg, s, harvest_texts(cfg, harvest), log=log)
     pooled = table.pooled("mean")
     tl = strict_generalisation(harvest, seed=seed)
     train_ids = sorted(set(tl.loc[(tl["role"] != "test") & (tl["step"] == 0), "query_id"]))
