@@ -97,7 +97,7 @@ def skip_without_openrlhf() -> None:
     missing = missing_requirements()
     if missing:
         pytest.skip(f"OpenRLHF CPU test install absent ({', '.join(missing)} missing): "
-                    "pip install -r requirements-openrlhf-cpu.txt && pip install --no-deps openrlhf==0.11.2",
+                    "pip install -e '.[test]' && pip install --no-deps openrlhf==0.11.2",
                     allow_module_level=True)
 
 

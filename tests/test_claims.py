@@ -50,21 +50,16 @@ def test_not_run_is_a_status_of_build_rows():
 
 # --------------------------------------------------------------------------- intervals
 
-@pytest.mark.parametrize("df,q", [(1, 12.706204736), (2, 4.302652730), (4, 2.776445105), (10, 2.228138852),
-                                  (1e6, 1.959966)])
-def test_t_quantile(df, q):
-    assert C.t_quantile(0.975, df) == pytest.approx(q, abs=2e-6)
-    assert C.t_quantile(0.025, df) == pytest.approx(-q, abs=2e-6)
-
-
 def test_seed_interval_paired_welch_and_degenerate():
     a, b = pd.Series([0.5, 0.6, 0.7], index=[0, 1, 2]), pd.Series([0.4, 0.5, 0.7], index=[0, 1, 2])
     iv = C.seed_interval(a, b)
     d = (a - b).to_numpy()
-    h = C.t_quantile(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
+    h = 0.95 * np.sqrt(2 / (1 - 0.95 ** 2)) * d.std(ddof=1) / np.sqrt(3)  # t_{0.975, 2}, closed form
     assert iv.method.startswith("paired t over 3") and iv.value == pytest.approx(d.mean())
     assert (iv.lo, iv.hi) == pytest.approx((d.mean() - h, d.mean() + h))
     assert C.seed_interval(a, b.set_axis([3, 4, 5])).method.startswith("Welch")
+    one = C.seed_interval(a, b.iloc[:1].set_axis([7]))  # Welch with 1 seed in an arm
+    assert np.isnan(one.lo) and "1 seed in an arm" in one.method
     same = C.seed_interval(pd.Series([0.3, 0.4]), pd.Series([0.2, 0.3]))  # equal differences: no spread
     assert np.isnan(same.lo) and "no spread" in same.method
     assert np.isnan(C.seed_interval(pd.Series([0.3])).lo)

@@ -115,7 +115,8 @@ def test_group_baselines_match_naive_loop(batch):
 # --------------------------------------------------------------------------- BASIS
 
 def naive_refine(vhat, r, eps=1e-6, kind="unb"):
-    """Direct double loop over the formulas in formulas.md (inactive -> 0, empty J\\{i} -> 0)."""
+    """Direct double loop over the reconstructed BASIS refinements (Eq. 3 and the VOP/RVG weights,
+    lost from the paper's text; inactive -> 0, empty J\\{i} -> 0)."""
     s2 = vhat * (1 - vhat)
     act = s2 > eps
     out = np.zeros(len(vhat))

@@ -1,6 +1,6 @@
 """sparserl.engines.openrlhf against OpenRLHF 0.11.2's REAL classes, on CPU.
 
-Needs: pip install -r requirements-openrlhf-cpu.txt && pip install --no-deps openrlhf==0.11.2
+Needs: pip install -e ".[test]" && pip install --no-deps openrlhf==0.11.2
 (vllm and flash_attn are CUDA-only: tests/openrlhf_stubs.py puts import-only placeholders in
 sys.modules for the duration of this module).
 """
@@ -662,7 +662,7 @@ def test_osla_rounds_and_dispatch_padding(orl, monkeypatch):
         return [np.resize(np.asarray(OSLA_SCRIPT[f"q{i}"][1], float), n) for i, n in zip(idx, counts)]
     ref = run_osla(plain, [0.5, 0.9, 0.1, 0.5], k_init=4, k_step=2, c=0.0039, k_max=16)
     np.testing.assert_array_equal(gen.last_osla.k, ref.k)
-    assert gen.last_osla.k.tolist() == [4, 16, 16, 16]  # by hand from formulas.md (see OSLA_SCRIPT)
+    assert gen.last_osla.k.tolist() == [4, 16, 16, 16]  # by hand from V0.5's Theorem 3.6 (see OSLA_SCRIPT)
     assert gen.last_osla.stop_reason.tolist() == ["test", "target", "target", "target"]
     # round 0: 4 x 4 = 16 requested -> 32 dispatched; rounds 1..6: 3 x 2 = 6 -> 32
     assert [d["requested"] for d in gen.last_dispatches] == [16] + [6] * 6

@@ -1,4 +1,4 @@
-"""The OSLA allocation loop on scripted rewards: stops where formulas.md says, k_max, global stop, padding."""
+"""The OSLA allocation loop on scripted rewards: stops where V0.5's Theorem 3.6 says, k_max, global stop, padding."""
 import numpy as np
 import pytest
 from hypothesis import given, settings

@@ -61,3 +61,15 @@ rule figures:
         print(f"\nfigures ({SCALE}) under {P.figures}/:")
         for f in FIGURES:
             print(f"  {f.output(CFG)}  {f.caption}")
+
+
+# One target per paper: its figures and tables, and only what they read
+#   snakemake --cores 2 v05        # V0.5's figures, its RL runs and nothing else
+for _paper in ("v0", "v05", "le_critique", "basis"):
+
+    rule:
+        name:
+            _paper
+        input:
+            figure_targets(_paper),
+        localrule: True

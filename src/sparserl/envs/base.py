@@ -1,10 +1,10 @@
 """The environment interface of Le Critique's tasks (Reasoning Gym mixture, CodeIO, Sudoku, MiniF2F).
 
-Le Critique (../shared/papers/002_532c6a7b14675594.txt, Section 4.1 and Appendix D) trains on four
-tasks beside math. Each is an `Env`: it makes problems on three disjoint sides (a hash of the
-problem decides, as `sparserl.tasks.procedural.split_of` does for math), scores responses with a
-binary reward, and hands the critic its privileged context (`Problem.privileged`: the reference
-answer, or Sudoku's solved grid), which the policy never sees.
+Le Critique (Privileged Value Functions for LLM Reinforcement Learning, arXiv 2608.16739; Section
+4.1 and Appendix D) trains on four tasks beside math. Each is an `Env`: it makes problems on three
+disjoint sides (a hash of the problem decides, as `sparserl.tasks.procedural.split_of` does for
+math), scores responses with a binary reward, and hands the critic its privileged context
+(`Problem.privileged`: the reference answer, or Sudoku's solved grid), which the policy never sees.
 
 Single-turn envs (`multi_turn = False`) score a batch of (problem, response) pairs at once
 (`score`); CodeIO runs its programs for a whole batch in one sandboxed process. Multi-turn envs

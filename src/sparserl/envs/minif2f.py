@@ -1,12 +1,13 @@
 """Le Critique's MiniF2F: multi-turn Lean 4 theorem proving with compiler feedback (cluster only).
 
-Le Critique (../shared/papers/002_532c6a7b14675594.txt, Section 6.1, Appendix D.2) adds MiniF2F
-(Zheng et al. 2022) to the Tether experiments: "The policy receives compiler feedback after each
-turn for up to 3 attempts". Here an episode is up to `max_attempts` (3) proof attempts: reward 1 as
-soon as one compiles without errors and without `sorry`, 0 after the last failed one; after a
-failed attempt the next observation is the theorem again with the Lean messages of the failure
-(errors only, truncated to `feedback_chars`). There is no privileged context (the paper runs VF and
-Tether here, not Pvf) and no tiny-scale demonstrations: it needs a Lean 4 + Mathlib project.
+Le Critique (Privileged Value Functions for LLM Reinforcement Learning, arXiv 2608.16739; Section
+6.1, Appendix D.2) adds MiniF2F (Zheng et al. 2022) to the Tether experiments: "The policy receives
+compiler feedback after each turn for up to 3 attempts". Here an episode is up to `max_attempts` (3)
+proof attempts: reward 1 as soon as one compiles without errors and without `sorry`, 0 after the
+last failed one; after a failed attempt the next observation is the theorem again with the Lean
+messages of the failure (errors only, truncated to `feedback_chars`). There is no privileged context
+(the paper runs VF and Tether here, not Pvf) and no tiny-scale demonstrations: it needs a Lean 4 +
+Mathlib project.
 
 Spec (`critique.envs.minif2f`):
   data          JSONL of theorems: name (or id), formal_statement, optionally header and split

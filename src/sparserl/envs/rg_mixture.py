@@ -1,10 +1,10 @@
 """Le Critique's Reasoning Gym task: a weighted mixture of single-turn reasoning-gym generators.
 
-Le Critique (../shared/papers/002_532c6a7b14675594.txt, Section 4.1, Appendix D.1) trains on "a
-weighted mixture of procedural, single-turn reasoning tasks from the Reasoning Gym suite"; the
-Pvf receives the ground-truth answer (`Problem.privileged`). The paper does not list the mixture,
-so it is configured (`tasks: [{name, generator, weight, params}]`, as the math levels of
-configs/tiny.yaml are).
+Le Critique (Privileged Value Functions for LLM Reinforcement Learning, arXiv 2608.16739; Section
+4.1, Appendix D.1) trains on "a weighted mixture of procedural, single-turn reasoning tasks from the
+Reasoning Gym suite"; the Pvf receives the ground-truth answer (`Problem.privileged`). The paper
+does not list the mixture, so it is configured (`tasks: [{name, generator, weight, params}]`, as the
+math levels of configs/tiny.yaml are).
 
 Two renderings (`render`):
   compact   (tiny scale, default) the problem is rebuilt from reasoning-gym's metadata in a few

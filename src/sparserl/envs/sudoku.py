@@ -1,9 +1,10 @@
 """Le Critique's Sudoku: a multi-turn env where the policy fills one missing cell per turn.
 
-Le Critique (../shared/papers/002_532c6a7b14675594.txt, Section 4.1, Appendix D.1): "the policy
-reasons and fills one missing grid cell per turn. The Pvf receives the complete solved grid, while
-the policy observes only the standard interaction." So `Problem.privileged` (and `answer`) is the
-solved grid, and no observation ever shows it: an observation is the current, incomplete grid.
+Le Critique (Privileged Value Functions for LLM Reinforcement Learning, arXiv 2608.16739; Section
+4.1, Appendix D.1): "the policy reasons and fills one missing grid cell per turn. The Pvf receives
+the complete solved grid, while the policy observes only the standard interaction." So
+`Problem.privileged` (and `answer`) is the solved grid, and no observation ever shows it: an
+observation is the current, incomplete grid.
 
 Episode rules [our choice; the paper does not state them]: each turn the policy names one empty
 cell and a value. A move that cannot be parsed, that targets a filled cell, or whose value differs

@@ -5,7 +5,9 @@ grouping of rollouts by prompt id (`group_by`), and `EstimatorContext`, the opti
 side data (V0 priors, BASIS pass rates, ...) passed to registered estimators.
 
 Rewards are stored as {0,1} (any finite float is accepted); the advantage is A = r - b unless a
-docstring says otherwise. Formulas: /work/shared/spec/formulas.md, "Group and batch baselines".
+docstring says otherwise. Sources: GRPO, DeepSeekMath (arXiv 2402.03300); Dr.GRPO, "Understanding
+R1-Zero-like Training: A Critical Perspective" (arXiv 2503.20783); RLOO, Ahmadian et al. 2024
+("Back to Basics", ACL); REINFORCE++ (arXiv 2501.03262); GPG (arXiv 2504.02546).
 """
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """V0.5 Sequential OSLA allocation: per-prompt stopping rule for adaptive rollout counts.
 
-Paper: V0.5 (/work/shared/papers/000_6891ae0fd82adf57.txt), Theorems 3.5-3.6. Empirical risk
-R(k) = MSEhat(k) + c k with MSEhat(k) = Delta2 / (k Delta2 + 1); stop at
-K* = inf{k >= k_min : k >= 1/sqrt(c) - 1/Delta2}. Pure functions; the rollout loop lives elsewhere.
-Paper setting: c = 0.0039 (k_max = 16), k_min = k_init = 4, +2 rollouts per round, global stop
-when fewer than 25% of the batch's prompts still want more, dispatch padded to a multiple of 32.
+Paper: V_0.5: Generalist Value Model as a Prior for Sparse RL Rollouts (arXiv 2603.10848),
+Theorems 3.5-3.6. Empirical risk (Eq. 11) R(k) = MSEhat(k) + c k with
+MSEhat(k) = Delta2 / (k Delta2 + 1); stop at K* = inf{k >= k_min : k >= 1/sqrt(c) - 1/Delta2}.
+Pure functions; the rollout loop lives elsewhere. Paper setting (Section 4.1.3): c = 0.0039
+(k_max = 16), k_min = k_init = 4, +2 rollouts per round, global stop when fewer than 25% of the
+batch's prompts still want more, dispatch padded to a multiple of 32.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """V0.5 Empirical Shrinkage Fusion: blend a frozen V0 prior with k sparse rollouts.
 
-Paper: V0.5 (/work/shared/papers/000_6891ae0fd82adf57.txt), Eqs. 6-9 and Theorem 3.4. The
-paper's rewards are in {-1,+1}; the library stores {0,1}, so s = 2r - 1 and a V0 probability p
-becomes the prior V = 2p - 1. See formulas.md, "V0.5: Empirical Shrinkage Fusion".
+Paper: V_0.5: Generalist Value Model as a Prior for Sparse RL Rollouts (arXiv 2603.10848),
+Eqs. 6-9 and Theorem 3.4. The paper's rewards are in {-1,+1}; the library stores {0,1}, so
+s = 2r - 1 and a V0 probability p becomes the prior V = 2p - 1 (Section 4.1.3, step 1).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Le Critique: Tether (adaptive group/value baseline), EVPO switch and explained variance.
 
-Paper: Le Critique (/work/shared/papers/002_532c6a7b14675594.txt), Sections 5 and 7.3, Appendix C.
+Paper: Le Critique: Privileged Value Functions for LLM Reinforcement Learning (arXiv 2608.16739),
+Sections 5 and 7.3, Appendix C.
 Token-level arrays: any shape (e.g. (N, T)); per-sequence arrays broadcast against per-token ones,
 and an optional boolean `mask` selects the real tokens.
   b_{i,t} = (1 - rho) b_i^LOO + rho V_{i,t}                          (Eq. 15)

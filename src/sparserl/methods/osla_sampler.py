@@ -1,6 +1,7 @@
 """The V0.5 sequential OSLA allocation loop, generic over where rewards come from.
 
-formulas.md, "V0.5: Sequential OSLA Allocation"; V0.5 paper Section 3.4 / 4.1.3. For a batch of
+V_0.5: Generalist Value Model as a Prior for Sparse RL Rollouts (arXiv 2603.10848): stopping rule
+Theorem 3.6 (Eq. 11's risk), workflow Section 4.1.3. For a batch of
 prompts with prior probabilities p (V = 2p - 1 on the {-1,+1} scale):
 
   round 0   draw k_init rewards for every prompt;

@@ -50,13 +50,13 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
+from sparserl.studies.stats import LEVEL, normal_quantile, t_interval, welch_interval
 
 REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN = (
     "reproduced", "not reproduced", "contradicted", "not run at this scale")
 STATUSES = (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN)
 BOOT = 2000
 BOOT_SEED = 0
-LEVEL = 0.95
 ACC_TOL = 0.01   # our tolerance for "matches" in held-out accuracy (one point), where the paper gives none
 AUC_TOL = 0.02   # the same for V0's intra-context AUC
 
@@ -116,78 +116,6 @@ def decide(lo: float, hi: float, relation: str, threshold: float) -> str:
 
 # --------------------------------------------------------------------------- intervals
 
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(lbt) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(lbt) * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t: float, df: float) -> float:
-    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-    """Student t quantile by bisection on the CDF (no scipy in the package's dependencies)."""
-    if not 0.0 < p < 1.0 or df <= 0:
-        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if t_cdf(mid, df) < p else (lo, mid)
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
-
-
-def t_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
-    x = np.asarray(x, float)
-    if len(x) < 2:
-        raise ValueError("a t interval needs at least 2 values")
-    m, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
-    h = t_quantile(0.5 + level / 2, len(x) - 1) * se
-    return m, m - h, m + h
-
-
-def welch_interval(a, b, level: float = LEVEL) -> tuple[float, float, float]:
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    d, se = float(a.mean() - b.mean()), float(np.sqrt(va + vb))
-    if se == 0:
-        return d, d, d
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    h = t_quantile(0.5 + level / 2, df) * se
-    return d, d - h, d + h
-
-
 def seed_interval(a: pd.Series, b: pd.Series | None = None) -> Interval:
     """t interval over seeds of `a` (indexed by seed), or of a - b: paired on common seeds when
     both ran the same ones, Welch otherwise. One seed, or seeds that agree exactly (a handful of
@@ -200,6 +128,8 @@ def seed_interval(a: pd.Series, b: pd.Series | None = None) -> Interval:
         x, how = None, f"Welch t over {len(a)} and {len(b)} seeds"
     if x is not None and len(x) < 2:
         return Interval(float(x.mean()), np.nan, np.nan, "1 seed: no interval")
+    if x is None and min(len(a), len(b)) < 2:
+        return Interval(float(a.mean() - b.mean()), np.nan, np.nan, how + " (1 seed in an arm: no interval)")
     m, lo, hi = t_interval(x) if x is not None else welch_interval(a.to_numpy(), b.to_numpy())
     if not hi - lo > 1e-9 * max(1.0, abs(m)):  # float noise of equal values is no spread
         return Interval(m, np.nan, np.nan, how + " (no spread across seeds: no interval)")
@@ -474,7 +404,7 @@ def _pct_change(a: pd.Series, b: pd.Series, detail: str) -> Interval:
     combined as independent)."""
     r = b["mse"] / a["mse"]
     se = 100 * r * math.sqrt((b["mse_se"] / b["mse"]) ** 2 + (a["mse_se"] / a["mse"]) ** 2)
-    pct, z = 100 * (r - 1), 1.959963984540054
+    pct, z = 100 * (r - 1), normal_quantile(0.5 + LEVEL / 2)
     return Interval(float(pct), float(pct - z * se), float(pct + z * se),
                     "normal from the table's s.e. (delta method)", detail)
 

@@ -37,14 +37,15 @@ The rules (CI level 95%, `BOOTSTRAP` resamples, RNG seeded by `BOOTSTRAP_SEED` a
    then says that these two runs differ beyond the noise of the eval problems (and of their
    mean@k scores), not that the methods do. With >= 2 seeds (small scale: 3) the seeds are the
    unit of replication, as in rule 1: a and b are not separated when the Welch t-interval of the
-   difference of their seed means contains 0 (`welch_*`). The bootstrap interval stays in
-   pairs.parquet beside it: over 3 seeds it is narrower than a t-interval (a percentile bootstrap
-   of a mean of n values spreads by sd_(ddof 0) / sqrt(n) with normal-like quantiles, the
-   t-interval has sd_(ddof 1) and t_{0.975, n-1} = 4.30 at n = 3) and separated 325 of 406 small-
-   scale pairs where Welch separates 305. No correction for the number of pairs (M(M-1)/2 of them):
-   at 27 methods about 18 of 351 pairs of truly equal methods would read as separated by chance;
-   read single separations with that in mind. Identical runs (aliases) give a difference of
-   exactly 0 and always tie.
+   difference of their seed means contains 0 (`welch_*`; `sparserl.studies.stats`, at the
+   unrounded Welch-Satterthwaite df). The bootstrap interval stays in pairs.parquet beside it:
+   over 3 seeds it is narrower than a t-interval (a percentile bootstrap of a mean of n values
+   spreads by sd_(ddof 0) / sqrt(n) with normal-like quantiles, the t-interval has sd_(ddof 1) and
+   t_{0.975, n-1} = 4.30 at n = 3) and separated 325 of 406 small-scale pairs where Welch
+   separated 305 (counted when the Welch df was still rounded down, which widened its intervals).
+   No correction for the number of pairs (M(M-1)/2 of them): at 27 methods about 18 of 351 pairs
+   of truly equal methods would read as separated by chance; read single separations with that
+   in mind. Identical runs (aliases) give a difference of exactly 0 and always tie.
 4. Rank: 1 + the number of methods with a strictly higher mean accuracy (equal means share a rank).
 5. Tie groups (`tie_group`): a compact letter display. The groups are the maximal cliques of the
    graph "not separated" (Bron-Kerbosch); each gets a letter, ordered by its best member's rank.
@@ -58,7 +59,6 @@ checkpoint saving, no model loading).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,10 +69,10 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.methods.spec import load_method, method_run, run_owners
+from sparserl.studies.stats import LEVEL, t_interval, welch_interval
 
 log = get_logger(__name__)
 
-LEVEL = 0.95
 BOOTSTRAP = 2000
 BOOTSTRAP_SEED = 1414  # fixed: the same tables give the same intervals, to the byte
 TABLES = ("ranking", "pairs", "curves")
@@ -80,50 +80,6 @@ TABLES = ("ranking", "pairs", "curves")
 
 class HeadToHeadError(ValueError):
     """A run table the head-to-head cannot use (missing column, other problems, inconsistent)."""
-
-
-# --- Student's t without scipy (not a dependency of the package) ---------------------------------
-
-def _t_two_sided_mass(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer df (Abramowitz & Stegun 26.7.3-4, closed forms)."""
-    theta = math.atan(t / math.sqrt(df))
-    c2, s = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2 == 1:
-        term, acc = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):  # 1 + (2/3)c^2 + (2.4)/(3.5)c^4 + ...
-            term *= (2 * k) / (2 * k + 1) * c2
-            acc += term
-        return 2 / math.pi * (theta + s * math.cos(theta) * acc)
-    term, acc = 1.0, 1.0
-    for k in range(1, df // 2):  # 1 + (1/2)c^2 + (1.3)/(2.4)c^4 + ...
-        term *= (2 * k - 1) / (2 * k) * c2
-        acc += term
-    return s * acc
-
-
-def t_quantile(q: float, df: int) -> float:
-    """The q quantile (q > 0.5) of Student's t with integer df >= 1, by bisection (1e-12)."""
-    if not 0.5 < q < 1 or int(df) != df or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 < q < 1 and an integer df >= 1, got q={q}, df={df}")
-    mass, lo, hi = 2 * q - 1, 0.0, 1.0
-    while _t_two_sided_mass(hi, int(df)) < mass:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if _t_two_sided_mass(mid, int(df)) < mass else (lo, mid)
-        if hi - lo < 1e-12:
-            break
-    return (lo + hi) / 2
-
-
-def t_interval(x, level: float = LEVEL) -> tuple[float, float, float]:
-    """(mean, lo, hi): the t-interval of the mean of x (at least 2 values)."""
-    x = np.asarray(x, dtype=float)
-    if len(x) < 2:
-        raise ValueError("a t-interval needs at least 2 values")
-    m, se = float(x.mean()), float(x.std(ddof=1) / np.sqrt(len(x)))
-    h = t_quantile(0.5 + level / 2, len(x) - 1) * se
-    return m, m - h, m + h
 
 
 # --- the statistics, on arrays (tested on synthetic data) ----------------------------------------
@@ -169,20 +125,6 @@ def bootstrap_replicates(per_problem: dict[str, np.ndarray], owners: dict[str, s
     return out
 
 
-def welch_interval(x, y, level: float = LEVEL) -> tuple[float, float]:
-    """The Welch t-interval of mean(x) - mean(y) (>= 2 values each), at the floor of the
-    Welch-Satterthwaite df (a little wider than the fractional df would give). Both variances 0:
-    the difference itself, a point."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    d = float(x.mean() - y.mean())
-    vx, vy = x.var(ddof=1) / len(x), y.var(ddof=1) / len(y)
-    if vx + vy == 0:
-        return d, d
-    df = (vx + vy) ** 2 / (vx ** 2 / (len(x) - 1) + vy ** 2 / (len(y) - 1))
-    h = t_quantile(0.5 + level / 2, max(1, int(df))) * math.sqrt(vx + vy)
-    return d - h, d + h
-
-
 def pair_table(means: dict[str, float], reps: dict[str, np.ndarray], order: list[str],
                level: float = LEVEL, seed_acc: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
     """Every pair (a above b in `order`): diff, its percentile bootstrap CI and, with `seed_acc`
@@ -197,7 +139,7 @@ def pair_table(means: dict[str, float], reps: dict[str, np.ndarray], order: list
             row = {"a": a, "b": b, "diff": means[a] - means[b], "ci_lo": float(lo), "ci_hi": float(hi),
                    "separated": bool(lo > 0 or hi < 0)}
             if welch:
-                wlo, whi = welch_interval(seed_acc[a], seed_acc[b], level)
+                _, wlo, whi = welch_interval(seed_acc[a], seed_acc[b], level)
                 row.update(welch_ci_lo=wlo, welch_ci_hi=whi, welch_separated=bool(wlo > 0 or whi < 0))
                 row["separated"] = row["welch_separated"]
             rows.append(row)

@@ -19,11 +19,11 @@ stale reference checkpoint's pass rates.
    test's rejection at k_init, and the regret against the oracle.
 
 Regret (documented choice). With the TRUE Delta^2 = (mu_true - V)^2 of a prompt, the risk OSLA
-targets is R(k) = Delta^2 / (k Delta^2 + 1) + c k (formulas.md: MSEhat(k) + c k, i.e. the MSE of
-the fusion with the oracle weight under the 1/k noise bound, plus the compute cost). The oracle
-knows Delta^2: its continuous optimum is k_oracle = 1/sqrt(c) - 1/Delta^2 (formulas.md), and on the
-budgets OSLA can end at, K = {k_init, k_init + k_step, ..., k_max}, it picks
-k*_grid = argmin_{k in K} R(k) (R is convex in k, so k*_grid is the grid point next to
+targets is R(k) = Delta^2 / (k Delta^2 + 1) + c k (V0.5, arXiv 2603.10848, Eq. 11: MSEhat(k) + c k,
+i.e. the MSE of the fusion with the oracle weight under the 1/k noise bound, plus the compute cost).
+The oracle knows Delta^2: its continuous optimum is k_oracle = 1/sqrt(c) - 1/Delta^2 (V0.5
+Appendix A.7), and on the budgets OSLA can end at, K = {k_init, k_init + k_step, ..., k_max}, it
+picks k*_grid = argmin_{k in K} R(k) (R is convex in k, so k*_grid is the grid point next to
 clip(k_oracle, k_init, k_max)). Regret of a prompt = R(K_OSLA) - R(k*_grid) >= 0 (V scale);
 regret / c counts it in rollouts. Also reported: the realised risk (mu_OSLA - mu_true)^2 + c K.
 k_max is min(floor(1/sqrt(c)), cached rollouts per prompt).
@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.stats import hypergeom
 import pandas as pd
 
 from sparserl.estimators import osla_k_max, shrinkage_fusion
@@ -110,15 +111,7 @@ def hypergeom_pmf(N: int, S: np.ndarray, k: int) -> np.ndarray:
     S = np.asarray(S, dtype=np.int64)
     if not 0 < k <= N:
         raise ValueError(f"k={k} must be in 1..{N}")
-    lf = np.array([math.lgamma(i + 1.0) for i in range(N + 1)])
-    j = np.arange(k + 1)[None, :]
-    S_ = S[:, None]
-    ok = (j <= S_) & (k - j <= N - S_)
-    a = np.where(ok, S_, 0)
-    jj = np.where(ok, j, 0)
-    b, kj = np.where(ok, N - S_, 0), np.where(ok, k - j, 0)
-    logp = (lf[a] - lf[jj] - lf[a - jj]) + (lf[b] - lf[kj] - lf[b - kj]) - (lf[N] - lf[k] - lf[N - k])
-    return np.where(ok, np.exp(logp), 0.0)
+    return hypergeom.pmf(np.arange(k + 1)[None, :], N, S[:, None], k)
 
 
 def fixed_k_moments(N: int, S: np.ndarray, k: int, prior_v: np.ndarray) -> dict:

@@ -1,6 +1,7 @@
 """Le Critique's critic for the local trainer: value model, FIFO replay, BCE training.
 
-Paper: Le Critique (../shared/papers/002_532c6a7b14675594.txt), Appendix B.
+Paper: Le Critique: Privileged Value Functions for LLM Reinforcement Learning (arXiv 2608.16739),
+Appendix B.
   B.1 evaluate before train: a batch's values (for its advantages) come from the critic as it is
       before the batch enters the replay, so no advantage uses a critic fitted to its own returns;
   B.2 FIFO replay: evaluated trajectories are pushed, value batches drawn uniformly without

@@ -7,7 +7,8 @@ A prior is any callable
 `context` is the support set V0 conditions on: a sequence or DataFrame of (prompt, reward)
 pairs of the current policy (V0.5's buffer of the 512 most recent pairs, 256 of them sampled per
 step). The oracle and constant priors here ignore it; a V0 model registered later reads it.
-V0.5 turns p into its prior V = 2p - 1 on the {-1,+1} reward scale (formulas.md, "V0.5").
+V0.5 turns p into its prior V = 2p - 1 on the {-1,+1} reward scale (V_0.5: Generalist Value Model
+as a Prior for Sparse RL Rollouts, arXiv 2603.10848, Section 4.1.3, step 1).
 
 Priors here:
 - `OraclePrior`: known per-prompt values (e.g. Monte Carlo oracle pass rates) shifted by a known

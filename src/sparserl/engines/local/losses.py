@@ -39,7 +39,8 @@ def ppo_clip_loss(logp, old_logp, adv, mask, clip_low=0.2, clip_high=0.2, agg="s
 
 
 def gspo_loss(logp, old_logp, adv, mask, clip_low=3e-4, clip_high=4e-4, agg="seq_mean_token_mean"):
-    """GSPO: sequence ratio s = exp(mean_t log(pi/pi_old)), clipped at 1 +- eps (formulas.md).
+    """GSPO: sequence ratio s = exp(mean_t log(pi/pi_old)), clipped at 1 +- eps
+    ("Group Sequence Policy Optimization", Zheng et al. 2025, arXiv 2507.18071).
 
     The token form s_t = sg(s) * pi_t / sg(pi_t) carries the sequence ratio's value with
     per-token gradients, as the GSPO paper's GSPO-token variant does."""

@@ -18,7 +18,7 @@ Modules, one concern each (importing this package imports none of OpenRLHF; the 
   envs        Le Critique's experiments: env datasets, the env reward function and multi-turn
               agent OpenRLHF loads from that file, a run's argv, `run_critique`
 
-CPU install for the tests: requirements-openrlhf-cpu.txt, then ``pip install --no-deps openrlhf==0.11.2``.
+CPU install for the tests: the `test` extra (it includes `openrlhf-cpu`), then ``pip install --no-deps openrlhf==0.11.2``.
 """
 from __future__ import annotations
 

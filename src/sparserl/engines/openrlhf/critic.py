@@ -1,7 +1,8 @@
 """Le Critique's critic in OpenRLHF 0.11.2's own critic path, without a fork.
 
-Paper: Le Critique (/work/shared/papers/002_532c6a7b14675594.txt), Sections 3-5 and Appendix B;
-formulas.md "Le Critique". OpenRLHF already has a critic (`CriticModelActor` in
+Paper: Le Critique: Privileged Value Functions for LLM Reinforcement Learning (arXiv 2608.16739),
+Sections 3-5 (value baseline Eq. 8, privileged value function Eq. 12) and Appendix B.
+OpenRLHF already has a critic (`CriticModelActor` in
 `trainer/ray/ppo_critic.py`: the policy's body with a fresh scalar head, `get_llm_for_sequence_regression`),
 evaluated in the experience maker and trained after each step. Its pieces we replace or add:
 

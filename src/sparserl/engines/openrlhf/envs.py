@@ -1,7 +1,8 @@
 """Le Critique's experiments at paper scale on OpenRLHF 0.11.2: an env's prompt dataset, its
 reward function or agent, the argument list of a run, and the run end to end.
 
-Paper: Le Critique (/work/shared/papers/002_532c6a7b14675594.txt), Sections 4-6 and Appendix D.
+Paper: Le Critique: Privileged Value Functions for LLM Reinforcement Learning (arXiv 2608.16739),
+Sections 4-6 and Appendix D.
 The envs are `sparserl.envs` (Reasoning Gym mixture, CodeIO, Sudoku, MiniF2F); the methods are
 configs/methods/lc_*.yaml with their group size set to the experiment's K; OpenRLHF's critic path
 with our critic (`critic`, `experience`) trains the value model.

@@ -1,7 +1,7 @@
 """What OpenRLHF 0.11.2 lacks: the GPG policy loss, and the verifier-backed reward function.
 
-GPG (Chu et al. 2025; formulas.md "Group and batch baselines"): a plain policy gradient, no
-importance ratio and no clipping,
+GPG ("GPG: A Simple and Strong Reinforcement Learning Baseline for Model Reasoning", Chu et al.
+2025, arXiv 2504.02546): a plain policy gradient, no importance ratio and no clipping,
 
     loss = agg_t( -A_i * log pi(a_t | s_t) ) * scale,   scale = B / B_valid,
 

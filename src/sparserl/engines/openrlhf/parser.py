@@ -30,7 +30,7 @@ def openrlhf_root() -> Path:
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError(
-            "openrlhf is not installed: pip install -r requirements-openrlhf-cpu.txt && "
+            "openrlhf is not installed: pip install -e \".[openrlhf-cpu]\" && "
             f"pip install --no-deps openrlhf=={OPENRLHF_VERSION} (cluster: pip install 'openrlhf[vllm]=={OPENRLHF_VERSION}')")
     return Path(list(spec.submodule_search_locations)[0])
 

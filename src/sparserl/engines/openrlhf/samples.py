@@ -7,7 +7,8 @@ For a method whose spec has ``osla`` (``--sparserl.spec``), `generate_samples` d
 prompt; later rounds: min(k_step, k_max - k) for every prompt that still wants more), and turns
 the responses into Experiences with OpenRLHF's `_process_response_into_experience`. The stopping
 rule, k_max and the global stop are `sparserl.estimators.osla_round`, inside `run_osla`
-(formulas.md, "V0.5: Sequential OSLA Allocation"). Priors p come from the method spec
+(V_0.5: Generalist Value Model as a Prior for Sparse RL Rollouts, arXiv 2603.10848:
+stopping rule Theorem 3.6, workflow Section 4.1.3). Priors p come from the method spec
 (``prior.kind: constant``) or from each prompt's JSON label ("prior"), see `experience`.
 
 Dispatch padding (the paper pads each cluster dispatch to a multiple of 32): every dispatch,
@@ -15,7 +16,7 @@ round 0 included, is padded up to a multiple of ``osla.pad_multiple`` WITH EXTRA
 PROMPTS IN THAT DISPATCH (round-robin in batch order, so extras go to prompts that still want
 more). Padding rollouts are real rollouts of their prompt and ARE TRAINED ON (the estimator
 groups by uid and handles the larger groups), but the stopping rule does not see them: run_osla
-gets exactly the rewards it asked for, so its decisions are those of formulas.md. Because every
+gets exactly the rewards it asked for, so its decisions are Theorem 3.6's. Because every
 dispatch is a multiple of the pad, so is the step's rollout count; the launcher sets
 ``--train.batch_size`` to a divisor of it, so no optimizer step straddles two RL steps.
 

@@ -1,4 +1,6 @@
-"""V0: a generalist value model for any policy at state zero (paper 001; formulas.md, "V0").
+"""V0: a generalist value model for any policy at state zero.
+
+Paper: "V_0: A Generalist Value Model for Any Policy at State Zero", Figure 2.
 
 p(x_t | C) for a target prompt x_t given a context C = {(x_i, r_i)} of one policy's past results:
 a frozen text embedder (`embedder`), a trainable Residual Query Adapter (`adapter`) and a frozen

@@ -1,4 +1,6 @@
-"""The Residual Query Adapter (V0 §3; formulas.md "V0"): token states -> 1008 features per prompt.
+"""The Residual Query Adapter: token states -> 1008 features per prompt.
+
+Paper: "V_0: A Generalist Value Model for Any Policy at State Zero", Figure 2 (Table 6: variants).
 
     Q(x)  = Q_static + G(h_last(x))            N_static queries of width d_attn, G zero-initialised
     O(x)  = MHA(Q(x), keys = values = H(x))    n_heads heads over the embedder's token states H(x)

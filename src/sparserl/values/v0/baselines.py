@@ -1,4 +1,7 @@
-"""The value baselines V0 is compared with (V0 §4.1; formulas.md "V0"), on pooled embeddings.
+"""The value baselines V0 is compared with, on pooled embeddings.
+
+Paper: "V_0: A Generalist Value Model for Any Policy at State Zero": the four baselines of its
+experimental setup.
 
 - `KNNContextual`: a FIFO buffer of the last `window` (prompt embedding, value) pairs of the
   policy (2048); a query's value is the mean value of its k = 64 nearest buffer entries

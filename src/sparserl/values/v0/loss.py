@@ -1,4 +1,8 @@
-"""V0's training objective (formulas.md "V0", the authors' code): L = (1 - alpha) softCE + alpha rank.
+"""V0's training objective: L = (1 - alpha) softCE + alpha rank.
+
+"V_0: A Generalist Value Model for Any Policy at State Zero" names the two terms and alpha = 0.25
+in its implementation details and defines L_rank in the appendix on Theorem A.3's context
+shortcut; how they are weighted is our reading of the authors' code.
 
 - softCE: binary cross-entropy of p = sigmoid(s) against the soft label v = avg@10 in [0, 1].
 - rank:   -log sigmoid(s_i - s_j) averaged over the pairs of one query batch (one context) with

@@ -1,4 +1,8 @@
-"""V0's metrics (V0 §4.2; formulas.md "V0"). Pure numpy/pandas on a predictions table.
+"""V0's metrics. Pure numpy/pandas on a predictions table.
+
+Paper: "V_0: A Generalist Value Model for Any Policy at State Zero": the three metrics of its
+experimental setup (mapped to information terms in its Appendix D.3) and the two residuals of
+its Eqs. 26-27.
 
 - `auc`: ROC AUC with ties counted half (Mann-Whitney); NaN when only one class is present.
 - `intra_context_auc`: AUC of p against the label v >= 0.5 within each checkpoint (group), then
