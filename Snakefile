@@ -28,8 +28,9 @@ except ConfigError as e:
     raise WorkflowError(f"config error: {e}")
 
 if CFG.get("rl"):
-    # a step smaller than one group fails here, not hours in, when the trainer sizes its batch
-    from sparserl.methods.spec import load_method, prompts_per_step
+    # a step that is not a whole number of groups, or a step count past what a run holds, fails
+    # here, not hours in, when the trainer sizes its batch
+    from sparserl.methods.spec import load_method, prompts_per_step, total_steps
     for _name in CFG["rl"]["methods"]:
         try:
             _method = load_method(_name)
@@ -37,6 +38,7 @@ if CFG.get("rl"):
             continue
         try:
             prompts_per_step(_method, CFG["rl"]["rollouts_per_step"])
+            total_steps(CFG["rl"], _method)
         except ConfigError as e:
             files = ", ".join(map(str, workflow.overwrite_configfiles or workflow.configfiles))
             raise WorkflowError(f"config error: {files}: {e}")

@@ -61,3 +61,183 @@ def test_atomic_torch_save_is_byte_deterministic(tmp_path):
     assert a == b
     assert torch.equal(torch.load(tmp_path / "a.pt")["w"], obj["w"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt"]  # no temp file left
+
+
+# durability, modes and named write failures (issue 26) ----------------------------------------
+@pytest.fixture()
+def umask022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _leftovers(root):
+    """Temp files and hidden temp folders of the atomic writers under `root`."""
+    return sorted(str(p) for p in root.rglob("*") if p.name.endswith(".tmp") or p.name.startswith("."))
+
+
+def test_atomic_writes_fsync_the_file_before_the_rename_and_the_folder_after(tmp_path, monkeypatch):
+    from pathlib import Path
+    from sparserl.core.artifacts import atomic_dir, atomic_write_text
+    events = []
+    fsync, replace = os.fsync, os.replace
+
+    def counting_fsync(fd):
+        events.append(("fsync", os.fstat(fd).st_ino))
+        fsync(fd)
+
+    def recording_replace(src, dst, **kw):
+        events.append(("replace", Path(dst).name))
+        replace(src, dst, **kw)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(os, "replace", recording_replace)
+    p = atomic_write_text(tmp_path / "a.txt", "x")
+    assert events == [("fsync", p.stat().st_ino), ("replace", "a.txt"), ("fsync", tmp_path.stat().st_ino)]
+    events.clear()
+    t = write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.parquet")  # pyarrow closes without fsync
+    assert ("fsync", t.stat().st_ino) in events
+    events.clear()
+    with atomic_dir(tmp_path / "policy") as d:
+        (d / "sub").mkdir()
+        (d / "sub" / "w.bin").write_bytes(b"1")
+    out = tmp_path / "policy"
+    synced = {i for kind, i in events if kind == "fsync"}
+    assert {(out / "sub" / "w.bin").stat().st_ino, (out / "sub").stat().st_ino, out.stat().st_ino} <= synced
+    assert events[-1] == ("fsync", tmp_path.stat().st_ino)  # the rename itself, after it
+
+
+def test_files_and_folders_get_the_umasks_modes_weights_included(tmp_path, umask022):
+    """safetensors' save_file writes 0600; inside an atomic_dir (transformers' save_pretrained uses
+    it) the checkpoint still ends 0644, folders 0755, and a stricter umask is respected."""
+    import torch
+    from safetensors.torch import save_file
+    from sparserl.core.artifacts import atomic_dir, save_checkpoint
+    with atomic_dir(tmp_path / "ckpt") as d:
+        save_file({"w": torch.zeros(3)}, str(d / "model.safetensors"))
+        (d / "sub").mkdir(mode=0o700)
+    save_checkpoint({"step": 1}, tmp_path / "state" / "last.pt")
+    save_checkpoint({"step": 2}, tmp_path / "state" / "last.pt")
+    write_json({"a": 1}, tmp_path / "m.json")
+    modes = {str(p.relative_to(tmp_path)): p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")}
+    assert modes == {"ckpt": 0o755, "ckpt/model.safetensors": 0o644, "ckpt/sub": 0o755, "state": 0o755,
+                     "state/last.pt": 0o644, "state/prev.pt": 0o644, "m.json": 0o644,
+                     "m.json.manifest.json": 0o644}
+    os.umask(0o027)
+    with atomic_dir(tmp_path / "group") as d:
+        save_file({"w": torch.zeros(3)}, str(d / "model.safetensors"))
+    p = write_json({"a": 1}, tmp_path / "g.json")
+    assert (tmp_path / "group").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "group" / "model.safetensors").stat().st_mode & 0o777 == 0o640
+    assert p.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_full_disk_names_the_artifact_the_cause_and_the_fix_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+    p = write_json({"a": 1}, tmp_path / "m.json")
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError) as e:
+        write_json({"a": 2}, p)
+    assert e.value.errno == errno.ENOSPC
+    assert str(e.value) == (f"[Errno 28] {p}: could not write (No space left on device, ENOSPC); nothing of it "
+                            f"was left behind; free space on the disk that holds {tmp_path} (or point "
+                            "results_dir elsewhere), then rerun")
+    assert json.loads(p.read_text()) == {"a": 1}
+    assert sorted(os.listdir(tmp_path)) == ["m.json", "m.json.manifest.json"]
+
+
+def test_a_temp_file_or_folder_that_cannot_be_made_is_named_too(tmp_path, monkeypatch):
+    """Making the temp file or folder is inside the guarded block: its failure gets the message."""
+    import errno
+    import tempfile
+    from sparserl.core.artifacts import atomic_dir
+
+    def refuse(code):
+        def f(*a, **k):
+            raise OSError(code, os.strerror(code))
+        return f
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse(errno.EACCES))
+    with pytest.raises(PermissionError, match=rf"{tmp_path / 't.parquet'}: could not write \(Permission "
+                                              rf"denied, EACCES\).*make {tmp_path} writable"):
+        write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.parquet")
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse(errno.EROFS))
+    with pytest.raises(OSError, match=rf"{tmp_path / 'policy'}: could not write \(Read-only file system, "
+                                      rf"EROFS\).*{tmp_path} is on a read-only filesystem"):
+        with atomic_dir(tmp_path / "policy"):
+            pass
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("x")  # a file where a folder of the artifact's path should be
+    with pytest.raises(OSError, match=rf"{tmp_path / 'file' / 'x.parquet'}: could not write .*a file stands "
+                                      "where a folder"):
+        write_table(pd.DataFrame({"a": [1]}), tmp_path / "file" / "x.parquet")
+    assert sorted(os.listdir(tmp_path)) == ["file"]
+
+
+def test_writes_past_the_file_size_limit_name_the_artifact_and_leave_no_temp_files(tmp_path):
+    """RLIMIT_FSIZE in a child (root passes every permission check, not this limit): a table, a
+    resume state (torch.save hides the cause in a RuntimeError) and a checkpoint folder each fail
+    with the path, the cause and the fix; no temp file stays, and the state saved before is kept."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import resource, sys
+        from pathlib import Path
+        import numpy as np, pandas as pd, torch
+        from sparserl.core.artifacts import atomic_dir, atomic_write_bytes, save_checkpoint, write_table
+        out = Path(sys.argv[1])
+        save_checkpoint({"step": 1}, out / "ckpt" / "last.pt")
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+        writes = [lambda: write_table(pd.DataFrame({"a": np.arange(100000.0)}), out / "t.parquet"),
+                  lambda: save_checkpoint({"step": 2, "w": torch.zeros(100000)}, out / "ckpt" / "last.pt")]
+        def folder():
+            with atomic_dir(out / "policy") as tmp:
+                atomic_write_bytes(tmp / "model.safetensors", bytes(100000))
+        for write in writes + [folder]:
+            try:
+                write()
+            except OSError as e:
+                print(e)
+    """)
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 3, out.stdout
+    for line, name in zip(lines, ["t.parquet", "ckpt/last.pt", "policy"]):
+        assert f"{tmp_path / name}: could not write (File too large, EFBIG); nothing of it was left behind; " \
+               "raise the file-size limit this job runs under (`ulimit -f`" in line, line
+    assert _leftovers(tmp_path) == []
+    import torch
+    assert torch.load(tmp_path / "ckpt" / "last.pt", weights_only=False)["step"] == 1
+    assert not (tmp_path / "t.parquet").exists() and not (tmp_path / "policy").exists()
+
+
+def test_load_checkpoint_falls_back_on_the_previous_state_or_names_the_fix(tmp_path):
+    from sparserl.core.artifacts import (CorruptCheckpointError, load_checkpoint, previous_checkpoint,
+                                         save_checkpoint)
+    last = tmp_path / "ckpt" / "last.pt"
+    prev = previous_checkpoint(last)
+    assert prev == tmp_path / "ckpt" / "prev.pt" and load_checkpoint(last) is None
+    save_checkpoint({"step": 2}, last)
+    save_checkpoint({"step": 4}, last)
+    last.write_bytes(last.read_bytes()[:50])
+    said = []
+    assert load_checkpoint(last, what="the run x", log=said.append)["step"] == 2
+    assert said and f"resuming the run x from the previous checkpoint {prev} (step 2)" in said[0]
+    assert sorted(os.listdir(last.parent)) == ["last.pt"]
+    save_checkpoint({"step": 6}, last)
+    last.write_bytes(b"junk")
+    prev.write_bytes(b"")
+    with pytest.raises(CorruptCheckpointError, match=rf"and so is the previous one, {prev} \(EOFError.*delete "
+                                                     rf"both \(`rm {last} {prev}`\) and rerun to start the run x "
+                                                     "over from step 0"):
+        load_checkpoint(last, what="the run x")
+    last.unlink()
+    save_checkpoint({"step": 1}, last)  # a fresh start drops the old run's previous state
+    assert not prev.exists()

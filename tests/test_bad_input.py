@@ -245,3 +245,180 @@ def test_hf_backend_returns_no_text_for_zero_rollouts(tiny_lm):
     assert len(b) == 0 and b.texts == [] and b.response_ids == []
     b = backend.generate(["Q: 1 + 2 =\nA:", "Q: 3 =\nA:"], [0, 2], params, seed=1)
     assert len(b.texts) == 2 and b.prompt_index.tolist() == [1, 1]
+
+
+# --------------------------------------------------------------------------- non-finite numbers (issue 26)
+
+
+def _override(tmp_path, text):
+    f = tmp_path / "override.yaml"
+    f.write_text(text)
+    return f
+
+
+def test_rl_train_with_a_nan_lr_stops_at_load_time(repo, tmp_path):
+    """`rl.lr: .nan` passes JSON Schema's exclusiveMinimum; it must stop rl-train before a step."""
+    over = _override(tmp_path, f"results_dir: {tmp_path / 'results'}\nrl:\n  lr: .nan\n")
+    out = subprocess.run([sys.executable, "-m", "sparserl", "rl-train", "--config", "configs/tiny.yaml",
+                          str(over), "--method", "grpo_g4", "--seed", "0"],
+                         capture_output=True, text=True, cwd=repo, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"{over}: key 'rl.lr' is nan; every number must be finite" in out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "results").exists()
+
+
+def _method(tmp_path, text, name="m"):
+    (tmp_path / f"{name}.yaml").write_text(text)
+    return lambda: load_method(name, tmp_path)
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_method_nan_clip_is_refused(tmp_path, value):
+    load = _method(tmp_path, f"estimator: grpo\ngroup_size: 4\nloss: {{type: ppo_clip, clip_low: {value}}}\n")
+    with pytest.raises(ConfigError, match=rf"m\.yaml: key 'loss\.clip_low' is -?(nan|inf); every number "
+                                          r"must be finite"):
+        load()
+
+
+@pytest.mark.parametrize("beta", ["-1", "0", ".nan", ".inf", "-.inf", "nan", "'-inf'"])
+def test_basis_beta_must_be_positive(tmp_path, beta):
+    load = _method(tmp_path, "estimator: basis_unb\ngroup_size: 1\nloss: {type: ppo_clip}\n"
+                             f"basis: {{kind: unb, beta: {beta}}}\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml: key 'basis\.beta'"):
+        load()
+
+
+def test_basis_beta_accepts_positive_numbers_inf_and_calibrate(tmp_path):
+    for beta, want in (("0.5", 0.5), ("inf", np.inf), ("calibrate", None)):
+        load = _method(tmp_path, "estimator: basis_unb\ngroup_size: 1\nloss: {type: ppo_clip}\n"
+                                 f"basis: {{kind: unb, beta: {beta}}}\n")
+        assert load().basis.fixed_beta() == want
+
+
+def test_osla_nan_cost_and_infinite_steps_factor_are_refused(tmp_path):
+    osla = "estimator: v05_fusion\ngroup_size: 4\nloss: {type: ppo_clip}\nprior: {kind: constant}\n"
+    with pytest.raises(ConfigError, match=r"m\.yaml: key 'osla\.c' is nan"):
+        _method(tmp_path, osla + "osla: {k_init: 4, c: .nan}\n")()
+    with pytest.raises(ConfigError, match=r"m\.yaml: osla: k_max 0 .* is below k_init 4"):
+        _method(tmp_path, osla + "osla: {k_init: 4, c: 2.0}\n")()
+    grpo = "estimator: grpo\ngroup_size: 4\nloss: {type: ppo_clip}\n"
+    with pytest.raises(ConfigError, match=r"m\.yaml: key 'steps_factor' is inf"):
+        _method(tmp_path, grpo + "steps_factor: .inf\n")()
+    from sparserl.methods.spec import total_steps
+    huge = _method(tmp_path, grpo + "steps_factor: 1.0e+300\n", "huge")()
+    with pytest.raises(ConfigError, match=r"steps_factor 1e\+300 of method 'huge' gives 6e\+301 steps, more "
+                                          r"than a run can hold"):
+        total_steps({"steps": 60}, huge)
+
+
+# --------------------------------------------------------------------------- budgets are never rounded
+
+
+def test_rollouts_per_step_not_a_multiple_of_the_group_is_rejected():
+    m = load_method("rloo_g8")
+    with pytest.raises(ConfigError, match=r"rl\.rollouts_per_step = 12 is not a multiple of the group_size 8 "
+                                          r"of method 'rloo_g8', so its steps would train 8 rollouts, not 12; "
+                                          r"set rl\.rollouts_per_step to a multiple of 8 \(nearest: 8 or 16\)"):
+        prompts_per_step(m, 12)
+    assert prompts_per_step(m, 24) == 3
+
+
+@pytest.mark.parametrize("name", ["tiny", "small", "paper"])
+def test_shipped_budgets_are_whole_groups_for_every_method(repo, name):
+    cfg = load_config(repo / f"configs/{name}.yaml")
+    for method in cfg["rl"]["methods"]:
+        m = load_method(method)
+        assert prompts_per_step(m, cfg["rl"]["rollouts_per_step"]) * m.group_size == cfg["rl"]["rollouts_per_step"]
+
+
+# --------------------------------------------------------------------------- the estimator registry's boundary
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy's overflow warnings on the way
+@pytest.mark.parametrize("name", ["basis_unb", "basis_vop"])
+def test_basis_with_rewards_of_1e308_fails_naming_the_estimator(name):
+    from sparserl.estimators import get_estimator
+    ctx = EstimatorContext(phat=np.array([0.5, 0.3, 0.6, 0.2]))
+    with pytest.raises(ValueError, match=rf"estimator '{name}': its advantages hold -?inf at index 0 .*"
+                                         r"so large that float64 overflows"):
+        get_estimator(name)(np.array([1e308, 0.0, 1e308, 1.0]), np.arange(4), ctx=ctx)
+
+
+@pytest.mark.parametrize("out, match", [
+    (lambda r: np.array([0.0, np.nan, 0.0]), r"its advantages hold nan at index 1 \(1 of 3 non-finite\)"),
+    (lambda r: np.zeros(2), r"its advantages has shape \(2,\), expected \(3,\) \(one per rollout\)"),
+    (lambda r: np.zeros(3, dtype=int), r"its advantages has dtype int64, not float"),
+])
+def test_the_registry_checks_every_estimators_output(out, match):
+    import sparserl.estimators as E
+
+    @E.register_estimator("_t_bad_out")
+    def bad(rewards, prompt_ids, **_):
+        return out(rewards)
+
+    try:
+        with pytest.raises(ValueError, match=r"estimator '_t_bad_out': " + match):
+            E.get_estimator("_t_bad_out")([0.0, 1.0, 0.0], [0, 0, 0])
+    finally:
+        del E.ESTIMATOR_REGISTRY["_t_bad_out"]
+
+
+def test_the_registry_checks_token_estimators_against_the_mask():
+    import sparserl.estimators as E
+
+    @E.register_estimator("_t_bad_tok", needs=("values",), level="token")
+    def bad(rewards, prompt_ids, *, values, mask, **_):
+        return np.where(np.asarray(mask), np.asarray(values), 0.0)[:, :1]  # loses the second token
+
+    try:
+        mask = np.array([[True, True], [True, False]])
+        values = np.array([[0.5, 0.25], [0.5, 0.0]])
+        with pytest.raises(ValueError, match=r"estimator '_t_bad_tok': its advantages has shape \(2, 1\), "
+                                             r"expected \(2, 2\) \(the mask's shape"):
+            E.get_estimator("_t_bad_tok")([1.0, 0.0], [0, 0], values=values, mask=mask)
+    finally:
+        del E.ESTIMATOR_REGISTRY["_t_bad_tok"]
+
+
+# --------------------------------------------------------------------------- golds
+
+
+@pytest.mark.parametrize("answer, match", [
+    ([1, None], r"field 'answer' holds a null item \(\[1, None\]\); remove the null"),
+    (float("nan"), r"field 'answer' is nan, not a gold answer"),
+    (["2", float("inf")], r"field 'answer' holds inf"),
+])
+def test_gold_with_a_null_item_or_nan_is_named(tmp_path, answer, match):
+    import json
+    from sparserl.data.benchmarks import load_benchmark
+    f = tmp_path / "amc23.jsonl"
+    f.write_text(json.dumps({"id": 1, "problem": "p", "answer": answer}) + "\n")
+    with pytest.raises(ValueError, match=rf"amc23\.jsonl:1: {match}"):
+        load_benchmark("amc23", f)
+
+
+# --------------------------------------------------------------------------- config files Snakemake reads
+
+
+def test_snakemake_configfile_that_is_not_utf8_names_file_and_offset(repo, tmp_path):
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(b"seed: 0\nscale: caf\xe9\n")
+    out = snakemake(repo / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n", "--configfile", str(bad))
+    log = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert f"{bad}, line 2: byte 0xe9 is not UTF-8 (byte offset 18); save the file as UTF-8" in log, log[-2000:]
+    assert "UnicodeDecodeError" not in log and "Traceback" not in log
+
+
+# --------------------------------------------------------------------------- the start policy
+
+
+def test_missing_start_policy_names_the_path_and_the_rule(repo, tmp_path):
+    from sparserl.core.paths import Paths
+    from sparserl.engines.local.trainer import Trainer
+    cfg = load_config([repo / "configs/tiny.yaml"], {"results_dir": str(tmp_path / "results")})
+    path = Paths(cfg).policy("s")
+    with pytest.raises(ConfigError, match=rf"{path}: the start policy 's' \(rl\.policy\) has no checkpoint "
+                                          rf"there; build it first \(`snakemake --cores 2 {path}`, rule "
+                                          r"pretrain_policy\)"):
+        Trainer(cfg, "grpo_g4", 0)

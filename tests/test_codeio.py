@@ -3,13 +3,14 @@ paper-scale path on reasoning-gym's bundled data, and malicious reference progra
 import gzip
 import importlib.util
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 from sparserl.envs import Problem, make_env, side_of
 from sparserl.envs.codeio import TEMPLATES, CodeIOEnv
-from sparserl.envs.sandbox import run_jobs, Call
+from sparserl.envs.sandbox import Call, SandboxUnavailable, run_jobs
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +138,12 @@ ATTACKS = {
     "socket": "import socket\ndef f(x):\n    socket.create_connection(('8.8.8.8', 53), timeout=1)\n    return 3\n",
     "write_outside": "def f(x):\n    open(PATH, 'w').write('x')\n    return 3\n",
     "env_secret": "import os\ndef f(x):\n    return 3 if os.environ.get('SPARSERL_TEST_SECRET') else -1\n",
+    # switches the audit hook off (its busy flag, found through the gc), then forks and writes:
+    # the kernel layers of strong isolation hold (tests/test_sandbox.py has one test per attack)
+    "hook_off": ("import gc, ctypes\ndef f(x):\n    for o in gc.get_objects():\n"
+                 "        if type(o) is list and len(o) == 1 and o[0] is False:\n            o[0] = True\n"
+                 "    libc = ctypes.CDLL(None)\n    pid = libc.fork()\n    if pid == 0:\n        libc._exit(0)\n"
+                 "    open(PATH, 'w').write('x')\n    return 3\n"),
 }
 
 
@@ -214,3 +221,37 @@ def test_paper_scale_input_prediction_runs_the_reference_program(rg_env):
                     "program": "import os\ndef main_solution(a):\n    os.system('true')\n    return 1\n",
                     "func": "main_solution", "input": {"a": 0}, "output": 1})
     assert rg_env.score([evil, p], ['<answer>{"a": 1}</answer>', '<answer>{"a": 3, "b": 0}</answer>']).tolist() == [0, 1]
+
+
+# ---------------------------------------------------------------------------------------------
+# the sandbox's isolation level
+
+def _input_problem(env):
+    return next(p for p in env.problems("eval", 40) if p.meta["direction"] == "input")
+
+
+def test_codeio_grades_with_strong_isolation_when_bwrap_is_present():
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: `apt-get install bubblewrap` (.ci/run does)")
+    env = CodeIOEnv({})
+    p = _input_problem(env)
+    assert env.score([p], [" " + p.answer]).tolist() == [1.0]
+    assert env.sandbox_isolation == "strong" and env.limits.isolation == "strong"
+
+
+def test_codeio_refuses_weak_isolation_unless_allowed(monkeypatch):
+    import sparserl.envs.codeio as codeio
+    monkeypatch.setattr(codeio, "strong_isolation", lambda python="": (False, "bubblewrap (bwrap) is not installed"))
+    env = CodeIOEnv({})
+    p = _input_problem(env)
+    with pytest.raises(SandboxUnavailable, match=r"sandbox\.allow_weak.*") as e:
+        env.score([p], [" " + p.answer])
+    assert "apt-get install bubblewrap" in str(e.value) and "bwrap) is not installed" in str(e.value)
+    assert env.score([p], [" x"]).tolist() == [0.0]  # nothing to run: no refusal needed
+    weak = CodeIOEnv({"sandbox": {"allow_weak": True}})
+    with pytest.warns(RuntimeWarning, match="WEAK sandbox"):
+        assert weak.score([p], [" " + p.answer]).tolist() == [1.0]
+    assert weak.sandbox_isolation == "weak" and weak.limits.isolation == "weak"
+    for bad in ({"allow_weak": "yes"}, {"allow_wek": True}, True):
+        with pytest.raises(ValueError, match="sandbox"):
+            CodeIOEnv({"sandbox": bad})

@@ -89,3 +89,37 @@ def test_the_resolved_config_keeps_key_order_and_loads_back_the_same(tmp_path, r
     assert back == cfg and list(back["policies"]) == list(cfg["policies"]) == ["s", "m", "l"]
     assert list(back) == list(cfg)
     assert write_resolved(cfg, tmp_path) == path  # one file per distinct config
+
+
+# --------------------------------------------------------------------------- non-finite numbers
+
+
+@pytest.mark.parametrize("text", [".nan", ".inf", "-.inf", ".NaN", "-.Inf"])
+def test_nan_and_inf_are_refused_naming_file_and_key(tmp_path, repo, text):
+    # JSON Schema's exclusiveMinimum lets NaN through; the finite check does not
+    msg, path = _bad(tmp_path, repo, f"rl:\n  lr: {text}\n")
+    assert path in msg and "key 'rl.lr'" in msg and "must be finite" in msg and "set 'rl.lr'" in msg
+
+
+def test_nan_is_refused_in_lists_and_free_form_sections(tmp_path, repo):
+    msg, path = _bad(tmp_path, repo, "rl:\n  eval_fractions: [0.5, .nan]\n")
+    assert path in msg and "key 'rl.eval_fractions.1'" in msg
+    msg, path = _bad(tmp_path, repo, "rl:\n  openrlhf: {actor: {lr: .inf}}\n")  # no schema below openrlhf
+    assert path in msg and "key 'rl.openrlhf.actor.lr'" in msg
+
+
+def test_nan_in_a_json_config_is_refused(tmp_path, repo):
+    import json
+    cfg = load_config(repo / "configs/tiny.yaml")
+    cfg["verifier"]["timeout_s"] = float("nan")
+    f = tmp_path / "cfg.json"
+    f.write_text(json.dumps(cfg))  # json writes NaN, and reads it back as a float
+    with pytest.raises(ConfigError, match=r"cfg\.json: key 'verifier\.timeout_s' is nan"):
+        load_config(f)
+
+
+def test_rl_policy_must_name_a_policy(tmp_path, repo):
+    msg, path = _bad(tmp_path, repo, "rl:\n  policy: zz\n")
+    assert path in msg and "key 'rl.policy' = 'zz' names no policy" in msg and "s, m, l" in msg
+    msg, path = _bad(tmp_path, repo, "rl:\n  policy: s@p99\n")
+    assert path in msg and "names no policy snapshot" in msg

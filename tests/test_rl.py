@@ -352,3 +352,123 @@ def test_run_lists_are_not_part_of_a_runs_identity(world):
     other["rl"]["steps"] += 1  # a setting of the run itself still counts
     assert Trainer(other, "grpo_g4", 0)._key() != Trainer(world, "grpo_g4", 0)._key()
     assert "methods" not in run_settings(cfg["rl"]) and "seeds" not in run_settings(cfg["rl"])
+
+
+def test_a_nan_mid_run_stops_rl_train_at_that_step_and_keeps_the_last_finite_checkpoint(world, tmp_path, repo):
+    """The test hook SPARSERL_TEST_INJECT_NAN_AT_STEP makes step 3's loss NaN: rl-train exits
+    non-zero naming the step, the method and the kept checkpoint (step 2, checkpoint_every 2),
+    whose weights are finite; no final checkpoint is written, and a rerun resumes from step 2."""
+    import os
+    import subprocess
+    import sys
+    from sparserl.core.config import write_resolved
+    from sparserl.engines.local.trainer import INJECT_NAN_ENV
+    cfg_file = write_resolved(world, tmp_path / "cfg")
+    cmd = [sys.executable, "-m", "sparserl", "rl-train", "--config", str(cfg_file), "--method", "grpo_g4",
+           "--seed", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, timeout=600,
+                         env={**os.environ, INJECT_NAN_ENV: "3"})
+    run = Paths(world).run("grpo_g4", 0)
+    assert out.returncode == 3, out.stderr[-3000:]
+    assert (f"method 'grpo_g4' seed 0: non-finite loss (nan) at step 3/8, epoch 1 mini-batch 1" in out.stderr
+            and f"the last finite checkpoint, kept, is {run.state} (step 2)" in out.stderr), out.stderr[-3000:]
+    assert "Traceback" not in out.stderr
+    st = torch.load(run.state, weights_only=False)
+    assert st["step"] == 2 and all(torch.isfinite(v).all() for v in st["model"].values())
+    assert not run.final.exists()
+    t = Trainer(world, "grpo_g4", 0)
+    assert t.try_resume() and t.step == 2
+    assert all(torch.isfinite(p).all() for p in t.model.parameters())
+
+
+def test_nan_weights_after_the_optimiser_step_stop_the_run(world):
+    """A NaN learning rate that reached the trainer without the config check (a dict built in code)
+    turns every weight NaN at the first optimiser step: the weight check stops the step."""
+    from sparserl.engines.local.trainer import NonFiniteError
+    cfg = copy.deepcopy(world)
+    cfg["rl"].update(lr=float("nan"), mini_batches=1)
+    with pytest.raises(NonFiniteError, match=r"method 'grpo_g4' seed 0: non-finite weight \S+ \(nan\) at step "
+                                             r"1/8; .*no checkpoint was saved before it"):
+        train(cfg, "grpo_g4", 0)
+    assert not Paths(cfg).run("grpo_g4", 0).state.exists()
+
+
+# file modes and checkpoint durability (issue 26) ---------------------------------------------
+@pytest.fixture()
+def umask022():
+    import os
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def _wrong_modes(root: Path) -> list[str]:
+    """Every file under `root` that is not 0644 and every folder that is not 0755."""
+    import os
+    bad = []
+    for d, dirs, files in os.walk(root):
+        for names, want in ((dirs, 0o755), (files, 0o644)):
+            for n in names:
+                mode = os.stat(os.path.join(d, n)).st_mode & 0o7777
+                if mode != want:
+                    bad.append(f"{oct(mode)} {os.path.join(d, n)}")
+    return bad
+
+
+def test_every_file_of_a_run_is_0644_and_every_folder_0755_weights_included(umask022, world):
+    """Under umask 022 nothing a run writes is private (`find results -type f -perm 600` finds
+    nothing): the resume states of a killed run, its snapshot's and final weights (safetensors'
+    own writer makes 0600), tables, manifests and TensorBoard events."""
+    from sparserl.core.artifacts import previous_checkpoint
+    results = Path(world["results_dir"])
+    run = Paths(world).run("grpo_g4", 0)
+    with pytest.raises(Exception, match="stopped after step 5"):
+        train(world, "grpo_g4", 0, stop_after=5)  # states at steps 2 and 4, the 0.5 snapshot at 4
+    assert run.state.is_file() and previous_checkpoint(run.state).is_file()
+    assert (run.checkpoints / "step00004" / "model.safetensors").is_file()
+    assert _wrong_modes(results) == []
+    train(world, "grpo_g4", 0)
+    assert (run.final / "model.safetensors").is_file() and (run.dir / "metrics.parquet").is_file()
+    assert _wrong_modes(results) == []
+
+
+def test_a_truncated_last_pt_resumes_from_the_previous_checkpoint(world):
+    """A half-written last.pt (a disk that lost its tail) is detected: the run resumes from prev.pt,
+    the state saved before it, and retraces the same steps."""
+    from sparserl.core.artifacts import previous_checkpoint
+    run = Paths(world).run("grpo_g4", 0)
+    prev = previous_checkpoint(run.state)
+    with pytest.raises(Exception, match="stopped after step 5"):
+        train(world, "grpo_g4", 0, stop_after=5)  # states at steps 2 (prev.pt) and 4 (last.pt)
+    first4 = pd.read_parquet(run.metrics).drop(columns=["wall_time_s"])
+    assert len(first4) == 4 and torch.load(prev, weights_only=False)["step"] == 2
+    data = run.state.read_bytes()
+    run.state.write_bytes(data[:len(data) // 2])
+    logs: list[str] = []
+    t = Trainer(world, "grpo_g4", 0, log=logs.append)
+    assert t.try_resume() and t.step == 2
+    assert any(f"{run.state} is truncated or corrupt" in m and f"previous checkpoint {prev} (step 2)" in m
+               for m in logs), logs
+    assert not prev.exists()  # it is last.pt now, so the next save keeps it as prev.pt
+    d = train(world, "grpo_g4", 0)
+    redone = pd.read_parquet(d / "metrics.parquet").drop(columns=["wall_time_s"])
+    pd.testing.assert_frame_equal(redone.head(4), first4)
+
+
+def test_a_truncated_last_pt_without_a_previous_one_names_the_file_and_the_fix(world):
+    """With no earlier state to fall back on (one save so far), an empty last.pt (torch's EOFError)
+    stops the run with a message naming the file and how to start over, on every rerun alike."""
+    from sparserl.core.artifacts import CorruptCheckpointError, previous_checkpoint
+    run = Paths(world).run("grpo_g4", 0)
+    with pytest.raises(Exception, match="stopped after step 3"):
+        train(world, "grpo_g4", 0, stop_after=3)  # one state, at step 2
+    assert not previous_checkpoint(run.state).exists()
+    run.state.write_bytes(b"")
+    for _ in range(2):
+        with pytest.raises(CorruptCheckpointError) as e:
+            train(world, "grpo_g4", 0)
+        msg = str(e.value)
+        assert msg.startswith(f"{run.state}: the resume checkpoint is truncated or corrupt (EOFError")
+        assert f"delete it (`rm {run.state}`) and rerun to start the run {run.dir} over from step 0" in msg
+    run.state.unlink()
+    assert len(pd.read_parquet(train(world, "grpo_g4", 0) / "metrics.parquet")) == 8

@@ -1,12 +1,17 @@
 """The CodeIO sandbox (sparserl.envs.sandbox): results come back, and each attack fails inside the
 child, gives a clean error result, and the calls after it still run ("the run goes on")."""
 import os
+import shutil
 import signal
+import socket
+import tempfile
 import time
+import uuid
 
 import pytest
 
-from sparserl.envs.sandbox import Call, Limits, run_calls, run_jobs, sandbox_info
+from sparserl.envs.sandbox import (Call, Limits, run_calls, run_jobs, sandbox_info,
+                                   strong_isolation)
 
 GOOD = "def f(x):\n    return x + 1\n"
 SECRET = "s3cr3t-value-8c1f"
@@ -163,8 +168,275 @@ def test_ctypes_cannot_call_into_libc():
 
 def test_one_batch_is_one_fast_process():
     info = sandbox_info()
-    assert info["ok"] and info["isolation"] in ("user+net+pid", "user+net", "net", "audit-only")
+    assert info["ok"] and info["isolation"] in ("strong", "weak")
+    weak = sandbox_info(Limits(isolation="weak"))
+    assert weak["ok"] and weak["isolation"] == "weak"
+    assert weak["detail"] in ("user+net+pid", "user+net", "net", "audit-only")
     prog = "def f(x):\n    return (x * 3 + 1) % 10\n"
     t0 = time.perf_counter()
     run_calls(prog, "f", list(range(64)))
     assert time.perf_counter() - t0 < 2.0  # ~30-70 ms on an idle core
+
+
+def test_the_weak_fallback_still_blocks_the_plain_attacks(tmp_path):
+    weak = Limits(isolation="weak")
+    target = tmp_path / "pwned.txt"
+    for body in (f"open({str(target)!r}, 'w').write('x')", "import os\n    os.fork()",
+                 "import socket\n    socket.socket().connect(('127.0.0.1', 53))"):
+        r = _then_good(f"def f(x):\n    {body}\n    return 'escaped'\n", limits=weak)
+        assert not r.ok and "blocked" in r.error, body
+    assert not target.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# strong isolation: the attacks of a program that switches the audit hook off first. Each attack
+# program returns 1 only if it got out (CodeIO's target output below), and raises otherwise; the
+# host paths are checked afterwards.
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Switch the hook off: its `busy` flag is a one-element list found through the gc. The probe then
+# makes sure it is off (ctypes calls are blocked by the hook alone), so what stops the attack after
+# it is a kernel layer, not the hook.
+FLIP = '''
+import gc, ctypes
+def _flip():
+    for o in gc.get_objects():
+        if type(o) is list and len(o) == 1 and o[0] is False:
+            o[0] = True
+    try:
+        ctypes.CDLL(None).getpid()
+    except PermissionError as e:
+        raise RuntimeError("HOOK_STILL_ON " + str(e))
+'''
+
+
+@pytest.fixture(scope="module")
+def strong():
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed: `apt-get install bubblewrap` (.ci/run does)")
+    ok, why = strong_isolation()
+    assert ok, why  # bwrap is here: strong isolation must work
+    return Limits(isolation="strong")
+
+
+@pytest.fixture
+def host_targets(tmp_path):
+    """Paths outside scratch the attacks try to create: in /root, the host's /tmp, the project."""
+    tag = f"sparserl-attack-{uuid.uuid4().hex[:8]}"
+    paths = [os.path.join(os.path.expanduser("~"), tag), os.path.join("/root", tag),
+             os.path.join(tempfile.gettempdir(), tag), str(tmp_path / tag), os.path.join(REPO, tag)]
+    paths = list(dict.fromkeys(paths))
+    yield paths
+    created = [p for p in paths if os.path.lexists(p)]
+    for p in created:
+        os.remove(p)
+    assert created == [], f"created outside scratch: {created}"
+
+
+def _attack(program, limits, time_limit_s=2.0):
+    """Run the attack then a good call in one batch; the attack must not return 1, the hook must
+    have been off, and the good call must still work."""
+    res = run_jobs([Call(program, "f", (0,)), Call(GOOD, "f", (41,))], time_limit_s=time_limit_s,
+                   limits=limits)
+    assert res[1].ok and res[1].value == 42, res[1]
+    assert not (res[0].ok and res[0].value == 1), res[0]
+    assert "HOOK_STILL_ON" not in res[0].error, res[0].error
+    return res[0]
+
+
+def test_strong_isolation_is_active_when_bwrap_is_present(strong):
+    info = sandbox_info()
+    assert info["ok"] and info["isolation"] == "strong"
+    prog = ("import os\ndef f(x):\n    return (os.getuid(), os.getgid(), os.path.exists(x), "
+            "os.path.exists('/home'), os.path.exists('/work'))\n")
+    (r,) = run_calls(prog, "f", [REPO], limits=strong)
+    assert r.ok and r.value == (65534, 65534, False, False, False), r
+
+
+def test_switching_the_hook_off_is_real(strong):
+    """The flip does turn the hook off (in both levels): the attacks below meet the kernel layers."""
+    prog = FLIP + "def f(x):\n    _flip()\n    return ctypes.CDLL(None).getpid() > 0\n"
+    for lim in (strong, Limits(isolation="weak")):
+        (r,) = run_calls(prog, "f", [0], limits=lim)
+        assert r.ok and r.value is True, r
+
+
+def test_gc_flag_flip_then_write_outside_scratch(strong, host_targets):
+    prog = FLIP + f'''
+def f(x):
+    _flip()
+    wrote = []
+    for p in {host_targets!r}:
+        try:
+            open(p, "w").write("pwned")
+            wrote.append(p)
+        except OSError:
+            pass
+    return wrote
+'''
+    r = _attack(prog, strong)
+    # only the sandbox's own /tmp (a tmpfs) takes writes; the fixture checks the host's paths
+    assert r.ok and all(p.startswith(tempfile.gettempdir() + "/") for p in r.value), r
+    ok = run_calls(FLIP + "def f(x):\n    _flip()\n    open('mine', 'w').write('x')\n"
+                   "    return open('mine').read()\n", "f", [0], limits=strong)[0]
+    assert ok.value == "x"  # scratch stays writable
+
+
+def test_a_sigprof_handler_during_the_busy_window(strong, host_targets):
+    """No flip: a profiling timer's handler runs while the hook is inside its busy window (its
+    own checks turned off), and writes from there."""
+    prog = f'''
+import gc, signal
+hits = {{"busy": 0, "fired": 0}}
+def f(x):
+    flags = [o for o in gc.get_objects() if type(o) is list and len(o) == 1 and o[0] is False]
+    def handler(sig, frame):
+        hits["fired"] += 1
+        if any(o[0] for o in flags):
+            hits["busy"] += 1
+            for p in {host_targets!r}:
+                try:
+                    open(p, "w").write("pwned")
+                    if not p.startswith("/tmp/"):  # the sandbox's own /tmp is a tmpfs
+                        hits["escaped"] = 1
+                except OSError:
+                    pass
+    signal.signal(signal.SIGPROF, handler)
+    signal.setitimer(signal.ITIMER_PROF, 0.0005, 0.0005)
+    for i in range(20000):
+        open("scratch_file", "w").close()
+        if hits["busy"] >= 5:
+            break
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    if hits.get("escaped"):
+        return 1
+    raise PermissionError(f"held: fired {{hits['fired']}}, in the busy window {{hits['busy']}}")
+'''
+    r = _attack(prog, strong, time_limit_s=5.0)
+    assert "held" in r.error and "in the busy window 0" not in r.error, r.error
+
+
+def test_ctypes_system_touch(strong, host_targets):
+    cmds = " ; ".join(f"touch {p}" for p in host_targets) + " ; true"
+    prog = FLIP + f'''
+def f(x):
+    _flip()
+    rc = ctypes.CDLL(None).system({cmds.encode()!r})
+    if rc == 0:
+        return 1
+    raise OSError(f"system gave {{rc}}")
+'''
+    _attack(prog, strong)
+
+
+def test_reading_secrets_and_the_project(strong):
+    paths = ["/etc/shadow", "/etc/passwd", os.path.join(REPO, "pyproject.toml"), __file__,
+             "/root/.bash_history", "/work"]
+    prog = FLIP + f'''
+import os
+def f(x):
+    _flip()
+    got = []
+    for p in {paths!r}:
+        try:
+            if os.path.isdir(p):
+                got.append(os.listdir(p))
+            else:
+                got.append(open(p, "rb").read(10))
+        except OSError:
+            pass
+    if got:
+        return 1
+    raise PermissionError("nothing read")
+'''
+    _attack(prog, strong)
+
+
+def test_forking_20_times(strong):
+    prog = FLIP + '''
+import os
+def f(x):
+    _flip()
+    libc = ctypes.CDLL(None, use_errno=True)
+    n = 0
+    for i in range(20):
+        pid = libc.fork()
+        if pid == 0:
+            libc._exit(0)
+        if pid > 0:
+            n += 1
+    if n:
+        return 1
+    raise OSError(ctypes.get_errno(), "fork failed 20 times")
+'''
+    r = _attack(prog, strong)
+    assert "fork failed 20 times" in r.error
+
+
+def test_a_socket_to_a_local_listener(strong):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.setblocking(False)
+    port = srv.getsockname()[1]
+    prog = FLIP + f'''
+import socket
+def f(x):
+    _flip()
+    for fam, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::ffff:127.0.0.1")):
+        try:
+            s = socket.socket(fam)
+            s.settimeout(1)
+            s.connect((host, {port}))
+            return 1
+        except OSError:
+            pass
+    raise PermissionError("no socket connected")
+'''
+    try:
+        _attack(prog, strong)
+        with pytest.raises(BlockingIOError):
+            srv.accept()
+    finally:
+        srv.close()
+
+
+def test_reading_the_parents_secret_environment(strong, monkeypatch):
+    monkeypatch.setenv("SPARSERL_TEST_SECRET", SECRET)
+    prog = FLIP + f'''
+import os
+def f(x):
+    _flip()
+    seen = [repr(dict(os.environ)), str(ctypes.CDLL(None).getenv)]
+    for pid in os.listdir("/proc") + [str({os.getpid()}), str({os.getppid()})]:
+        try:
+            seen.append(open(f"/proc/{{pid}}/environ", "rb").read().decode("latin-1"))
+        except OSError:
+            pass
+    if any({SECRET!r} in t for t in seen):
+        return 1
+    raise PermissionError("no secret")
+'''
+    _attack(prog, strong)
+
+
+def test_signalling_the_parent(strong):
+    hits = []
+    old = signal.signal(signal.SIGUSR1, lambda *a: hits.append(a))
+    try:
+        pid = os.getpid()
+        prog = FLIP + f'''
+import signal
+def f(x):
+    _flip()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.kill({pid}, int(signal.SIGUSR1)) == 0 or libc.kill(-{os.getpgrp()}, int(signal.SIGUSR1)) == 0:
+        return 1
+    raise OSError(ctypes.get_errno(), "kill failed")
+'''
+        _attack(prog, strong)
+        time.sleep(0.05)
+        assert hits == []
+    finally:
+        signal.signal(signal.SIGUSR1, old)

@@ -134,8 +134,9 @@ def test_decorator_double_registration_and_unregistering():
         return np.ones(len(rewards))
 
     try:
-        assert E.register_estimator("_t_dup", baseline=b, needs=("prior",))(f) is f
-        E.register_estimator("_t_dup", baseline=b, needs=("prior",))(f)  # identical: a re-import, no-op
+        g = E.register_estimator("_t_dup", baseline=b, needs=("prior",))(f)
+        assert g.__wrapped__ is f and get_estimator("_t_dup") is g  # f behind the output check
+        assert E.register_estimator("_t_dup", baseline=b, needs=("prior",))(f) is g  # a re-import, no-op
         with pytest.raises(ValueError, match="already registered to"):
             E.register_estimator("_t_dup", baseline=b, needs=("prior",))(lambda *a, **k: None)
         with pytest.raises(ValueError, match="already registered with a different spec"):
@@ -144,7 +145,7 @@ def test_decorator_double_registration_and_unregistering():
             E.register_estimator("grpo")(f)
         assert get_spec("_t_dup").needs == {"prior"} and "_t_dup" in list_estimators()
         del E.BASELINE_REGISTRY["_t_dup"]  # drops the baseline only
-        assert get_spec("_t_dup").baseline is None and get_estimator("_t_dup") is f
+        assert get_spec("_t_dup").baseline is None and get_estimator("_t_dup") is g
         with pytest.raises(ValueError, match="no baseline registered"):
             E.get_baseline("_t_dup")
     finally:

@@ -4,7 +4,8 @@ Snakemake parses every `--configfile` in its command line, before any Snakefile 
 reports a YAML syntax error there only as "Config file is not valid JSON or YAML". It imports every
 installed logger plugin while it builds that command line, earlier still, so this package (found
 by Snakemake's `snakemake_logger_plugin_` prefix) wraps the config-file parser at import: a file
-that fails to parse is read again by `sparserl.core.config.read_yaml`, and Snakemake's error then
+that fails to parse (or holds a byte that is not UTF-8, which Snakemake reports as a traceback)
+is read again by `sparserl.core.config.read_yaml`, and Snakemake's error then
 says where the problem is and how to fix it. Files that parse are untouched, and other errors
 (file not found, not a mapping) keep Snakemake's message.
 
@@ -50,12 +51,17 @@ def _install() -> None:
     def load_configfile_located(configpath_or_obj, filetype="Config"):
         try:
             return inner(configpath_or_obj, filetype=filetype)
-        except WorkflowError as e:
+        except (WorkflowError, UnicodeDecodeError) as e:
+            # a byte that is not UTF-8 escapes Snakemake's parse as a raw UnicodeDecodeError
+            # (json.load swallows it as a ValueError, the YAML retry does not)
             where = locate_config_error(configpath_or_obj)
             if where is None:
+                if isinstance(e, UnicodeDecodeError):
+                    raise WorkflowError(f"{filetype} file {configpath_or_obj} is not UTF-8 ({e.reason}); "
+                                        "save the file as UTF-8") from None
                 raise
             raise WorkflowError(f"{filetype} file {where} (`python -m sparserl.core.config "
-                                f"{configpath_or_obj}` checks it)") from e
+                                f"{configpath_or_obj}` checks it)") from (e if isinstance(e, WorkflowError) else None)
 
     load_configfile_located._sparserl = True
     # load_configfile looks `_load_configfile` up in its module at each call

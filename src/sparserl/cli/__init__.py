@@ -106,8 +106,12 @@ def cmd_mc_values(args):
 
 
 def cmd_rl_train(args):
-    from sparserl.engines.local.trainer import train
-    out = train(_cfg(args), args.method, args.seed, threads=args.threads)
+    from sparserl.engines.local.trainer import NonFiniteError, train
+    try:
+        out = train(_cfg(args), args.method, args.seed, threads=args.threads)
+    except NonFiniteError as e:  # a diverged run: one line, not a traceback
+        log.error(f"rl-train stopped: {e}")
+        return 3
     log.info(f"rl run -> {out}")
 
 

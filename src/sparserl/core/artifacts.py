@@ -4,13 +4,22 @@ Every table the pipeline writes goes through `write_table` / `write_json`: the d
 temporary file in the same directory and is renamed into place, so a killed job never leaves a
 half-written artifact that Snakemake would mistake for a finished one. Beside each artifact sits
 `<name>.manifest.json` with the config hash, git commit, time, row count and columns.
+
+Every atomic write fsyncs the data before the rename and the folder after it, gives files and
+folders the modes the umask allows (0644 / 0755 under 022, weights included), and on an OSError
+names the artifact, the cause and the fix, leaving no temp file. Resume states go through
+`save_checkpoint` / `load_checkpoint`, which keep the previous state for a truncated one to fall
+back on.
 """
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
+import io
 import json
+import logging
 import os
 import re
 import shutil
@@ -56,10 +65,50 @@ def config_hash(cfg: Any) -> str:
 
 
 def current_umask() -> int:
-    """The process umask (only readable by setting it; restored at once)."""
+    """The process umask. Read from /proc where it can be: setting it to read it (the fallback)
+    would, for an instant, give files another thread creates the wrong mode."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def file_mode(executable: bool = False) -> int:
+    """The mode a plain `open()` would give a new file under the current umask (0644 under 022)."""
+    return (0o777 if executable else 0o666) & ~current_umask()
+
+
+def dir_mode() -> int:
+    """The mode `mkdir` gives a new folder under the current umask (0755 under 022)."""
+    return 0o777 & ~current_umask()
+
+
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a written file's data to disk (writers such as pyarrow close it without fsync)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a folder's entries (a rename into it) to disk. Filesystems that cannot fsync a
+    folder say EINVAL; there is nothing more to do on those."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
 
 
 # mkstemp/mkdtemp add 8 characters from [a-z0-9_] between our prefix and suffix
@@ -96,66 +145,139 @@ def remove_leftovers(path: str | os.PathLike) -> list[Path]:
     return gone
 
 
+def _discard(tmp: Path | None) -> bool:
+    """Remove a temp file or folder; False if some of it could not be removed."""
+    if tmp is None:
+        return True
+    try:
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink(missing_ok=True)
+    except OSError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike):
-    """Yield a temp file beside `path`; on success it replaces `path`. It is always gone afterwards,
-    and an OSError names `path` and the fix. The file twin of `atomic_dir`."""
+    """Yield a temp file beside `path`; on success it is fsynced and replaces `path`, and the
+    folder is fsynced. The temp file is always gone afterwards, and an OSError (from making the
+    folder or the temp file too) names `path`, the cause and the fix. The twin of `atomic_dir`."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(path)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    # mkstemp creates 0600; a shared results folder needs what the umask allows (0644 under 022)
-    os.fchmod(fd, 0o666 & ~current_umask())
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(path)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        tmp = Path(name)
+        try:
+            # mkstemp creates 0600; a shared results folder needs what the umask allows
+            os.fchmod(fd, file_mode())
+        finally:
+            os.close(fd)
         yield tmp
+        fsync_file(tmp)
         os.replace(tmp, path)
+        tmp = None
+        fsync_dir(path.parent)
     except OSError as e:
+        cleaned = _discard(tmp)
+        tmp = None
         if e.errno is None:
             raise
-        raise _name_path(path, e) from e
+        raise _name_path(path, e, cleaned) from e
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        _discard(tmp)
 
 
-def _name_path(path: Path, e: OSError) -> OSError:
-    """The same OSError with the artifact's path and the fix in its message."""
-    return type(e)(e.errno, f"{path}: could not write ({e.strerror or e}); nothing was left "
-                   f"behind; free space or fix permissions in {path.parent} and rerun")
+def _fix_for(path: Path, e: OSError) -> str:
+    """What to do about a failed write of `path`, by its cause."""
+    where = path.parent
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"free space on the disk that holds {where} (or point results_dir elsewhere)"
+    if e.errno == errno.EFBIG:
+        return ("raise the file-size limit this job runs under (`ulimit -f`, or the cluster "
+                "job's file-size limit)")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return f"make {where} writable for this user (or point results_dir elsewhere)"
+    if e.errno == errno.EROFS:
+        return f"{where} is on a read-only filesystem; point results_dir at a writable one"
+    if e.errno in (errno.ENOTDIR, errno.EEXIST):
+        return f"a file stands where a folder on the way to {where} should be; move it away"
+    return f"check that {where} is writable and has space"
+
+
+def _name_path(path: Path, e: OSError, cleaned: bool = True) -> OSError:
+    """The same OSError with the artifact's path, the cause and the fix in its message. An error
+    already named by a nested writer (a file inside an `atomic_dir`) is named again from its
+    cause, so the message names the artifact, not a temp path."""
+    e = getattr(e, "write_cause", e)
+    code = errno.errorcode.get(e.errno, str(e.errno))
+    left = "nothing of it was left behind" if cleaned else \
+        "its temp file could not be removed (`sparserl clean --tmp` removes it)"
+    # os.strerror: pyarrow's strerror wraps the same text in its own detail
+    err = type(e)(e.errno, f"{path}: could not write ({os.strerror(e.errno)}, {code}); {left}; "
+                           f"{_fix_for(path, e)}, then rerun")
+    err.write_cause = e
+    return err
+
+
+def _settle_tree(root: Path) -> None:
+    """Give every file and folder under `root` the umask's mode and fsync them: writers inside an
+    `atomic_dir` (safetensors' save_file, transformers) may make 0600 files and close them
+    without fsync."""
+    fmode, dmode = file_mode(), dir_mode()
+    for d, dirs, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            if os.path.islink(p):
+                continue
+            st = os.stat(p)
+            want = file_mode(executable=True) if st.st_mode & 0o100 else fmode
+            if st.st_mode & 0o7777 != want:
+                os.chmod(p, want)
+            fsync_file(p)
+        for sub in dirs:
+            p = os.path.join(d, sub)
+            if not os.path.islink(p) and os.stat(p).st_mode & 0o7777 != dmode:
+                os.chmod(p, dmode)
+        fsync_dir(d)
 
 
 @contextlib.contextmanager
 def atomic_dir(out_dir: str | os.PathLike):
-    """Yield a temp folder beside `out_dir`; on success it replaces `out_dir`, on error it is
-    removed and an OSError names `out_dir` (a full disk must not leave hidden partial copies)."""
+    """Yield a temp folder beside `out_dir`; on success its files get the umask's modes and are
+    fsynced, and it replaces `out_dir`. On error it is removed and an OSError names `out_dir`,
+    the cause and the fix (a full disk must not leave hidden partial copies)."""
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    remove_leftovers(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700
+    tmp = None
     try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_leftovers(out_dir)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+        os.chmod(tmp, dir_mode())  # mkdtemp makes 0700
         yield tmp
+        _settle_tree(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)
+        tmp = None
+        fsync_dir(out_dir.parent)
     except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        cleaned = _discard(tmp)
+        tmp = None
         if e.errno is None:
             raise
-        raise _name_path(out_dir, e) from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise _name_path(out_dir, e, cleaned) from e
+    finally:
+        _discard(tmp)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     with atomic_file(path) as tmp, open(tmp, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
     return path
 
 
@@ -163,13 +285,112 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
 
 
+class _WriteErrors(io.RawIOBase):
+    """A file that remembers the OSError of a failed write: torch.save turns it into a bare
+    RuntimeError ("unexpected pos ..."), which would hide the cause (a full disk)."""
+
+    def __init__(self, f):
+        super().__init__()
+        self.f, self.error = f, None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        try:
+            return self.f.write(b)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
     """torch.save, atomically. Through an open file: given a path, torch names the zip archive
     after the file, so the random temp name would make two identical saves differ in bytes."""
     import torch
     with atomic_file(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
+        w = _WriteErrors(f)
+        try:
+            torch.save(obj, w)
+            f.flush()
+        except RuntimeError:
+            if w.error is not None:
+                raise w.error from None
+            raise
     return Path(path)
+
+
+class CorruptCheckpointError(RuntimeError):
+    """A resume checkpoint cannot be read (truncated or corrupt) and no good previous one is kept."""
+
+
+def previous_checkpoint(path: str | os.PathLike) -> Path:
+    """Where `save_checkpoint` keeps the state that `path` held before (ckpt/last.pt -> ckpt/prev.pt)."""
+    path = Path(path)
+    return path.with_name(("prev" if path.stem == "last" else path.stem + ".prev") + path.suffix)
+
+
+def save_checkpoint(obj: Any, path: str | os.PathLike) -> Path:
+    """Save a resume state atomically (`atomic_torch_save`), keeping the one it replaces as
+    `previous_checkpoint(path)` for `load_checkpoint` to fall back on. The previous one is a hard
+    link, so `path` itself is never missing; a state of an earlier run (no `path`) is dropped."""
+    path = Path(path)
+    prev = previous_checkpoint(path)
+    if path.is_file():
+        with atomic_file(prev) as tmp:
+            tmp.unlink()
+            try:
+                os.link(path, tmp)
+            except OSError:  # a filesystem without hard links
+                shutil.copyfile(path, tmp)
+    else:
+        prev.unlink(missing_ok=True)
+    return atomic_torch_save(obj, path)
+
+
+def load_checkpoint(path: str | os.PathLike, *, what: str = "this job",
+                    log=None) -> dict | None:
+    """The resume state `save_checkpoint` wrote at `path`; None if there is none. A truncated or
+    corrupt one falls back on the previous state (which then becomes `path`, so the next save keeps
+    it), or raises `CorruptCheckpointError` naming the file and how to start over."""
+    import pickle
+    import zipfile
+    import torch
+    path = Path(path)
+    if not path.exists():
+        return None
+    prev = previous_checkpoint(path)
+    bad = []
+    for cand in (path, prev):
+        if not cand.exists():
+            continue
+        try:
+            st = torch.load(cand, map_location="cpu", weights_only=False)
+            if not isinstance(st, dict):
+                raise ValueError(f"holds a {type(st).__name__}, not a state dict")
+        except (EOFError, RuntimeError, ValueError, pickle.UnpicklingError,
+                zipfile.BadZipFile) as e:
+            first = (str(e).splitlines() or ["no detail"])[0].split(". ")[0]  # torch adds a paragraph
+            bad.append(f"{type(e).__name__}: {first}")
+            continue
+        if cand == prev:
+            (log or logging.getLogger(__name__).warning)(f"{path} is truncated or corrupt ({bad[0]}); resuming {what} from the "
+                           f"previous checkpoint {prev} (step {st.get('step', '?')})")
+            os.replace(prev, path)
+            fsync_dir(path.parent)
+        return st
+    if len(bad) == 1:
+        raise CorruptCheckpointError(
+            f"{path}: the resume checkpoint is truncated or corrupt ({bad[0]}) and no previous "
+            f"checkpoint is kept beside it; delete it (`rm {path}`) and rerun to start {what} over "
+            "from step 0")
+    raise CorruptCheckpointError(
+        f"{path}: the resume checkpoint is truncated or corrupt ({bad[0]}), and so is the previous "
+        f"one, {prev} ({bad[1]}); delete both (`rm {path} {prev}`) and rerun to start {what} over "
+        "from step 0")
 
 
 def _jsonable(x: Any) -> Any:

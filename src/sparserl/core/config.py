@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import jsonschema
 import yaml
@@ -71,8 +72,8 @@ def read_yaml(path: str | Path) -> Any:
         text = raw.decode("utf-8")  # whole file: the error offset is then the file's byte offset
     except UnicodeDecodeError as e:
         line = raw[:e.start].count(b"\n") + 1
-        raise ConfigError(f"{path}, line {line}: byte {raw[e.start]:#04x} is not UTF-8; "
-                          "save the file as UTF-8") from None
+        raise ConfigError(f"{path}, line {line}: byte {raw[e.start]:#04x} is not UTF-8 (byte offset "
+                          f"{e.start}); save the file as UTF-8") from None
     loader = UniqueKeyLoader(text)
     loader.name = str(path)  # marks name the file, not "<unicode string>"
     try:
@@ -152,8 +153,35 @@ def _format_error(err: jsonschema.ValidationError, layers: list[tuple[str, dict]
             f"fix the value of '{dotted}' in that file")
 
 
+def nonfinite_numbers(data: Any, keys: tuple = ()) -> Iterator[tuple[tuple, float]]:
+    """(key path, value) of every NaN or +-inf float in nested mappings and lists. JSON Schema's
+    `minimum` lets NaN through (every comparison with NaN is false), and YAML reads `.nan`,
+    `.inf`, `-.inf` (JSON `NaN`, `Infinity`) as floats."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from nonfinite_numbers(v, keys + (k,))
+    elif isinstance(data, (list, tuple)):
+        for i, v in enumerate(data):
+            yield from nonfinite_numbers(v, keys + (i,))
+    elif isinstance(data, float) and not math.isfinite(data):
+        yield keys, data
+
+
+def nonfinite_message(where: str, keys: tuple, value: float) -> str:
+    dotted = ".".join(map(str, keys)) or "<top level>"
+    return (f"{where}: key '{dotted}' is {value!r}; every number must be finite (YAML .nan, .inf and "
+            f"-.inf are refused); set '{dotted}' to a finite number in that file")
+
+
+def check_finite(cfg: dict, layers: list[tuple[str, dict]]) -> None:
+    """ConfigError naming the file and key of the first NaN or infinite number."""
+    for keys, value in nonfinite_numbers(cfg):
+        raise ConfigError(nonfinite_message(_origin(list(keys), layers), keys, value))
+
+
 def validate(cfg: dict, layers: list[tuple[str, dict]] | None = None) -> dict:
     layers = layers or [("<config>", cfg)]
+    check_finite(cfg, layers)
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), str(e.path)))
     if errors:
@@ -176,6 +204,15 @@ def _check_semantics(cfg: dict, layers) -> None:
         if pol["source"] == "pretrain" and pol["hidden_size"] % pol["num_heads"]:
             raise ConfigError(f"{_origin(['policies', name], layers)}: policies.{name}.hidden_size "
                               f"must be divisible by num_heads")
+    rl = cfg.get("rl")
+    if rl:
+        name, _, snap = rl["policy"].partition("@")
+        snaps = [snapshot_tag(f) for f in cfg.get("pretrain", {}).get("snapshots", [])]
+        if name not in cfg["policies"] or (snap and snap not in snaps):
+            raise ConfigError(f"{_origin(['rl', 'policy'], layers)}: key 'rl.policy' = '{rl['policy']}' names "
+                              f"no policy{' snapshot' if snap else ''}; set it to one of the keys under "
+                              f"'policies' ({', '.join(cfg['policies'])})"
+                              + (f" with a snapshot of pretrain.snapshots ({', '.join(snaps)})" if snap else ""))
     for name in cfg["evaluation"].get("policies", []):
         if name not in cfg["policies"] and "@" not in name:
             raise ConfigError(f"{_origin(['evaluation', 'policies'], layers)}: evaluation.policies "

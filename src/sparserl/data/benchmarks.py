@@ -165,8 +165,16 @@ def _check_gold_type(row: _Row, field: str, value: Any) -> None:
     """Golds are strings or numbers (a list of them for multi-answer rows); anything else would be
     stored as its Python repr ("{'value': 2}", "True")."""
     items = value.tolist() if hasattr(value, "tolist") and not isinstance(value, str) else value
-    items = items if isinstance(items, (list, tuple)) else [items]
+    listed = isinstance(items, (list, tuple))
+    items = items if listed else [items]
     for v in items:
+        if isinstance(v, float) and not math.isfinite(v):  # NaN in the file is not a missing gold
+            raise row.fail(field, f"is {_short_repr(value)}, not a gold answer" if not listed else
+                           f"holds {v!r} ({_short_repr(items)}), not a gold answer",
+                           "write the gold as a string or a finite number, or delete the row")
+        if v is None and listed:  # [1, null] would silently grade as "1"
+            raise row.fail(field, f"holds a null item ({_short_repr(items)})",
+                           "remove the null from the list or give its answer, or delete the row")
         if v is None or (isinstance(v, (str, int, float)) and not isinstance(v, bool)):
             continue
         raise row.fail(field, f"is a {type(v).__name__} ({_short_repr(v)}), not a gold answer",
@@ -189,6 +197,9 @@ def _clean_gold(row: _Row, field: str, value: Any) -> str:
 
 def _answer(row: _Row, keys=("answer",)) -> str:
     k, v = _first(row.rec, keys)
+    if k is None:  # _first skips NaN as empty: name it rather than call it missing
+        k = next((key for key in keys if isinstance(row.rec.get(key), float)), None)
+        v = row.rec.get(k) if k else None
     a = _clean_gold(row, k or keys[0], v)
     if not a:
         raise row.fail(keys[0], "is missing or empty",

@@ -1,4 +1,5 @@
-"""CodeIO (Le Critique, ../shared/papers/002_532c6a7b14675594.txt, Section 4.1 and Appendix D).
+"""CodeIO (Le Critique: Privileged Value Functions for LLM Reinforcement Learning,
+arXiv 2608.16739; Section 4.1 and Appendix D).
 
 A single-turn program-reasoning task: the policy predicts a program's output from an input
 ("output" direction) or a feasible input from an output ("input" direction). Le Critique trains
@@ -6,7 +7,9 @@ Qwen3-4B-Instruct on it with K=4 and a leave-one-out Pvf; the env's privileged c
 reference answer (`Problem.privileged`). The policy's text is never executed: a predicted input
 is parsed with `ast.literal_eval` (or JSON) and handed as data to the REFERENCE program, which runs
 in `sandbox` (one sandboxed process per `score` batch); ANY input that makes the program give the
-target output is accepted.
+target output is accepted. The sandbox must give strong isolation (bubblewrap, docs/sandbox.md);
+without it CodeIO refuses to grade unless the env's spec says `sandbox: {allow_weak: true}`, and
+`sandbox_isolation` tells runs which level graded them.
 
 Two sources (`spec["source"]`):
 
@@ -45,15 +48,17 @@ source, so eval programs are never trained on.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from sparserl.envs.base import SIDES, Env, Problem, side_of
-from sparserl.envs.sandbox import Call, Limits, run_jobs
+from sparserl.envs.sandbox import Call, Limits, SandboxUnavailable, run_jobs, strong_isolation
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,12 @@ class CodeIOEnv(Env):
         self.time_limit_s = float(cfg["time_limit_s"] or (5.0 if paper else 1.0))
         self.limits = Limits(memory_mb=int(cfg["memory_mb"] or (1024 if paper else 256)),
                              site_packages=paper, exec_limit_s=10.0 if paper else 2.0)
+        sb = self.spec.get("sandbox", {})
+        if (not isinstance(sb, dict) or set(sb) - {"allow_weak"}
+                or not isinstance(sb.get("allow_weak", False), bool)):
+            raise _err("sandbox", f"{sb!r}; use a mapping {{allow_weak: true|false}} (default false)")
+        self.allow_weak = bool(sb.get("allow_weak", False))
+        self._isolation: str | None = None
         self.cfg = cfg
         if paper:
             self._rg_ds = None
@@ -147,6 +158,32 @@ class CodeIOEnv(Env):
                            "need x_max >= 1, const_max >= 1 and 2 <= mod_range[0] <= mod_range[1]")
             self.mod_range = (lo, hi)
             self.max_prompt_chars = int(cfg["max_prompt_chars"])
+
+    @property
+    def sandbox_isolation(self) -> str:
+        """The level the sandbox grades at, "strong" or "weak" (sparserl.envs.sandbox; runs record
+        it in their manifest). Checked before the first sandboxed call, not at construction: envs
+        are also built only to make problems and demonstrations, which run no program."""
+        if self._isolation is None:
+            ok, why = strong_isolation(self.limits.python)
+            if not ok and not self.allow_weak:
+                raise SandboxUnavailable(
+                    f"codeio env: strong sandbox isolation is not available here ({why}), and CodeIO "
+                    "runs reference programs that were LLM-written. Fix: install bubblewrap "
+                    "(apt-get install bubblewrap), or set `sandbox: {allow_weak: true}` in this env's "
+                    "spec (config key critique.envs.<name>.sandbox.allow_weak) to grade with the weak "
+                    "fallback (audit hook + namespaces; see docs/sandbox.md)")
+            level = "strong" if ok else "weak"
+            if not ok:
+                warnings.warn(f"codeio env: grading with the WEAK sandbox ({why}); "
+                              "sandbox.allow_weak is set", RuntimeWarning, stacklevel=2)
+            self.limits = dataclasses.replace(self.limits, isolation=level)
+            self._isolation = level
+        return self._isolation
+
+    def _run(self, calls: list[Call]):
+        self.sandbox_isolation  # refuses, or pins the level, before any program runs
+        return run_jobs(calls, time_limit_s=self.time_limit_s, limits=self.limits)
 
     # problems -----------------------------------------------------------------------------
     def problems(self, side: str, n: int) -> list[Problem]:
@@ -250,8 +287,7 @@ class CodeIOEnv(Env):
             calls = [Call("from random import Random\n" + data[e]["code_sample"] + "\n\n"
                           + data[e]["input_generator"] + _GEN_HELPER, _GEN_FUNC, (s,))
                      for e, s, _ in cand]
-            for (e, s, direction), res in zip(cand, run_jobs(calls, time_limit_s=self.time_limit_s,
-                                                             limits=self.limits)):
+            for (e, s, direction), res in zip(cand, self._run(calls)):
                 if not (res.ok and isinstance(res.value, str)):
                     continue
                 try:
@@ -330,7 +366,7 @@ class CodeIOEnv(Env):
             if call is not None:
                 jobs.append((k, call))
         if jobs:
-            results = run_jobs([c for _, c in jobs], time_limit_s=self.time_limit_s, limits=self.limits)
+            results = self._run([c for _, c in jobs])
             for (k, _), res in zip(jobs, results):
                 out[k] = float(_matches(problems[k], res))
         return out

@@ -1,15 +1,23 @@
 """Run untrusted Python functions in a sandboxed subprocess, a whole batch per process.
 
-Why: Le Critique's CodeIO task (../shared/papers/002_532c6a7b14675594.txt, Section 4.1) grades a
-predicted input by running the task's reference program on it, and reasoning-gym's CodeIO programs
-are LLM-rewritten code that its own docs say to run "with caution". An RL step grades a batch of
-responses, so the batch pays for ONE process (~30 ms), not one per response: `run_jobs` sends
-every call to a single child that runs them in order, each under its own alarm, and streams one
-result line per call back. A call that fails, hangs or kills its process costs only that call: the
-parent marks it and restarts a fresh child for the calls after it. Bad programs never raise here;
-they give error `CallResult`s.
+Why: the CodeIO task of Le Critique (Privileged Value Functions for LLM Reinforcement Learning,
+arXiv 2608.16739; Section 4.1) grades a predicted input by running the task's reference program on
+it, and reasoning-gym's CodeIO programs are LLM-rewritten code that its own docs say to run "with
+caution". An RL step grades a batch of responses, so the batch pays for ONE process (~30 ms), not
+one per response: `run_jobs` sends every call to a single child that runs them in order, each under
+its own alarm, and streams one result line per call back. A call that fails, hangs or kills its
+process costs only that call: the parent marks it and restarts a fresh child for the calls after it.
+Bad programs never raise here; they give error `CallResult`s.
 
-The layers, from the kernel up (each a fallback for the ones above it):
+Two isolation levels (`Limits.isolation`; docs/sandbox.md lists each layer and the attacks it
+stops). "strong": the child runs under bubblewrap as uid 65534 in new user/mount/pid/net/ipc/uts
+namespaces, sees read-only only /usr, the interpreter's install and site-packages (no project,
+/work, /home or /root), writes only its scratch folder (and a small private /tmp), and has a
+seccomp filter (no sockets but AF_UNIX, no fork, no ptrace/mount/unshare/setns/keyctl/bpf/perf);
+the layers below stay on as extra walls. "weak" (the fallback where bwrap is missing) is the
+layers below alone. CodeIO refuses the weak level unless its config allows it.
+
+The weak level's layers, from the kernel up (each a fallback for the ones above it):
   * rlimits set in the child itself (not in a `preexec_fn`, which is unsafe when the trainer has
     threads): RLIMIT_AS (memory), RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC = 0
     (no new processes or threads; note the kernel does not enforce NPROC for root), RLIMIT_CORE = 0;
@@ -31,15 +39,17 @@ The layers, from the kernel up (each a fallback for the ones above it):
     framing by accident), a fresh scratch cwd removed afterwards, its own process group killed
     on timeout.
 
-Not a security boundary against a determined adversary with arbitrary Python: programs of one
-batch share one interpreter (a hostile one can spoil the later results of its own batch), and
-CPython has unaudited ways around the hooks. The kernel layers (rlimits, namespaces) are the
-real walls; for hostile code run the trainer itself in a container. Le Critique never runs the
-policy's text: it only becomes data (`ast.literal_eval`) passed to a reference program.
+The audit hook is not a boundary: a program can switch it off (its `busy` flag is reachable
+through gc.get_objects(), and a signal handler can run inside its busy window), which is why the
+weak level is refused by default. Programs of one batch share one interpreter, so a hostile one
+can spoil the later results of its own batch. Le Critique never runs the policy's text: it only
+becomes data (`ast.literal_eval`) passed to a reference program.
 """
 from __future__ import annotations
 
 import ast
+import ctypes
+import ctypes.util
 import json
 import marshal
 import os
@@ -51,11 +61,13 @@ import site
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-__all__ = ["Call", "CallResult", "Limits", "run_calls", "run_jobs", "sandbox_info"]
+__all__ = ["Call", "CallResult", "Limits", "SandboxUnavailable", "run_calls", "run_jobs",
+           "isolation_of", "sandbox_info", "strong_isolation"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +100,8 @@ class Limits:
     nofile: int = 64  # RLIMIT_NOFILE
     exec_limit_s: float = 5.0  # to run a program's top level once (its imports)
     startup_s: float = 10.0  # to start the interpreter and report ready (a loaded machine is slow)
-    isolate: bool = True  # try the user/net/pid namespaces
+    isolation: str = "auto"  # "strong" (bwrap, see module doc), "weak" (the fallback), "auto": strong if available
+    isolate: bool = True  # weak level: try the user/net/pid namespaces
     site_packages: bool = False  # put the parent's site-packages on the child's sys.path (read-only)
     preload: tuple[str, ...] = ()  # modules imported before the hooks go in (e.g. ("numpy",))
     max_result_chars: int = 100_000  # a longer repr is an error ("result too large")
@@ -114,7 +127,9 @@ def _main():
     lim = job["limits"]
     nonce = job["nonce"].encode()
     isolation = "none"
-    if lim["isolate"]:
+    if lim["mode"] == "strong":
+        isolation = "strong"  # bwrap made the namespaces and installed the syscall filter
+    elif lim["isolate"]:
         isolation = "audit-only"
         try:
             import ctypes
@@ -446,6 +461,189 @@ _main()
 '''
 
 
+# ---------------------------------------------------------------------------------------------
+# strong isolation: bubblewrap + a seccomp filter (docs/sandbox.md lists what each layer stops)
+
+class SandboxUnavailable(RuntimeError):
+    """Strong isolation was asked for (Limits.isolation="strong") and this machine cannot give it."""
+
+
+_SANDBOX_UID = 65534  # nobody: the uid the program runs as inside the user namespace
+_SCMP_ACT_ALLOW = 0x7FFF0000
+_EPERM, _ENOSYS = 1, 38
+_AF_UNIX, _CLONE_THREAD = 1, 0x00010000
+_SCMP_CMP_NE, _SCMP_CMP_MASKED_EQ = 1, 7
+# Syscalls the program never needs and an escape would: tracing and reading other processes, new
+# namespaces and mounts, kernel keyrings, eBPF, perf, io_uring (it bypasses seccomp), modules.
+_DENY = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+         "mount", "umount2", "pivot_root", "chroot", "mount_setattr", "move_mount", "open_tree",
+         "fsopen", "fsconfig", "fsmount", "fspick", "unshare", "setns",
+         "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+         "io_uring_setup", "io_uring_enter", "io_uring_register",
+         "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+         "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "open_by_handle_at",
+         "name_to_handle_at", "fork", "vfork")
+
+
+class _ScmpArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+def _build_seccomp() -> bytes:
+    """The filter as a compiled BPF program (what `bwrap --seccomp FD` reads), made with libseccomp
+    through ctypes: pip has no maintained binding, Debian's python3-seccomp is not in the venv."""
+    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    lib = ctypes.CDLL(name, use_errno=True)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ScmpArgCmp)]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not ctx:
+        raise OSError("seccomp_init failed")
+    try:
+        def rule(sys_name, errno_, *cmps):
+            nr = lib.seccomp_syscall_resolve_name(sys_name.encode())
+            if nr < 0:
+                return  # not on this architecture
+            arr = (_ScmpArgCmp * len(cmps))(*cmps) if cmps else None
+            rc = lib.seccomp_rule_add_array(ctx, 0x00050000 | errno_, nr, len(cmps), arr)
+            if rc != 0:
+                raise OSError(-rc, f"seccomp rule for {sys_name}")
+
+        for n in _DENY:
+            rule(n, _EPERM)
+        # sockets: only AF_UNIX (no network family at all, whatever the namespace holds)
+        rule("socket", _EPERM, _ScmpArgCmp(0, _SCMP_CMP_NE, _AF_UNIX, 0))
+        rule("socketpair", _EPERM, _ScmpArgCmp(0, _SCMP_CMP_NE, _AF_UNIX, 0))
+        # clone of a new process (no CLONE_THREAD) is a fork; threads stay possible for libraries
+        rule("clone", _EPERM, _ScmpArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0))
+        rule("clone3", _ENOSYS)  # its flags are in memory a filter cannot read; libc falls back to clone
+        fd = os.memfd_create("sparserl-seccomp")
+        try:
+            rc = lib.seccomp_export_bpf(ctx, fd)
+            if rc != 0:
+                raise OSError(-rc, "seccomp_export_bpf")
+            return os.pread(fd, 1 << 20, 0)
+        finally:
+            os.close(fd)
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def _interpreter(limits: Limits) -> str:
+    return os.path.realpath(limits.python or sys.executable)
+
+
+def _ro_roots(python: str, site_paths: Sequence[str]) -> list[str]:
+    """Host folders the child sees read-only besides /usr: the interpreter's install and the
+    site-packages it is given, never their parents (so not the project, /root, /home or /work)."""
+    roots = [os.path.dirname(os.path.dirname(python))]
+    if python == os.path.realpath(sys.executable):
+        roots += [sys.base_prefix, sys.base_exec_prefix]
+    out: list[str] = []
+    for r in sorted({os.path.realpath(p) for p in [*roots, *site_paths]}):
+        if r in ("/", "") or r == "/usr" or r.startswith("/usr/") or not os.path.isdir(r):
+            continue
+        if not any(r == o or r.startswith(o + "/") for o in out):
+            out.append(r)
+    return out
+
+
+def _bwrap_argv(bwrap: str, python: str, scratch: str, site_paths: Sequence[str], seccomp_fd: int,
+                env: dict, tmp_mb: int = 16) -> list[str]:
+    a = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(_SANDBOX_UID),
+         "--gid", str(_SANDBOX_UID), "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+         "--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(d):
+            a += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            a += ["--ro-bind", d, d]
+    if os.path.exists("/etc/ld.so.cache"):  # the loader finds libc's multiarch folder through it
+        a += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    for r in _ro_roots(python, site_paths):
+        a += ["--ro-bind", r, r]
+    # /tmp: a private tmpfs, capped (tmpfs pages are not charged to RLIMIT_AS); then the root
+    # tmpfs bwrap builds (with /root, /work made as mount points) goes read-only
+    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
+          "--bind", scratch, _SCRATCH, "--remount-ro", "/", "--chdir", _SCRATCH, "--clearenv"]
+    for k, v in env.items():
+        a += ["--setenv", k, v]
+    return a + ["--seccomp", str(seccomp_fd), "--", python]
+
+
+_SCRATCH = "/scratch"  # where the scratch folder appears inside bwrap
+_STRONG: dict = {}  # python -> (ok, reason); probed once per process
+_STRONG_LOCK = threading.Lock()
+
+
+def _spawn_strong(python: str, scratch: str, site_paths: Sequence[str], argv: list[str],
+                  tmp_mb: int = 16, **popen) -> subprocess.Popen:
+    bpf = _STRONG["bpf"]
+    fd = os.memfd_create("sparserl-seccomp", 0)  # bwrap reads it from its offset: one per start
+    try:
+        os.write(fd, bpf)
+        os.lseek(fd, 0, os.SEEK_SET)
+        env = dict(_ENV, TMPDIR=_SCRATCH, HOME=_SCRATCH)
+        cmd = _bwrap_argv(_STRONG["bwrap"], python, scratch, site_paths, fd, env, tmp_mb) + argv
+        # bwrap itself gets only _ENV: pid 1 of the sandbox is bwrap, and its environ is readable
+        return subprocess.Popen(cmd, pass_fds=(fd,), env=dict(_ENV), close_fds=True, **popen)
+    finally:
+        os.close(fd)
+
+
+def strong_isolation(python: str = "") -> tuple[bool, str]:
+    """Whether this machine gives strong isolation (bwrap + uid 65534 + seccomp), and if not why;
+    probed once per interpreter by running it under the real command."""
+    python = os.path.realpath(python or sys.executable)
+    with _STRONG_LOCK:
+        if python in _STRONG:
+            return _STRONG[python]
+        res = (False, "")
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            res = (False, "bubblewrap (bwrap) is not installed")
+        else:
+            _STRONG["bwrap"] = bwrap
+            try:
+                _STRONG.setdefault("bpf", _build_seccomp())
+            except (OSError, AttributeError) as e:
+                res = (False, f"no seccomp filter: libseccomp is missing or failed ({e})")
+            else:
+                res = _probe(python)
+        _STRONG[python] = res
+        return res
+
+
+def _probe(python: str) -> tuple[bool, str]:
+    scratch = tempfile.mkdtemp(prefix="sparserl-sbx-")
+    try:
+        proc = _spawn_strong(python, scratch, [], ["-I", "-S", "-c",
+                             "import os, socket\n"
+                             "try:\n    socket.socket(socket.AF_INET)\nexcept PermissionError:\n"
+                             "    print(os.getuid())\n"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return False, "bwrap did not start a Python within 30 s"
+    except OSError as e:
+        return False, f"could not start bwrap: {e}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode != 0 or out.decode(errors="replace").strip() != str(_SANDBOX_UID):
+        msg = err.decode(errors="replace").strip()[-300:] or f"exit code {proc.returncode}"
+        return False, f"bwrap failed here ({msg}); the kernel may refuse user namespaces"
+    return True, ""
+
+
 _NOT_LITERAL = object()
 _LITERAL_TYPES = (int, float, complex, str, bytes, bool, type(None))
 
@@ -488,28 +686,34 @@ class _Fate:
 
 
 def _run_child(pending: list, programs: list[str], time_limit_s: float, limits: Limits,
-               deadline: float, got: dict) -> _Fate:
+               deadline: float, got: dict, strong: bool) -> _Fate:
     """One child process over `pending` calls (in order); fills `got` with the results it streams
-    back and says how it ended."""
+    back and says how it ended. `strong`: run it under bwrap (`_bwrap_argv`)."""
     fate = _Fate()
     left = deadline - time.monotonic()
     scratch = tempfile.mkdtemp(prefix="sparserl-sbx-")
     nonce = secrets.token_hex(16)
+    site_paths = _site_paths() if limits.site_packages else []
     payload = marshal.dumps({
         "nonce": nonce, "programs": programs, "calls": pending, "time_limit_s": float(time_limit_s),
         "limits": {"memory_mb": int(limits.memory_mb), "file_size_mb": int(limits.file_size_mb),
                    "nofile": int(limits.nofile), "cpu_s": max(1, int(left) + 1),
                    "exec_limit_s": float(limits.exec_limit_s), "isolate": bool(limits.isolate),
-                   "sys_path": _site_paths() if limits.site_packages else [],
+                   "mode": "strong" if strong else "weak", "sys_path": site_paths,
                    "preload": [str(m) for m in limits.preload],
                    "max_result_chars": int(limits.max_result_chars)},
     })
-    cmd = [limits.python or sys.executable, "-I", "-S", "-B", "-c", _BOOT]
+    argv = ["-I", "-S", "-B", "-c", _BOOT]
+    pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                 process_group=0)
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, cwd=scratch,
-                                env=dict(_ENV, TMPDIR=scratch, HOME=scratch),
-                                close_fds=True, process_group=0)
+        if strong:
+            proc = _spawn_strong(_interpreter(limits), scratch, site_paths, argv,
+                                 tmp_mb=max(1, int(limits.file_size_mb)), **pipes)
+        else:
+            proc = subprocess.Popen([limits.python or sys.executable, *argv], cwd=scratch,
+                                    env=dict(_ENV, TMPDIR=scratch, HOME=scratch),
+                                    close_fds=True, **pipes)
     except OSError as e:
         shutil.rmtree(scratch, ignore_errors=True)
         fate.reason = f"could not start the sandbox process: {e}"
@@ -650,7 +854,24 @@ def _result(msg: tuple) -> CallResult:
     return CallResult(False, error=str(err) if err else "error", seconds=t)
 
 
-_LAST_ISOLATION = {"isolation": ""}
+_LAST_ISOLATION = {"isolation": "", "detail": ""}
+
+
+def isolation_of(limits: Limits | None = None) -> str:
+    """The level `run_jobs` gives with these limits: "strong" or "weak". Raises SandboxUnavailable
+    when limits.isolation is "strong" and the machine cannot give it."""
+    limits = limits or Limits()
+    if limits.isolation not in ("auto", "strong", "weak"):
+        raise ValueError(f"sandbox Limits.isolation {limits.isolation!r}: use 'auto', 'strong' or 'weak'")
+    if limits.isolation == "weak":
+        return "weak"
+    ok, why = strong_isolation(_interpreter(limits))
+    if ok:
+        return "strong"
+    if limits.isolation == "strong":
+        raise SandboxUnavailable(f"strong sandbox isolation is not available: {why}; "
+                                 "install bubblewrap (apt-get install bubblewrap)")
+    return "weak"
 
 
 def run_jobs(calls: Sequence[Call], *, time_limit_s: float = 1.0, total_time_s: float | None = None,
@@ -666,6 +887,7 @@ def run_jobs(calls: Sequence[Call], *, time_limit_s: float = 1.0, total_time_s: 
     results: list[CallResult | None] = [None] * n
     if n == 0:
         return []
+    strong = isolation_of(limits) == "strong"
     programs = list(dict.fromkeys(str(c.program) for c in calls))
     pidx = {p: i for i, p in enumerate(programs)}
     pending = []
@@ -688,9 +910,10 @@ def run_jobs(calls: Sequence[Call], *, time_limit_s: float = 1.0, total_time_s: 
                                                          f"({total_time_s:g}s) ran out before this call")
             break
         got: dict[int, CallResult] = {}
-        fate = _run_child(pending, programs, time_limit_s, limits, deadline, got)
+        fate = _run_child(pending, programs, time_limit_s, limits, deadline, got, strong)
         if fate.isolation:
-            _LAST_ISOLATION["isolation"] = fate.isolation
+            _LAST_ISOLATION.update(isolation="strong" if fate.isolation == "strong" else "weak",
+                                   detail=fate.isolation)
         for i, r in got.items():
             results[i] = r
         rest = [c for c in pending if results[c[0]] is None]
@@ -718,9 +941,10 @@ def run_calls(program: str, func_name: str, args_list: Sequence, time_limit_s: f
 
 
 def sandbox_info(limits: Limits | None = None) -> dict:
-    """Which kernel isolation the child gets here ("user+net+pid", "user+net", "net", "audit-only")
-    and how long a one-call batch takes: for logs and tests."""
+    """The isolation a one-call batch got here ("strong" or "weak"), its detail ("strong", or the
+    weak level's kernel part: "user+net+pid", "user+net", "net", "audit-only"), and how long the
+    batch took: for logs and tests."""
     t0 = time.perf_counter()
     r = run_calls("def f(x):\n    return x\n", "f", [1], limits=limits)
-    return {"isolation": _LAST_ISOLATION["isolation"], "ok": r[0].ok,
-            "seconds": time.perf_counter() - t0}
+    return {"isolation": _LAST_ISOLATION["isolation"], "detail": _LAST_ISOLATION["detail"],
+            "ok": r[0].ok, "seconds": time.perf_counter() - t0}

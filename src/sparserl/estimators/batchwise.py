@@ -1,12 +1,14 @@
 """BASIS: batchwise advantage estimation from single-rollout information sharing.
 
-Paper: BASIS (/work/shared/papers/004_9a9aad8f1e9eac0a.txt), Sections 4-5 and Appendix D.
+Paper: BASIS: Batchwise Advantage Estimation from Single-Rollout Information Sharing for LLM
+Reasoning, Sections 4-5 and Appendix D.
 Rewards in {0,1}, one rollout per prompt (several are allowed: each rollout is then its own
 source and only its own reward is left out). Three steps:
   1. offline value V*_beta from n cached reference rollouts (`basis_value`, Eq. 4);
   2. batchwise leave-one-out refinement (`basis_refine`: UNB / VOP / RVG) [reconstructed];
   3. online calibration of beta on the current or the preceding batch [reconstructed].
-The refinement formulas are the project's reconstruction (formulas.md, "BASIS").
+The refinement formulas are reconstructed: the paper's text lost Eq. 3 (the refined estimator with
+Proposition 1's BLUE weights) and the VOP (Proposition 2) and RVG weights.
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ def _value(p: np.ndarray, b: np.ndarray) -> np.ndarray:
 def basis_refine(vhat, rewards, eps: float = 1e-6, kind: str = "unb", inactive: str = "zero"):
     """Leave-one-out batchwise refinement of initial values vhat with one reward per prompt.
 
-    [reconstructed] (formulas.md). sigma2_j = vhat_j (1 - vhat_j); active set J = {j: sigma2_j > eps}.
+    [reconstructed; the paper's text lost Eq. 3] sigma2_j = vhat_j (1 - vhat_j) (Section 4);
+    active set J = {j: sigma2_j > eps}.
     With sums over j in J, j != i:
       unb (Prop. 1, BLUE): vt_i = vhat_i * sum(vhat_j r_j / sigma2_j) / sum(vhat_j^2 / sigma2_j)
       vop (Prop. 2):       vt_i = vhat_i * sum(vhat_j r_j / sigma2_j) / (1 + sum(vhat_j^2 / sigma2_j))
@@ -294,7 +297,8 @@ def _kind(kind):
     adv.__doc__ = f"BASIS advantage with the {kind.upper()} refinement (see `basis_advantage`)."
     base.__doc__ = f"BASIS baseline with the {kind.upper()} refinement (see `basis_baseline`)."
     # reads ctx.phat/vhat (reference), ctx.beta when fixed, ctx.prev_* when calibrate_on="previous"
-    register_estimator(f"basis_{kind}", baseline=base, needs=("reference", "beta", "calibration"))(adv)
+    # the registry's checked function: an overflow (rewards of 1e308) is an error naming basis_<kind>
+    adv = register_estimator(f"basis_{kind}", baseline=base, needs=("reference", "beta", "calibration"))(adv)
     return adv, base
 
 

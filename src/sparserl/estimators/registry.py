@@ -6,6 +6,11 @@ its optional baseline, the side data it reads (`needs`, from `SIDE_DATA`) and it
 - "sequence": fn(rewards, prompt_ids, *, ctx=None, info=None, **kw) -> (M,)
 - "token":    fn(rewards, prompt_ids, *, values, mask, ctx=None, info=None, **kw) -> (N, T)
 
+Every advantage function the registry hands out (the decorator's return value, `get_estimator`,
+`spec.fn`) checks its output at this boundary: a float array, one entry
+per rollout ((M,)) or the mask's shape ((N, T)) for token-level ones, all finite. A NaN or an
+overflow (rewards of 1e308) is a ValueError naming the estimator, never an advantage that trains.
+
 This module imports nothing from the estimator modules (they import it), so there is no cycle.
 `ESTIMATOR_REGISTRY` and `BASELINE_REGISTRY` are live name -> function views of the specs, so a
 name deleted from either stays consistent with `get_spec` and `list_estimators`.
@@ -13,9 +18,12 @@ name deleted from either stays consistent with `get_spec` and `list_estimators`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Callable
+
+import numpy as np
 
 Estimator = Callable[..., "np.ndarray"]  # noqa: F821 (signatures documented above)
 
@@ -55,12 +63,51 @@ def _check_needs(name: str, needs) -> frozenset:
     return out
 
 
+def check_output(name: str, what: str, out, rewards, mask=None):
+    """`out` unchanged if it is a finite float array of the expected shape: (M,) for M rewards, the
+    mask's shape for a token-level result (`mask` given); ValueError naming the estimator if not."""
+    a = np.asarray(out)
+    if a.dtype.kind != "f":
+        raise ValueError(f"estimator {name!r}: its {what} has dtype {a.dtype}, not float; "
+                         "return a float array")
+    want = tuple(np.shape(mask)) if mask is not None else (len(rewards),)
+    if a.shape != want:
+        per = "the mask's shape (one per token)" if mask is not None else "one per rollout"
+        raise ValueError(f"estimator {name!r}: its {what} has shape {a.shape}, expected {want} ({per})")
+    bad = ~np.isfinite(a)
+    if bad.any():
+        at = np.unravel_index(int(np.flatnonzero(bad.ravel())[0]), a.shape)
+        at = at[0] if len(at) == 1 else tuple(int(i) for i in at)
+        raise ValueError(f"estimator {name!r}: its {what} hold {float(a[at])} at index {at} ({int(bad.sum())} "
+                         f"of {a.size} non-finite); its inputs (rewards, values or side data) are non-finite "
+                         "or so large that float64 overflows: rescale them")
+    return out
+
+
+def _raw(fn):
+    """The estimator function itself under a `_checked` wrapper."""
+    return fn.__wrapped__ if getattr(fn, "_checked_as", None) else fn
+
+
+def _checked(name: str, fn: Estimator) -> Estimator:
+    """`fn` whose every result passes `check_output`; its raw function is `__wrapped__`."""
+    raw = _raw(fn)
+
+    @functools.wraps(raw)
+    def checked(rewards, prompt_ids, *args, **kw):
+        return check_output(name, "advantages", raw(rewards, prompt_ids, *args, **kw), rewards, kw.get("mask"))
+
+    checked._checked_as = name
+    return checked
+
+
 def register_estimator(name: str, *, baseline: Estimator | None = None, needs=(), level: str = "sequence"):
     """Decorator registering an advantage estimator under `name` (see the module docstring).
 
     `needs`: side data it reads, a subset of `SIDE_DATA` (ValueError otherwise); token-level
-    estimators must declare "values". Registering again with an identical spec is a no-op (a
-    re-import); a different function or spec under a taken name raises ValueError.
+    estimators must declare "values". Returns the checked function the registry hands out (its
+    `__wrapped__` is `fn`). Registering again with an identical spec is a no-op (a re-import);
+    a different function or spec under a taken name raises ValueError.
     """
     if level not in LEVELS:
         raise ValueError(f"estimator {name!r}: level must be one of {LEVELS}, got {level!r}")
@@ -69,13 +116,18 @@ def register_estimator(name: str, *, baseline: Estimator | None = None, needs=()
         raise ValueError(f"estimator {name!r}: a token-level estimator must declare needs=('values', ...)")
 
     def decorator(fn: Estimator) -> Estimator:
-        spec = EstimatorSpec(name=name, fn=fn, baseline=baseline, needs=need_set, level=level)
         old = _SPECS.get(name)
-        if old is not None and old != spec:
-            what = f"to {old.fn}" if old.fn is not fn else f"with a different spec ({old})"
-            raise ValueError(f"estimator {name!r} is already registered {what}")
+        if old is not None:
+            if _raw(old.fn) is not _raw(fn):
+                raise ValueError(f"estimator {name!r} is already registered to {_raw(old.fn)}")
+            if (old.baseline, old.needs, old.level) != (baseline, need_set, level):
+                raise ValueError(f"estimator {name!r} is already registered with a different spec ({old})")
+            return old.fn
+        # baselines (b on the reward scale, read by the value studies) are handed out as given
+        spec = EstimatorSpec(name=name, fn=_checked(name, fn), baseline=baseline,
+                             needs=need_set, level=level)
         _SPECS[name] = spec
-        return fn
+        return spec.fn
 
     return decorator
 

@@ -23,11 +23,12 @@ from typing import Any
 
 import jsonschema
 
-from sparserl.core.config import ConfigError, read_yaml
+from sparserl.core.config import ConfigError, nonfinite_message, nonfinite_numbers, read_yaml
 from sparserl.estimators.osla import C_PAPER, GLOBAL_STOP_PAPER, K_STEP_PAPER
 
 METHODS_DIR = Path(__file__).resolve().parents[3] / "configs" / "methods"
 
+MAX_STEPS = 2 ** 31 - 1  # a run's step count must fit an int32 (checkpoint names, TensorBoard steps)
 # V0.5's OSLA defaults (V0.5 paper Section 4.1.3): cost c per rollout and the batch's global stop
 OSLA_C, OSLA_K_STEP, OSLA_GLOBAL_STOP = C_PAPER, K_STEP_PAPER, GLOBAL_STOP_PAPER
 SUPPORT_SIZE = 512  # V0.5: the 512 most recent (prompt, reward) pairs ...
@@ -109,7 +110,7 @@ class LossSpec:
 
 @dataclass(frozen=True)
 class OslaSpec:
-    """V0.5's sequential allocation (formulas.md, "V0.5: Sequential OSLA Allocation")."""
+    """V0.5's sequential OSLA allocation (arXiv 2603.10848, Theorem 3.6 and Section 4.1.3)."""
     k_init: int
     k_step: int = OSLA_K_STEP
     c: float = OSLA_C
@@ -173,9 +174,14 @@ class BasisSpec:
         if b is None or (isinstance(b, str) and b.strip().lower() in ("calibrate", "auto", "")):
             return None
         try:
-            return float(b)  # "inf" -> inf
+            beta = float(b)  # "inf" -> inf
         except ValueError:
-            raise ConfigError(f"basis.beta: {b!r} is neither a number, 'inf' nor 'calibrate'") from None
+            raise ConfigError(f"key 'basis.beta': {b!r} is neither a number, 'inf' nor 'calibrate'") from None
+        # V*_beta (BASIS Eq. 4) is a temperature: beta > 0, +inf its documented limit (V* = phat)
+        if not beta > 0:
+            raise ConfigError(f"key 'basis.beta': {b!r} is not a positive number; set a beta > 0, "
+                              "'inf' (V* = phat) or 'calibrate' (grid search on the batch)")
+        return beta
 
 
 @dataclass(frozen=True)
@@ -326,6 +332,8 @@ def load_method(name: str, methods_dir: Path | None = None) -> MethodSpec:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys (estimator, group_size, loss), "
                           f"got {type(raw).__name__}")
+    for keys, value in nonfinite_numbers(raw):  # JSON Schema's minimum lets NaN through
+        raise ConfigError(nonfinite_message(str(path), keys, value))
     errs = sorted(jsonschema.Draft202012Validator(METHOD_SCHEMA).iter_errors(raw),
                   key=lambda e: len(e.absolute_path))
     if errs:
@@ -357,7 +365,13 @@ def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
     if m.osla is not None and m.osla.k_init != m.group_size:
         raise ConfigError(f"{where}: osla.k_init ({m.osla.k_init}) must equal group_size "
                           f"({m.group_size}), which sizes the prompt batch")
-    m.basis.fixed_beta()  # a bad beta fails here, not mid-run
+    try:
+        m.basis.fixed_beta()  # a bad beta fails here, not mid-run
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}; fix it in that file") from None
+    if m.osla is not None and m.osla.k_max < m.osla.k_init:
+        raise ConfigError(f"{where}: osla: k_max {m.osla.k_max} (floor(1 / sqrt(c)) unless set) is below "
+                          f"k_init {m.osla.k_init}; lower osla.c or raise osla.k_max")
     if m.needs_critic and m.critic is None:
         raise ConfigError(f"{where}: estimator {m.estimator!r} reads critic values; add a 'critic' "
                           f"mapping (e.g. critic: {{privileged: none}})")
@@ -398,18 +412,33 @@ def run_settings(rl: dict, method: "MethodSpec | None" = None) -> dict:
 
 def total_steps(rl: dict, method: MethodSpec) -> int:
     """RL steps of a method (BASIS's grid entries train for a fraction of them)."""
-    return max(1, round(rl["steps"] * float(method.steps_factor)))
+    n = rl["steps"] * float(method.steps_factor)
+    if not n <= MAX_STEPS:  # also NaN; round(inf) would raise a bare OverflowError
+        raise ConfigError(f"rl.steps {rl['steps']} x steps_factor {method.steps_factor!r} of method "
+                          f"'{method.name}' gives {n!r} steps, more than a run can hold ({MAX_STEPS}); "
+                          f"lower steps_factor in configs/methods/{method.name}.yaml or rl.steps")
+    return max(1, round(n))
 
 
 def prompts_per_step(method: MethodSpec, rollouts_per_step: int) -> int:
-    """Prompts a step samples: rollouts_per_step / group_size. Fewer rollouts than one group would
-    silently run a step of group_size rollouts, a budget the config never asked for: refused."""
-    if rollouts_per_step < method.group_size:
+    """Prompts a step samples: rollouts_per_step / group_size. A budget that is not a whole number
+    of groups is refused, never rounded: fewer rollouts than one group would run a step of
+    group_size rollouts, and flooring (12 with G=8 -> 8) would give this method a smaller budget
+    than the others, both budgets the config never asked for."""
+    G = method.group_size
+    if rollouts_per_step < G:
         raise ConfigError(f"rl.rollouts_per_step = {rollouts_per_step} is below the group_size "
-                          f"{method.group_size} of method '{method.name}', so a step cannot draw one "
-                          f"group; set rl.rollouts_per_step to a multiple of {method.group_size} "
-                          f"(at least {method.group_size}) or drop '{method.name}' from rl.methods")
-    return rollouts_per_step // method.group_size
+                          f"{G} of method '{method.name}', so a step cannot draw one "
+                          f"group; set rl.rollouts_per_step to a multiple of {G} "
+                          f"(at least {G}) or drop '{method.name}' from rl.methods")
+    if rollouts_per_step % G:
+        lo = rollouts_per_step // G * G
+        raise ConfigError(f"rl.rollouts_per_step = {rollouts_per_step} is not a multiple of the group_size "
+                          f"{G} of method '{method.name}', so its steps would train "
+                          f"{lo} rollouts, not {rollouts_per_step}; set rl.rollouts_per_step to a multiple of {G} "
+                          f"(nearest: {lo} or {lo + G}) that every method in rl.methods divides, "
+                          f"or drop '{method.name}' from rl.methods")
+    return rollouts_per_step // G
 
 
 def fraction_step(fraction: float, n: int) -> int:

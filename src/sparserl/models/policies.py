@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sparserl.core.artifacts import atomic_dir, git_commit, config_hash
+from sparserl.core.artifacts import atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths, snapshot_tag
 from sparserl.tasks import format_prompt, format_target
@@ -138,8 +137,9 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
                        "tasks": cfg["tasks"], "seed": cfg["seed"]})
     snaps = {max(1, round(f * steps)): snapshot_tag(f) for f in pt.get("snapshots", [])}
     start, history = 0, []
-    if state_file.exists():
-        st = torch.load(state_file, weights_only=False)
+    # a truncated last.pt falls back on prev.pt or stops naming the file and the fix
+    st = load_checkpoint(state_file, what=f"pre-training {name}", log=lambda m: log(f"[pretrain {name}] {m}"))
+    if st is not None:
         if st.get("config_hash") != key:
             log(f"[pretrain {name}] {state_file} was made with another config; starting over")
         elif not _restore_snapshots(paths, name, snaps, st["step"], state_dir):
@@ -179,12 +179,9 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
             # a copy in the state dir: Snakemake deletes a killed job's outputs before a rerun
             save_hf(model, tokenizer, state_dir / "snapshots" / snaps[done], _info(cfg, name, done, history))
         if done % every == 0 and done < steps:
-            state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = state_file.with_suffix(".tmp")
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(),
-                        "sched": sched.state_dict(), "gen": gen.get_state(), "step": done,
-                        "history": history, "config_hash": key}, tmp)
-            os.replace(tmp, state_file)
+            save_checkpoint({"model": model.state_dict(), "opt": opt.state_dict(),
+                             "sched": sched.state_dict(), "gen": gen.get_state(), "step": done,
+                             "history": history, "config_hash": key}, state_file)
         if stop_after is not None and done >= stop_after and done < steps:
             raise RuntimeError(f"pretrain {name}: stopped after step {done} (simulated kill)")
     bar.close()
@@ -208,7 +205,8 @@ def _restore_snapshots(paths: Paths, name: str, snaps: dict, step: int, state_di
         saved = state_dir / "snapshots" / tag
         if not saved.exists():
             return False
-        shutil.copytree(saved, target)
+        with atomic_dir(target) as tmp:  # a kill mid-copy must not leave a partial snapshot
+            shutil.copytree(saved, tmp, dirs_exist_ok=True)
     return True
 
 

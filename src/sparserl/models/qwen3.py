@@ -14,7 +14,6 @@ keep transformers.
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,19 +183,21 @@ class Qwen3LM(nn.Module):
     def save_pretrained(self, out) -> None:
         """config.json and model.safetensors as transformers writes them (a tied head is not
         stored), plus generation_config.json (the source checkpoint's, or the one it was built
-        with)."""
-        from safetensors.torch import save_file
+        with). Every file goes through the atomic writer: safetensors' own `save_file` makes the
+        weights 0600, which the group could not read."""
+        from safetensors.torch import save
+        from sparserl.core.artifacts import atomic_write_bytes, atomic_write_text
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
         if self.config.get("tie_word_embeddings"):
             state.pop("lm_head.weight", None)
-        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
-        (out / "config.json").write_text(json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n")
+        atomic_write_bytes(out / "model.safetensors", save(state, metadata={"format": "pt"}))
+        atomic_write_text(out / "config.json", json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n")
         src = getattr(self, "source", None)
         if src is not None and (Path(src) / "generation_config.json").is_file():
-            shutil.copyfile(Path(src) / "generation_config.json", out / "generation_config.json")
+            atomic_write_bytes(out / "generation_config.json", (Path(src) / "generation_config.json").read_bytes())
         elif getattr(self, "generation_config", None):
-            (out / "generation_config.json").write_text(
-                json.dumps(self.generation_config, indent=2, sort_keys=True) + "\n")
+            atomic_write_text(out / "generation_config.json",
+                              json.dumps(self.generation_config, indent=2, sort_keys=True) + "\n")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.core.artifacts import config_hash, read_table, write_table
+from sparserl.core.artifacts import atomic_write_text, config_hash, read_table, write_table
 from sparserl.grading.verifier import open_verifier
 from sparserl.core.config import rollout_max_new_tokens
 from sparserl.core.logs import get_logger
@@ -59,7 +59,7 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
     if parts.exists() and (not stamp.exists() or json.loads(stamp.read_text()) != key):
         shutil.rmtree(parts)  # shards of another setting must not mix in
     parts.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps(key, sort_keys=True))
+    atomic_write_text(stamp, json.dumps(key, sort_keys=True))  # a torn key.json would fail every rerun
 
     backend = make_backend(cfg, str(P.policy(ref) if policy_path is None else policy_path), threads=threads)
     shards = range(0, len(pool), shard_size)

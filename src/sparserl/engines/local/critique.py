@@ -19,7 +19,6 @@ The critic's part of the step (critic rows, values, advantages, targets, replay,
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import time
 
@@ -36,7 +35,7 @@ from sparserl.engines.local.trainer import Trainer, load_policy
 from sparserl.envs import make_env
 from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages
-from sparserl.methods.spec import load_method
+from sparserl.methods.spec import load_method, prompts_per_step
 from sparserl.rollout import SamplingParams, make_live_backend
 from sparserl.rollout.base import RolloutBatch
 
@@ -127,7 +126,8 @@ class CritiqueTrainer(Trainer):
         self.ref_model = None
         self.backend = make_live_backend(cfg, self.model, self.tok)
         self.steps = int(self.rl["steps"])
-        self.n_prompts = max(1, int(self.rl["rollouts_per_step"]) // self.exp.k)
+        # the same whole-groups rule as the math trainer: never a silently smaller budget
+        self.n_prompts = prompts_per_step(self.m, int(self.rl["rollouts_per_step"]))
         self.max_new = int(self.rl["max_new_tokens"])
         self.params = sampling_params(self.rl)
         self.response_length = self.max_new * self.env.max_turns  # a trajectory's longest
@@ -147,12 +147,11 @@ class CritiqueTrainer(Trainer):
                             "method": self.m.to_dict(), "seed": self.seed, "policy": str(self.CP.policy())})
 
     def save_state(self) -> None:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                    "rng": self.rng.bit_generator.state, "step": self.step, "metrics": self.metrics,
-                    "calibration": self.calibration, **self.critic_state(), "key": self._key()}, tmp)
-        os.replace(tmp, self.state_file)
+        from sparserl.core.artifacts import save_checkpoint  # atomic; keeps ckpt/prev.pt (Trainer.read_state)
+        save_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                         "rng": self.rng.bit_generator.state, "step": self.step, "metrics": self.metrics,
+                         "calibration": self.calibration, **self.critic_state(), "key": self._key()},
+                        self.state_file)
         self.write_metrics()
 
     def try_resume(self) -> bool:
@@ -168,7 +167,8 @@ class CritiqueTrainer(Trainer):
         if self.metrics:
             write_table(pd.DataFrame(self.metrics), self.run_paths.metrics, cfg=self.cfg,
                         extra={"experiment": self.exp.name, "env": self.exp.env, "k": self.exp.k,
-                               "method": self.m.name, "seed": self.seed, "steps": self.steps})
+                               "method": self.m.name, "seed": self.seed, "steps": self.steps,
+                               "isolation": getattr(self.env, "sandbox_isolation", None)})  # codeio's sandbox level
 
     def _save_hf(self, out) -> None:
         from sparserl.models.policies import save_hf

@@ -22,7 +22,9 @@ prompt stream before step 1; their rollouts are counted in `critic_warmup_rollou
 
 State (model, optimiser, RNG, support buffer, BASIS's preceding batch, the critic and its replay,
 metrics) is checkpointed every `rl.checkpoint_every` steps; a killed run resumes from it and gives
-the same metrics.
+the same metrics. A NaN or infinite loss, gradient norm or weight stops the run at that step
+(`NonFiniteError`, before the optimiser step or save that would spread it), so the last checkpoint
+stays finite; `SPARSERL_TEST_INJECT_NAN_AT_STEP=k` (tests only) makes step k's loss NaN.
 """
 from __future__ import annotations
 
@@ -65,6 +67,15 @@ class KilledForTest(RuntimeError):
     """Raised by `train(..., stop_after=k)` to simulate a kill after k steps."""
 
 
+class NonFiniteError(RuntimeError):
+    """A step's loss, gradient norm or weights are NaN or infinite: the run stops before the
+    optimiser step (or the save) that would spread them, and its last checkpoint stays finite."""
+
+
+# test-only hook: the policy loss of this step (1-based) is made NaN, to test the stop above
+INJECT_NAN_ENV = "SPARSERL_TEST_INJECT_NAN_AT_STEP"
+
+
 def overlong_penalty(lengths: np.ndarray, max_len: int, buffer: int, penalty: float) -> np.ndarray:
     """DAPO's soft overlong punishment: 0 up to max_len - buffer, then linear down to -penalty."""
     start = max_len - buffer
@@ -83,6 +94,19 @@ def load_policy(path: str, backend: str):
         return Qwen3LM.from_dir(path), load_tokenizer(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+def require_checkpoint(cfg: dict, ref: str, path: str) -> None:
+    """ConfigError naming the path and the Snakemake target that builds it when the pre-trained
+    start policy `ref` (rl.policy) has no checkpoint; without this check transformers would read
+    the missing folder as a hub repo id and fail with "Repo id must be ..."."""
+    from sparserl.core.config import ConfigError
+    name = ref.split("@")[0]
+    if cfg["policies"][name]["source"] != "pretrain" or (Path(path) / "config.json").is_file():
+        return
+    raise ConfigError(f"{path}: the start policy '{ref}' (rl.policy) has no checkpoint there; build it "
+                      f"first (`snakemake --cores 2 {path}`, rule pretrain_policy) or set rl.policy to a "
+                      "policy that is built")
 
 
 class Trainer(CriticLoop):
@@ -104,6 +128,7 @@ class Trainer(CriticLoop):
         self.study_steps = study_snapshot_steps(cfg, self.m, seed) if run_paths is None else []
         self.dir = self.run_paths.dir
         policy_path = str(self.P.policy(self.rl["policy"]))
+        require_checkpoint(cfg, self.rl["policy"], policy_path)
         torch.manual_seed(seed)
         self.model, self.tok = load_policy(policy_path, cfg["rollout"]["backend"])
         self.ref_model = None
@@ -160,22 +185,25 @@ class Trainer(CriticLoop):
         return config_hash(key)
 
     def save_state(self) -> None:
-        self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        torch.save({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                    "rng": self.rng.bit_generator.state, "step": self.step,
-                    "metrics": self.metrics, "harvest": self.harvest, "support": list(self.support.pairs),
-                    "calibration": self.calibration, **self.critic_state(),
-                    "warmup_rollouts": self.warmup_rollouts, "key": self._key()}, tmp)
-        os.replace(tmp, self.state_file)
+        """The resume state, atomically (a failed write names its cause and leaves no temp file);
+        the state it replaces stays as ckpt/prev.pt, for a truncated last.pt to fall back on."""
+        from sparserl.core.artifacts import save_checkpoint
+        save_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
+                         "rng": self.rng.bit_generator.state, "step": self.step,
+                         "metrics": self.metrics, "harvest": self.harvest, "support": list(self.support.pairs),
+                         "calibration": self.calibration, **self.critic_state(),
+                         "warmup_rollouts": self.warmup_rollouts, "key": self._key()}, self.state_file)
         self.write_metrics()
 
     def read_state(self, tag: str = "rl") -> dict | None:
         """The resume state if it belongs to this setting (its key), with the model, optimiser,
-        RNG, step and metrics restored from it; None to start over."""
-        if not self.state_file.exists():
+        RNG, step and metrics restored from it; None to start over. A truncated or corrupt state
+        falls back on ckpt/prev.pt, or stops with a message naming the file and how to start over
+        (`core.artifacts.load_checkpoint`)."""
+        from sparserl.core.artifacts import load_checkpoint
+        st = load_checkpoint(self.state_file, what=f"the run {self.dir}", log=lambda m: self.log(f"[{tag}] {m}"))
+        if st is None:
             return None
-        st = torch.load(self.state_file, weights_only=False)
         if st.get("key") != self._key():
             self.log(f"[{tag}] {self.state_file} belongs to another setting; starting over")
             return None
@@ -301,7 +329,7 @@ class Trainer(CriticLoop):
         grad_norms = []
         updates = 0
         for epoch in range(self.rl.get("ppo_epochs", 1)):
-            for mini in np.array_split(order_rng.permutation(len(seqs)), n_mini):
+            for mini_no, mini in enumerate(np.array_split(order_rng.permutation(len(seqs)), n_mini)):
                 self.opt.zero_grad(set_to_none=True)
                 tokens_total = sum(len(seqs[i]) - plens[i] for i in mini)
                 for start in range(0, len(mini), mb):
@@ -316,6 +344,8 @@ class Trainer(CriticLoop):
                         old[j, :len(lp)] = torch.as_tensor(lp)
                     a = torch.as_tensor(adv[sl])
                     loss, clip = loss_fn(logp, old, a, mask, **lk)
+                    if self.step + 1 == int(os.environ.get(INJECT_NAN_ENV) or 0):
+                        loss = loss * float("nan")
                     w = (mask.sum() / max(tokens_total, 1)).item() if lk.get("agg") == "token_mean" \
                         else len(sl) / len(mini)
                     total = loss * w
@@ -325,20 +355,46 @@ class Trainer(CriticLoop):
                         kl = ((kl_k3(logp, ref_lp) * mask).sum() / mask.sum().clamp(min=1))
                         total = total + m.kl_coef * kl * w
                         stats["kl"] += float(kl.detach()) * w
+                    if not torch.isfinite(total.detach()):
+                        raise self._nonfinite("loss", float(total.detach()), epoch, mini_no)
                     total.backward()
                     stats["loss"] += float(loss.detach()) * w
                     stats["clip_frac"] += float(clip) * w
                     stats["entropy"] += float((ent * mask).sum() / mask.sum().clamp(min=1)) * w
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)))
+                gn = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0))
+                if not np.isfinite(gn):  # clipping a NaN norm would step every weight to NaN
+                    raise self._nonfinite("gradient norm", gn, epoch, mini_no)
+                grad_norms.append(gn)
                 self.opt.step()
                 updates += 1
         for k in stats:
             stats[k] /= updates
+        for name, p in self.model.named_parameters():
+            if not torch.isfinite(p).all():
+                raise self._nonfinite(f"weight {name}", float(p.detach()[~torch.isfinite(p.detach())][0]))
         gn = float(np.mean(grad_norms))
         info["grad_norm"] = gn
         info["optimizer_steps"] = updates
         info.update(stats)
         self.model.eval()
+
+    _saved_step: int | None = None  # step of the last state saved by `run` (None: a loop that does not say)
+
+    def _nonfinite(self, what: str, value: float, epoch: int | None = None, mini: int | None = None):
+        """The NonFiniteError of the current step: where, and which checkpoint is the last finite one."""
+        at = "" if epoch is None else f", epoch {epoch + 1} mini-batch {mini + 1}"
+        if self._saved_step is None:
+            kept = f"the last checkpoint {self.state_file}, if any, predates this step and is kept"
+        elif self._saved_step:
+            kept = (f"the last finite checkpoint, kept, is {self.state_file} (step {self._saved_step}); a "
+                    "rerun resumes from it")
+        else:
+            kept = ("no checkpoint was saved before it (rl.checkpoint_every = "
+                    f"{self.rl.get('checkpoint_every', 10)}); a rerun starts from the start policy")
+        return NonFiniteError(f"method '{self.m.name}' seed {self.seed}: non-finite {what} ({value}) at "
+                              f"step {self.step + 1}/{self.steps}{at}; the run stops before it reaches the "
+                              f"weights on disk, and {kept}. Fix the cause first (rl.lr, the method's loss "
+                              f"settings in configs/methods/{self.m.name}.yaml, the rewards)")
 
     # loop ------------------------------------------------------------------------------------
     def run(self, stop_after: int | None = None) -> Path:
@@ -347,6 +403,7 @@ class Trainer(CriticLoop):
             for stale in (self.run_paths.checkpoints, self.run_paths.eval_dir, self.run_paths.rollouts,
                           self.run_paths.tensorboard):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        self._saved_step = self.step  # the resumed state's step (0: none)
         every = self.rl.get("checkpoint_every", 10)
         # evaluated snapshots, and those the BASIS value study reads (saving reads the model only)
         snaps = set(snapshot_steps(self.rl, self.m)) | set(self.study_steps)
@@ -416,6 +473,7 @@ class Trainer(CriticLoop):
                     self._save_hf(self.run_paths.checkpoint(self.step))
                 if self.step % every == 0 or self.step == self.steps:
                     self.save_state()
+                    self._saved_step = self.step
                 if stop_after is not None and self.step >= stop_after and self.step < self.steps:
                     raise KilledForTest(f"stopped after step {self.step}")
         self._save_hf(self.run_paths.final)
