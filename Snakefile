@@ -7,7 +7,8 @@ import sys
 
 sys.path.insert(0, os.path.join(workflow.basedir, "src"))  # a checkout runs without install
 
-from sparserl.core.config import ConfigError, from_snakemake, read_yaml, write_resolved
+from sparserl.core.config import (ConfigError, describe_overrides, explain_key_change, from_snakemake,
+                                  read_yaml, write_resolved)
 from sparserl.core.paths import Paths, rl_engine
 
 # --configfile replaces the default instead of being merged into it
@@ -22,10 +23,16 @@ if not workflow.overwrite_configfiles:
 # logger plugin src/snakemake_logger_plugin_sparserl makes that error name the file and line.
 # Files that parse are read again by from_snakemake, which rejects duplicate keys with the line.
 
+# `--config` entries: dotted keys (`rl.steps=20`) nested, string values typed by the schema, a
+# wrong one blamed on the command line (sparserl.core.config.from_snakemake)
+_OVERRIDES = dict(getattr(workflow.config_settings, "config", None) or {})
 try:
-    CFG = from_snakemake(config, workflow.configfiles or workflow.overwrite_configfiles)
+    CFG = from_snakemake(config, workflow.configfiles or workflow.overwrite_configfiles, _OVERRIDES)
 except ConfigError as e:
     raise WorkflowError(f"config error: {e}")
+if _OVERRIDES:
+    print(f"sparserl: {describe_overrides(_OVERRIDES, workflow.configfiles or workflow.overwrite_configfiles)}",
+          file=sys.stderr)
 
 if CFG.get("rl"):
     # a step that is not a whole number of groups, or a step count past what a run holds, fails
@@ -47,6 +54,23 @@ P = Paths(CFG)
 SCALE = CFG["scale"]
 # Jobs read the config Snakemake resolved (files + `--config` overrides), never the files again
 CONFIGS = str(write_resolved(CFG, P.results / ".config"))
+# the settings behind each rule's hash param (common.smk cfg_key, method_key), so that a rerun's
+# reason names the changed keys ("rl.steps: 60 -> 20"), not two hashes
+KEYS_DIR = P.results / ".config" / "keys"
+try:
+    from snakemake.persistence import ParamsChange as _ParamsChange
+
+    if not getattr(_ParamsChange.__str__, "_sparserl", False):
+        _plain_params_change = _ParamsChange.__str__
+
+        def _params_change_str(self):
+            return (explain_key_change(self.only_old, self.only_new, KEYS_DIR)
+                    or _plain_params_change(self))
+
+        _params_change_str._sparserl = True
+        _ParamsChange.__str__ = _params_change_str
+except ImportError:  # a Snakemake without it: its own reason (two hashes) stays
+    pass
 # the figures' footer names the config files given (the resolved file is named by its hash)
 CONFIG_NAME = "+".join(os.path.basename(str(f)) for f in (workflow.overwrite_configfiles or workflow.configfiles))
 SPARSERL = f"{sys.executable} -m sparserl"
@@ -78,9 +102,13 @@ rule all:
 
 
 onsuccess:
+    # the list of every output only when `all` was built: a file target (`targetfiles`) or
+    # another rule leaves `targetrules` without `all`
     dag = getattr(workflow, "dag", None)
     targets = {getattr(r, "name", r) for r in (getattr(dag, "targetrules", None) or ())}
-    if not targets or "all" in targets:
+    if "all" in targets:
         print(f"\nsparserl {SCALE}: outputs under {P.results}/ and {P.figures}/")
         for f in all_targets():
             print(f"  {f}")
+    for _name in sorted(t for t in targets if isinstance(t, str) and t.startswith("rl/")):
+        print(f"\n{_name}: " + ", ".join(str(d) for d in rl_method_dirs(_name[3:])))

@@ -1,8 +1,12 @@
+from pathlib import Path
+
 import pytest
 import yaml
 
 from sparserl.core.config import ConfigError, load_config
 from sparserl.core.paths import Paths
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", ["tiny", "small", "paper", "smoke"])
@@ -123,3 +127,66 @@ def test_rl_policy_must_name_a_policy(tmp_path, repo):
     assert path in msg and "key 'rl.policy' = 'zz' names no policy" in msg and "s, m, l" in msg
     msg, path = _bad(tmp_path, repo, "rl:\n  policy: s@p99\n")
     assert path in msg and "names no policy snapshot" in msg
+
+
+# --------------------------------------------------------------------------- command-line overrides (issue 27)
+
+def _tiny_as_snakemake_merges_it(overrides):
+    """Snakemake's `config`: the file, with the `--config` entries merged as it got them."""
+    from sparserl.core.config import deep_merge, read_yaml
+    cfg = read_yaml(REPO / "configs/tiny.yaml")
+    for k, v in overrides.items():
+        cfg = deep_merge(cfg, {k: v})  # a dotted key stays flat, as Snakemake keeps it
+    return cfg
+
+
+@pytest.mark.parametrize("overrides", [{"rl.steps": "20"}, {"rl": {"steps": "20"}}])
+def test_overrides_are_nested_and_typed_by_the_schema(overrides):
+    from sparserl.core.config import from_snakemake
+    cfg = from_snakemake(_tiny_as_snakemake_merges_it(overrides), [REPO / "configs/tiny.yaml"], overrides)
+    assert cfg["rl"]["steps"] == 20 and isinstance(cfg["rl"]["steps"], int)
+    assert "rl.steps" not in cfg and cfg["rl"]["lr"] == 1.5e-4  # the rest of rl is the file's
+
+
+def test_override_values_take_the_schemas_type():
+    from sparserl.core.config import override_layers
+    got = dict(override_layers({"rl.lr": "1e-4", "rl.policy": "1", "rl.seeds": "[0, 1]",
+                                "tasks.chat_template": "true", "rl": {"seeds": ["2"]}, "seed": 3}))
+    assert got == {"--config rl.lr=1e-4": {"rl": {"lr": 1e-4}},
+                   "--config rl.policy=1": {"rl": {"policy": "1"}},  # a string key keeps the string
+                   "--config rl.seeds=[0, 1]": {"rl": {"seeds": [0, 1]}},
+                   "--config tasks.chat_template=true": {"tasks": {"chat_template": True}},
+                   '--config rl={"seeds": ["2"]}': {"rl": {"seeds": [2]}},
+                   "--config seed=3": {"seed": 3}}
+
+
+@pytest.mark.parametrize("overrides, msg", [
+    ({"rl.steps": "abc"}, "--config rl.steps=abc: key 'rl.steps': 'abc' is not of type 'integer'; "
+                          "fix the value of 'rl.steps' on the command line"),
+    ({"rl": {"steps": "2.5"}}, "--config rl={\"steps\": \"2.5\"}: key 'rl.steps': 2.5 is not of type 'integer'"),
+    ({"rl.stepz": "3"}, "--config rl.stepz=3: unknown key 'rl.stepz'"),
+    ({"rl.lr": ".inf"}, "--config rl.lr=.inf: key 'rl.lr' is inf; every number must be finite"),
+])
+def test_a_bad_override_names_the_command_line_not_the_file(overrides, msg):
+    from sparserl.core.config import ConfigError, from_snakemake
+    with pytest.raises(ConfigError) as e:
+        from_snakemake(_tiny_as_snakemake_merges_it(overrides), [REPO / "configs/tiny.yaml"], overrides)
+    assert str(e.value).startswith(msg) and "tiny.yaml" not in str(e.value)
+
+
+def test_overrides_are_echoed_with_the_values_they_replace():
+    from sparserl.core.config import describe_overrides
+    assert (describe_overrides({"rl.steps": "20", "rl": {"lr": "1e-4"}}, [REPO / "configs/tiny.yaml"])
+            == "command-line --config: rl.steps=20 (was 60), rl.lr=0.0001 (was 0.00015)")
+
+
+def test_a_changed_settings_hash_is_explained_by_its_keys(tmp_path):
+    from sparserl.core.artifacts import config_hash
+    from sparserl.core.config import explain_key_change, settings_key
+    old = {"rl": {"steps": 60, "lr": 1e-4}, "seed": 0}
+    new = {"rl": {"steps": 20, "lr": 1e-4}, "seed": 0, "extra": [1]}
+    a, b = settings_key(old, tmp_path), settings_key(new, tmp_path)
+    assert a == config_hash(old)  # the hash params of built outputs stay what they were
+    assert (explain_key_change({repr(a)}, {repr(b)}, tmp_path)
+            == 'config keys changed: extra: "<unset>" -> [1]; rl.steps: 60 -> 20')
+    assert explain_key_change({"'0123456789abcdef'"}, {repr(b)}, tmp_path) is None  # never recorded

@@ -304,6 +304,35 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     assert final.loc["lc_mean", "heldout_gain"] == pytest.approx(final.loc["lc_mean", "heldout_reward"] - 0.25)
     figs = [f for f in list_figures(cfg) if f.group == "le_critique"]
     assert len(figs) == 6
+    from figure_checks import assert_error_bars_stated  # tests/figure_checks.py
     for f in figs:
         out = make_figure(f.id, cfg)
         assert out.stat().st_size > 10_000 and f.caption
+    # F4 and F7 draw seed error bars (one seed: zero-length), the curves bands: each says which
+    assert {f.id for f in figs if assert_error_bars_stated(f, cfg)} >= {"le_critique/f4_explained_variance",
+                                                                        "le_critique/f7_final_rewards"}
+
+
+def test_critique_runs_log_heldout_reward_and_hyperparameters_to_tensorboard(tmp_path, tiny_lm, repo, toy_env):
+    """A critique run (the `critique-train` command's `train`) writes TensorBoard like the math
+    runs: the training scalars, the hyperparameters (method, the experiment's RL settings, env, K)
+    and the held-out reward, its evaluation, at the last step; a kill and resume logs each step once."""
+    pytest.importorskip("tensorboard")
+    from tb_events import hparams, metric_tags, read_events  # tests/tb_events.py
+    from sparserl.engines.local.critique import KilledForTest, train
+    from sparserl.envs.world import CritiquePaths
+    cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_vf",))
+    with pytest.raises(KilledForTest):
+        train(cfg, "toy_k", "lc_vf", 0, stop_after=2)
+    d = train(cfg, "toy_k", "lc_vf", 0)
+    run = CritiquePaths(cfg).run("toy_k", "lc_vf", 0)
+    assert run.tensorboard == d / "tensorboard"
+    acc = read_events(run.tensorboard)
+    summary = json.loads((d / "summary.json").read_text())
+    (held,) = acc.Scalars("eval/heldout_reward")
+    assert held.step == 4 and held.value == pytest.approx(summary["heldout_reward"])
+    assert [e.step for e in acc.Scalars("reward_mean")] == [1, 2, 3, 4]
+    hp = hparams(acc)
+    assert hp["method.estimator"] == load_method("lc_vf").estimator and hp["k"] == 4
+    assert hp["experiment"] == "toy_k" and hp["env"] == "toy" and hp["rl.steps"] == 4
+    assert metric_tags(acc) == ["eval/heldout_reward", "reward_mean"]

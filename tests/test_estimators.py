@@ -1,5 +1,9 @@
 """Hand-computed tests for sparserl.estimators (one or more per registered estimator) and edge cases."""
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,6 +40,60 @@ def test_register_custom_and_duplicate():
     with pytest.raises(ValueError, match="already registered"):
         E.register_estimator("_test_const")(lambda *a, **k: None)
     del E.ESTIMATOR_REGISTRY["_test_const"]
+
+
+# --------------------------------------------------------------------------- discovery
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _python(code: str, *path: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*path, SRC])}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_every_module_of_the_package_is_discovered():
+    """A module nobody imports (estimators/__init__.py names no `median`) registers at the first lookup."""
+    out = _python("import sys, sparserl.estimators as E\n"
+                  "before = 'sparserl.estimators.median' in sys.modules\n"
+                  "print(before, 'grpo_median' in E.list_estimators(), 'sparserl.estimators.median' in sys.modules)")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True"]
+
+
+def _plugin(site: Path, module: str, body: str) -> None:
+    """A third-party package with an entry point in group sparserl.estimators, on `site`."""
+    (site / f"{module}.py").write_text(body)
+    info = site / f"{module}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[sparserl.estimators]\nmine = {module}\n")
+
+
+def test_entry_points_add_estimators(tmp_path):
+    _plugin(tmp_path, "my_estimators", "import numpy as np\n"
+            "from sparserl.estimators import register_estimator\n"
+            "@register_estimator('third_party_zero')\n"
+            "def zero(rewards, prompt_ids, **_):\n    return np.zeros(len(rewards))\n")
+    out = _python("from sparserl.estimators import get_estimator, list_estimators\n"
+                  "print('third_party_zero' in list_estimators(), get_estimator('third_party_zero')([1.0, 0.0], [0, 0]).tolist())",
+                  str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "[0.0,", "0.0]"]
+
+
+def test_a_broken_entry_point_is_named(tmp_path):
+    _plugin(tmp_path, "broken_estimators", "raise RuntimeError('no such thing')\n")
+    out = _python("from sparserl.estimators import list_estimators\nlist_estimators()", str(tmp_path))
+    assert out.returncode != 0
+    assert ("estimator entry point 'mine' = 'broken_estimators' (group 'sparserl.estimators', package "
+            "broken_estimators) failed to load: RuntimeError: no such thing") in out.stderr
+
+
+def test_estimator_paper_comes_from_the_defining_module():
+    from sparserl.estimators.registry import estimator_paper
+    assert [estimator_paper(n) for n in ("grpo", "v05_fusion", "basis_unb", "tether", "grpo_median")] == \
+        ["baselines", "v05", "basis", "le_critique", "baselines"]
 
 
 # --------------------------------------------------------------------------- group estimators

@@ -1,5 +1,7 @@
 """The figure registry: every figure draws from small synthetic cached tables, the study figures
 keep their ids and paths, RL learning curves and final accuracy, clear errors, generated rules."""
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,8 @@ from sparserl.core.paths import Paths
 from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, make_figure, registered
 from sparserl.figures import basis_checkpoints
 from sparserl.figures.registry import footer, pyplot
+from sparserl.figures.style import method_color
+from figure_checks import assert_error_bars_stated  # tests/figure_checks.py
 
 # every study figure before the registry (id -> the table it draws, in the same paper's dir)
 STUDY_FIGURES = {
@@ -193,24 +197,138 @@ def test_learning_curves_average_seeds_and_band_their_spread(cfg):
     write_rl_tables(cfg)
     f = get_figure("head_to_head/learning_curves")
     data = f.read(cfg, f.tables(cfg))
-    assert set(data["method"]) == set(METHODS) and len(data) == len(METHODS) * len(SEEDS) * 4
-    fig, (ax, legend_ax) = f.layout(data)
-    f.draw(data, (ax, legend_ax))
+    df = data["df"]
+    assert set(df["method"]) == set(METHODS) and len(df) == len(METHODS) * 4 and (df["seeds"] == 2).all()
+    assert data["facets"] == [("group baselines", METHODS)]  # one family: one panel
+    fig, axes = f.layout(data)
+    f.draw(data, axes)
+    ax, legend_ax = axes[0]
     lines = {ln.get_label(): ln for ln in ax.lines}
     assert [t.get_text() for t in legend_ax.get_legend().get_texts()] == METHODS
     assert list(lines) == METHODS  # the config's order
     for m in METHODS:
-        expected = np.mean([_rewards(m, s) for s in SEEDS], axis=0)
+        expected = np.mean([_rewards(m, s) for s in SEEDS], axis=0)  # 4 steps: a window of 1
         np.testing.assert_allclose(lines[m].get_ydata(), expected)
         np.testing.assert_allclose(lines[m].get_xdata(), np.arange(1, 5))
+        assert lines[m].get_color() == method_color(m)  # the registry's colour, not a cycle
     bands = [c for c in ax.collections if c.get_paths()]
     assert len(bands) == len(METHODS)
     # the band spans seed 0 (lowest) to seed 1 (highest) of the first method
     verts = bands[0].get_paths()[0].vertices
     assert verts[:, 1].min() == pytest.approx(_rewards(METHODS[0], 0).min())
     assert verts[:, 1].max() == pytest.approx(_rewards(METHODS[0], 1).max())
+    assert "band: the seeds' min–max" in fig._suptitle.get_text()
     pyplot().close(fig)
     assert make_figure("head_to_head/learning_curves", cfg).exists()
+
+
+def test_learning_curves_are_smoothed_and_faceted_by_family(cfg):
+    """30 methods of four families: one panel each, grpo_g8 dashed grey in the others; 60 steps
+    smoothed by a centred rolling mean of 5 (each seed, then their mean and min-max)."""
+    from sparserl.methods.spec import method_names, method_run
+    methods = method_names()[:30]
+    cfg = {**cfg, "rl": {**cfg["rl"], "methods": methods}}
+    rng, steps = np.random.default_rng(0), np.arange(1, 61)
+    noisy = {}
+    for m in methods:
+        for s in SEEDS:
+            path = method_run(cfg, m, s).metrics  # methods of one spec share a run
+            noisy[m, s] = noisy.get(path)
+            if noisy[m, s] is None:
+                noisy[m, s] = noisy[path] = 0.01 * steps + rng.normal(0, 0.1, len(steps))
+                write_table(pd.DataFrame({"step": steps, "reward_mean": noisy[m, s]}), path, cfg=cfg)
+    f = get_figure("head_to_head/learning_curves")
+    data = f.read(cfg, f.tables(cfg))
+    assert data["window"] == 5
+    titles = [t for t, _ in data["facets"]]
+    assert titles == ["group baselines", "BASIS", "V0.5 and V0 priors", "Le Critique critics"]
+    assert sorted(m for _, ms in data["facets"] for m in ms) == sorted(methods)
+    fig, axes = f.layout(data)
+    f.draw(data, axes)
+    panels = {ax.get_title().split(" (")[0]: ax for ax in axes[:, 0::2].ravel() if ax.get_title()}
+    assert list(panels) == titles
+    basis = {ln.get_label(): ln for ln in panels["BASIS"].lines}
+    assert "grpo_g8 (reference)" in basis and basis["grpo_g8 (reference)"].get_linestyle() == "--"
+    m = "basis_grid_gpg_g1_basis"
+    smoothed = [pd.Series(noisy[m, s]).rolling(5, center=True, min_periods=1).mean() for s in SEEDS]
+    np.testing.assert_allclose(basis[m].get_ydata(), np.mean(smoothed, axis=0))
+    pyplot().close(fig)
+    out = make_figure("head_to_head/learning_curves", cfg)
+    assert out.stat().st_size > 20_000
+
+
+def test_every_method_has_its_own_clearly_distinct_colour(monkeypatch):
+    """Every method of configs/methods (and the study's estimators) a colour at least MIN_DELTA_E
+    (CIE76) from every other; a new method gets one as far from all of them, not a GRPO shade."""
+    from sparserl.figures import style
+    from sparserl.figures.studies import LABELS
+    from sparserl.methods.spec import method_names
+    names = list(dict.fromkeys(method_names() + list(LABELS)))
+    colours = [method_color(m) for m in names]
+    assert len(set(colours)) == len(names)
+    assert style.min_delta_e(colours) >= style.MIN_DELTA_E
+    new = method_color("grpo_median")
+    assert style.min_delta_e(colours + [new]) >= style.MIN_DELTA_E
+    # two new methods registered in configs/methods: distinct even when their hashes meet
+    added = ("grpo_median", "rloo_trimmed", "zz_new")
+    monkeypatch.setattr(style, "_registered", lambda: tuple(method_names()) + added)
+    style.method_color.cache_clear()
+    try:
+        got = [style.method_color(m) for m in added]
+        assert style.min_delta_e(colours + got) >= style.MIN_DELTA_E
+        monkeypatch.setattr(style, "_slot", lambda name: 3)  # every hash the same slot
+        style._new_assignment.cache_clear()
+        style.method_color.cache_clear()
+        new = sorted(n for n in style._registered() if n not in style.METHOD_COLORS)
+        assert [style.method_color(m) for m in new] == [style.NEW_COLORS[3 + i] for i in range(len(new))]
+    finally:
+        style._new_assignment.cache_clear()
+        style.method_color.cache_clear()
+
+
+def test_every_figure_that_draws_error_bars_says_what_they_are(cfg):
+    write_all_tables(cfg)
+    drew = {f.id for f in list_figures(cfg) if assert_error_bars_stated(f, cfg)}
+    assert {"head_to_head/learning_curves", "head_to_head/final_accuracy", "head_to_head/ranking",
+            "basis/f3a_mse_by_method", "v05/stat_c_sweep"} <= drew
+    # the footer carries the statement
+    fig = pyplot().figure()
+    footer(fig, [Paths(cfg).rl_runs()], cfg, bars=get_figure("head_to_head/final_accuracy").bars)
+    assert fig.texts[0].get_text().endswith("error bars / bands: ±1 sd of the final accuracy across seeds")
+    pyplot().close(fig)
+
+
+def test_footer_keeps_the_dirty_mark(cfg):
+    from sparserl.core.artifacts import manifest_path
+    from sparserl.figures.registry import short_commit
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    assert short_commit(sha + "-dirty") == "0123456789ab-dirty"
+    assert short_commit(sha) == "0123456789ab"
+    write_rl_tables(cfg)
+    runs = Paths(cfg).rl_runs()
+    meta = manifest_path(runs)
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "git_commit": sha + "-dirty"}))
+    fig = pyplot().figure()
+    footer(fig, [runs], cfg)
+    assert "commit 0123456789ab-dirty" in fig.texts[0].get_text()
+    pyplot().close(fig)
+
+
+def test_routing_labels_stay_inside_the_figure(cfg):
+    """v0/f5_routing: the most expensive policy's label (always_l) points left, inside the axes."""
+    write_v0_tables(cfg)
+    f = get_figure("v0/f5_routing")
+    data = f.read(cfg, f.tables(cfg))
+    fig, ax = f.layout(data)
+    f.draw(data, ax)
+    fig.tight_layout()
+    fig.canvas.draw()
+    box = fig.bbox
+    for t in ax.texts:
+        ext = t.get_window_extent()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1, t.get_text()
+    assert {t.get_text(): t.get_ha() for t in ax.texts} == {"always_s": "left", "always_m": "right"}
+    pyplot().close(fig)
 
 
 def test_final_accuracy_bars_are_seed_means_with_sd(cfg):
@@ -293,7 +411,10 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
         assert f"input: {', '.join(str(t) for t in f.tables(tiny))}" in block, block
     curves = log.split("rule figure_head_to_head_learning_curves:\n    input: ")[1].split("\n")[0]
     assert curves.count("metrics.parquet") == len(tiny["rl"]["methods"]) * len(tiny["rl"]["seeds"])
-    assert "rule rl_train:" in log and "rule rl_summary:" in log
+    # rl_train's jobs show their message: which run trains, its log and its TensorBoard folder
+    assert re.search(r"training \w+ seed \d+: tail -f results/tiny/logs/rl_\w+_seed\d+\.log; "
+                     r"tensorboard --logdir results/tiny/rl/\w+/seed\d+/tensorboard", log)
+    assert "rule rl_summary:" in log
 
 
 def test_budget_figure_needs_its_runs_and_draws_seed_means(cfg, tmp_path):

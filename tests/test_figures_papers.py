@@ -123,6 +123,10 @@ def test_every_figure_draws_png_pdf_and_the_csv_of_its_numbers(cfg, tmp_path):
         assert list(csv.columns) == [str(c) for c in expected.columns] and len(csv) == len(expected), fig_id
         num = expected.select_dtypes("number").columns
         np.testing.assert_allclose(csv[num].to_numpy(float), expected[num].to_numpy(float), rtol=1e-9, err_msg=fig_id)
+    # every figure that draws error bars or bands says what they are (the footer prints `bars`)
+    from figure_checks import assert_error_bars_stated  # tests/figure_checks.py
+    drew = {fig_id for fig_id in IDS if assert_error_bars_stated(get_figure(fig_id), cfg)}
+    assert {"v05/f1_accuracy_curves", "v05/f3_grad_norm", "basis/f6_training_curves"} <= drew
 
 
 def test_f1_points_are_start_checkpoints_and_final_seed_mean_and_band(cfg):

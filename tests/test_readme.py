@@ -95,7 +95,7 @@ def test_every_named_command_exists():
     for doc in DOCS:
         for span in code_spans(doc.read_text()):
             for part in re.split(r"&&|\|", span.split("#")[0]):
-                m = re.search(r"(?:python -m )?sparserl ([a-z0-9-]+)(?![*\w-])", part)
+                m = re.search(r"(?:python -m )?sparserl ([a-z][a-z0-9-]*)(?![*\w-])", part)
                 if m and m.group(1) not in commands and "pip" not in part:
                     problems.append(f"{doc.name}: sparserl {m.group(1)}")
                 if part.split()[:1] == ["snakemake"]:

@@ -472,3 +472,92 @@ def test_a_truncated_last_pt_without_a_previous_one_names_the_file_and_the_fix(w
         assert f"delete it (`rm {run.state}`) and rerun to start the run {run.dir} over from step 0" in msg
     run.state.unlink()
     assert len(pd.read_parquet(train(world, "grpo_g4", 0) / "metrics.parquet")) == 8
+
+
+def test_rl_train_and_rl_eval_log_evaluation_accuracy_and_hyperparameters_to_tensorboard(world, tmp_path):
+    """`sparserl rl-train` then `sparserl rl-eval`: the run's TensorBoard folder holds the training
+    scalars, the method's and the RL settings' hyperparameters (HParams plugin) and eval/accuracy
+    at each evaluated checkpoint's step (4 = half of 8, and 8); a second rl-eval replaces the first."""
+    pytest.importorskip("tensorboard")
+    from sparserl.cli import main
+    from sparserl.core.config import write_resolved
+    from tb_events import hparams, metric_tags, read_events  # tests/tb_events.py
+    cfg = copy.deepcopy(world)
+    cfg["evaluation"]["default"] = {"protocol": "mean_at_k", "k": 2, "temperature": 1.0, "top_p": 1.0}
+    P = Paths(cfg)
+    for name, df in procedural.make_benchmarks(cfg).items():
+        write_table(df, P.benchmark(name))
+    cfg_file = write_resolved(cfg, tmp_path / "cfg")
+    args = ["--config", str(cfg_file), "--method", "grpo_g4", "--seed", "0"]
+    assert main(["rl-train", *args]) in (0, None)
+    for _ in range(2):
+        assert main(["rl-eval", *args]) in (0, None)
+    run = P.run("grpo_g4", 0)
+    acc = read_events(run.tensorboard)
+    ev = read_table(run.eval)
+    acc_at = ev.groupby("checkpoint")["accuracy"].mean()
+    scalars = acc.Scalars("eval/accuracy")
+    assert [e.step for e in scalars] == [4, 8]
+    np.testing.assert_allclose([e.value for e in scalars], [acc_at["step00004"], acc_at["final"]], rtol=1e-6)
+    bench = sorted(set(ev["benchmark"]))
+    assert {f"eval/accuracy/{b}" for b in bench} <= set(acc.Tags()["scalars"])
+    assert [e.step for e in acc.Scalars("reward_mean")] == list(range(1, 9))
+    hp = hparams(acc)
+    spec = load_method("grpo_g4")
+    assert hp["method.estimator"] == spec.estimator and hp["method.group_size"] == spec.group_size
+    assert hp["rl.steps"] == 8 and hp["rl.lr"] == pytest.approx(1e-4) and hp["seed"] == 0
+    assert hp["method.loss.type"] == "ppo_clip"
+    assert metric_tags(acc) == ["eval/accuracy", "reward_mean"]
+
+
+class FakeWandb:
+    """A stand-in `wandb` module: records what the trainer hands it, never touches the network."""
+
+    def __init__(self):
+        self.inits, self.logs, self.defined, self.finished = [], [], [], 0
+
+    def init(self, **kw):
+        self.inits.append(kw)
+        return self
+
+    def log(self, values, step=None):
+        self.logs.append((dict(values), step))
+
+    def define_metric(self, name, step_metric=None):
+        self.defined.append((name, step_metric))
+
+    def finish(self):
+        self.finished += 1
+
+
+def test_wandb_gets_the_same_scalars_offline_when_enabled_and_nothing_by_default(world, monkeypatch):
+    import sys
+    from sparserl.engines.report import log_evaluation
+    fake = FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    cfg = copy.deepcopy(world)
+    cfg["rl"]["steps"] = 2
+    cfg["rl"]["eval_fractions"] = []
+    train(cfg, "grpo_g4", 0)
+    assert fake.inits == [] and fake.logs == []  # off by default
+    cfg["logging"] = {"wandb": {"enabled": True, "project": "sparserl-test"}}
+    d = train(cfg, "grpo_g4", 0)
+    (init,) = fake.inits
+    assert init["mode"] == "offline" and init["project"] == "sparserl-test" and init["dir"] == str(d)
+    assert init["config"]["method.estimator"] == "grpo" and init["config"]["rl.steps"] == 2
+    met = pd.read_parquet(d / "metrics.parquet")
+    assert [s for _, s in fake.logs] == [1, 2]
+    assert fake.logs[0][0]["reward_mean"] == pytest.approx(met["reward_mean"].iloc[0])
+    assert fake.finished == 1
+    ev = pd.DataFrame({"checkpoint": ["final", "final"], "benchmark": ["a", "b"], "accuracy": [0.25, 0.75]})
+    log_evaluation(cfg, "grpo_g4", 0, ev)
+    assert fake.inits[1]["id"] == init["id"] and fake.inits[1]["resume"] == "allow"  # the same W&B run
+    assert fake.defined == [("eval/*", "eval/step")]
+    assert fake.logs[-1] == ({"eval/accuracy": 0.5, "eval/accuracy/a": 0.25, "eval/accuracy/b": 0.75,
+                              "eval/step": 2}, None)
+    # enabled without wandb installed: a warning, TensorBoard only
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    from sparserl.core.runlog import RunLog
+    said = []
+    RunLog(cfg, d / "tensorboard", "x", log=said.append).close()
+    assert said and "wandb is not installed" in said[0]

@@ -182,3 +182,53 @@ def test_config_overrides_reach_the_jobs(repo, tmp_path):
         want = load_config(cfg, overrides={"seed": seed})
         assert read_manifest(wd / target)["config_hash"] == config_hash(want)
     assert not pools[0]["problem"].equals(pools[3]["problem"])
+
+
+# --------------------------------------------------------------------------- the researcher's loop (issue 27)
+
+def _resolved_configs(workdir, scale="tiny"):
+    return [json.loads(p.read_text()) for p in (workdir / "results" / scale / ".config").glob("*.json")]
+
+
+@pytest.mark.parametrize("override", ["rl.steps=20", 'rl={"steps": "20"}'])
+def test_command_line_overrides_are_typed_echoed_and_reach_the_jobs(repo, tmp_path, override):
+    out = snakemake(repo, tmp_path, "--cores", "2", "-n", "rl/grpo_g4", "--config", override)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sparserl: command-line --config: rl.steps=20 (was 60)" in out.stderr
+    steps = [c["rl"]["steps"] for c in _resolved_configs(tmp_path)]
+    assert steps == [20] and isinstance(steps[0], int)  # the one config every job reads
+
+
+@pytest.mark.parametrize("override, shown", [("rl.steps=abc", "rl.steps=abc"),
+                                              ('rl={"steps": "abc"}', 'rl={"steps": "abc"}')])
+def test_a_wrong_override_is_blamed_on_the_command_line(repo, tmp_path, override, shown):
+    out = snakemake(repo, tmp_path, "--cores", "2", "-n", "rl/grpo_g4", "--config", override)
+    assert out.returncode != 0
+    log = out.stdout + out.stderr
+    assert (f"config error: --config {shown}: key 'rl.steps': 'abc' is not of type 'integer'; "
+            "fix the value of 'rl.steps' on the command line") in log
+    assert "tiny.yaml: key" not in log
+
+
+def test_any_method_file_is_a_target(repo, tmp_path):
+    """rl/<method> trains and evaluates rl.seeds of a method that rl.methods does not list."""
+    from sparserl.core.config import load_config
+    assert "grpo_median_g8" not in load_config(repo / "configs/tiny.yaml")["rl"]["methods"]
+    out = snakemake(repo, tmp_path, "--cores", "2", "-n", "rl/grpo_median_g8")
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    jobs = dict(re.findall(r"^(\S+)\s+(\d+)$", log.split("Job stats:")[1].split("total")[0], re.M))
+    assert jobs == {"make_tasks": "1", "train_tokenizer": "1", "pretrain_policy": "1", "rl_train": "1",
+                    "rl_eval": "1", "rl/grpo_median_g8": "1"}
+    assert "wildcards: method=grpo_median_g8, seed=0" in log
+
+
+def test_a_file_target_finishes_quietly_and_a_config_rerun_names_its_keys(repo, tmp_path):
+    cfg = str(repo / "configs/smoke.yaml")
+    target = "results/smoke/tasks/train_pool.parquet"
+    out = snakemake(repo, tmp_path, target, "--cores", "1", "--configfile", cfg)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "outputs under" not in out.stdout + out.stderr  # `all`'s list only when `all` was built
+    out = snakemake(repo, tmp_path, target, "--cores", "1", "-n", "--configfile", cfg, "--config", "seed=3")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Params have changed since last execution: config keys changed: seed: 0 -> 3" in out.stdout + out.stderr

@@ -7,7 +7,8 @@ by Snakemake's `snakemake_logger_plugin_` prefix) wraps the config-file parser a
 that fails to parse (or holds a byte that is not UTF-8, which Snakemake reports as a traceback)
 is read again by `sparserl.core.config.read_yaml`, and Snakemake's error then
 says where the problem is and how to fix it. Files that parse are untouched, and other errors
-(file not found, not a mapping) keep Snakemake's message.
+(file not found, not a mapping) keep Snakemake's message. It also lets `--config` take dotted
+keys (`--config rl.steps=20`, `_install_dotted_config`).
 
 As a logger (`snakemake --logger sparserl ...`) it writes Snakemake's messages in sparserl's one
 log format (`sparserl.core.logs.FORMAT`) on stderr.
@@ -69,6 +70,40 @@ def _install() -> None:
 
 
 _install()
+
+
+def _install_dotted_config() -> None:
+    """`--config rl.steps=20`: Snakemake's command line refuses a dotted key ("Config entry must
+    start with a valid identifier"), before any Snakefile code runs. A dotted key of identifiers
+    passes through as a flat key with its text unparsed; the Snakefile nests it and types it by
+    the config schema (`sparserl.core.config.from_snakemake`), so a wrong type names the entry."""
+    import re
+    try:
+        from snakemake import cli
+    except ImportError:
+        return
+    inner = cli.parse_config
+    if getattr(inner, "_sparserl", False):
+        return
+    ident = re.compile(r"[A-Za-z_][\w-]*\w$|[A-Za-z_]$")
+
+    def parse_config_dotted(entries):
+        dotted, rest = {}, []
+        for entry in entries or []:
+            key, sep, value = str(entry).partition("=")
+            if sep and "." in key and all(ident.match(part) for part in key.split(".")):
+                dotted[key] = value
+            else:
+                rest.append(entry)
+        out = inner(rest)
+        out.update(dotted)
+        return out
+
+    parse_config_dotted._sparserl = True
+    cli.parse_config = parse_config_dotted  # args_to_api looks it up in its module at each call
+
+
+_install_dotted_config()
 
 
 class LogHandler(LogHandlerBase):

@@ -20,16 +20,16 @@ def T(group, default=1):
 
 def cfg_key(*sections):
     """A hash of config sections: as a rule's `params`, a change to them reruns the rule. The rl
-    section enters without its run lists (methods.spec.run_settings)."""
-    from sparserl.core.artifacts import config_hash
+    section enters without its run lists (methods.spec.run_settings). The settings are recorded
+    under KEYS_DIR, so the rerun's reason names the keys that changed (Snakefile)."""
+    from sparserl.core.config import settings_key
     from sparserl.methods.spec import run_settings
-    return config_hash({s: run_settings(CFG["rl"]) if s == "rl" and CFG.get("rl") else CFG.get(s)
-                        for s in sections})
+    return settings_key({s: run_settings(CFG["rl"]) if s == "rl" and CFG.get("rl") else CFG.get(s)
+                         for s in sections}, KEYS_DIR)
 
 
 def method_key(w):
-    from sparserl.core.artifacts import config_hash
-    from sparserl.core.config import ConfigError
+    from sparserl.core.config import ConfigError, settings_key
     from sparserl.methods.spec import load_method, run_settings, study_snapshot_steps
     try:
         spec = load_method(w.method)
@@ -42,7 +42,7 @@ def method_key(w):
     study = study_snapshot_steps(CFG, spec, w.seed) if spec is not None else []
     if study:
         key["study_snapshots"] = study
-    return config_hash(key)
+    return settings_key(key, KEYS_DIR)
 
 
 def policy_input(ref):

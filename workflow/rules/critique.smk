@@ -20,6 +20,11 @@ if CRITIQUE and rl_engine(CFG) == "local":
                 raise WorkflowError(f"config error: critique.experiments.{_e.name}: {e}")
 
     CP = CritiquePaths(CFG)
+    # what the terminal shows while a run trains: its log and its TensorBoard folder
+    CRITIQUE_TRAIN_MESSAGE = ("training {wildcards.method} on {wildcards.exp} seed {wildcards.seed}: tail -f {log}; "
+                              + "tensorboard --logdir " + str(CP.run("{exp}", "{method}", "{seed}").tensorboard)
+                              .replace("{exp}", "{wildcards.exp}").replace("{method}", "{wildcards.method}")
+                              .replace("{seed}", "{wildcards.seed}"))
     CRITIQUE_RUNS = [(e.name, m, s) for e in critique_experiments(CFG) for m in e.methods
                      for s in critique_seeds(CFG)]
     CRITIQUE_ENVS = sorted({e.env for e in critique_experiments(CFG)})
@@ -99,6 +104,8 @@ if CRITIQUE and rl_engine(CFG) == "local":
         threads: T("rl")
         resources:
             **R("rl"),
+        message:
+            CRITIQUE_TRAIN_MESSAGE
         shell:
             "{SPARSERL} critique-train --config {CONFIGS} --experiment {wildcards.exp} "
             "--method {wildcards.method} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"

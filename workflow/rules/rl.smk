@@ -9,6 +9,11 @@ if RL:
     RL_POLICY = RL["policy"]
 
     RUN = P.run("{method}", "{seed}")  # wildcards; sparserl.core.paths.RunPaths
+    # what the terminal shows while a run trains: its log (a line per step, with an ETA) and
+    # its TensorBoard folder (training scalars, evaluation accuracy, hyperparameters)
+    TRAIN_MESSAGE = ("training {wildcards.method} seed {wildcards.seed}: tail -f {log}; "
+                     + "tensorboard --logdir " + str(RUN.tensorboard).replace("{method}", "{wildcards.method}")
+                     .replace("{seed}", "{wildcards.seed}"))
 
     def rl_inputs(w):
         from sparserl.methods.spec import load_method
@@ -39,6 +44,8 @@ if RL:
             threads: T("rl")
             resources:
                 **R("rl"),
+            message:
+                TRAIN_MESSAGE
             shell:
                 "{SPARSERL} rl-train --config {CONFIGS} --method {wildcards.method} "
                 "--seed {wildcards.seed} --threads {threads} > {log} 2>&1"
@@ -105,3 +112,23 @@ if RL:
         input:
             str(P.rl_summary()),
         localrule: True
+
+    # One target per method file, whether or not `rl.methods` lists it (that list says what `all`
+    # and the head-to-head compare):
+    #   snakemake --cores 2 rl/grpo_g4                        # train and evaluate rl.seeds
+    #   snakemake --cores 2 rl/grpo_g4 --config rl.steps=20   # shorter
+    from sparserl.methods.spec import method_names
+
+    def rl_method_dirs(method):
+        """The run folders of `method`, one per seed of rl.seeds (its owner's, `method_run`)."""
+        return [method_run(CFG, method, s).dir for s in RL["seeds"]]
+
+    for _method in method_names():
+
+        rule:
+            name:
+                f"rl/{_method}"
+            input:
+                [str(f) for s in RL["seeds"] for f in (method_run(CFG, _method, s).metrics,
+                                                        method_run(CFG, _method, s).eval)],
+            localrule: True

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -125,23 +126,16 @@ def cmd_rl_summary(args):
     summarize_runs(_cfg(args))
 
 
-def cmd_show(args):
-    from sparserl.core.artifacts import summarize
-    missing = 0
-    for p in args.paths:
-        try:
-            text = summarize(p, head=args.head)
-        except FileNotFoundError as e:  # its message names the path and the fix; no traceback
-            print(f"sparserl show: {e}", file=sys.stderr)
-            missing += 1
-            continue
-        print(text)
-        print()
-    return 1 if missing else 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="sparserl", description=__doc__)
+
+    class Version(argparse.Action):  # the git call runs only when --version is asked
+        def __call__(self, parser, namespace, values, option_string=None):
+            from sparserl.cli.show import version
+            print(version())
+            parser.exit()
+
+    ap.add_argument("--version", nargs=0, action=Version, help="print the version (and git commit) and exit")
     sub = ap.add_subparsers(dest="command", required=True)
 
     def add(name, fn, help, policy=False, threads=False):
@@ -196,16 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.ood import register as register_ood; register_ood(sub, add)
     from sparserl.cli.head_to_head import register as register_head_to_head; register_head_to_head(sub, add)
     from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
-    p = sub.add_parser("show", help="print a summary of any artifact (parquet, jsonl, json, dir)")
-    p.add_argument("paths", nargs="+")
-    p.add_argument("--head", type=int, default=3)
-    p.set_defaults(fn=cmd_show)
+    from sparserl.cli.show import register as register_show; register_show(sub, add)
     return ap
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
+    from sparserl.core.artifacts import CorruptCheckpointError
     from sparserl.core.config import ConfigError
     t0 = time.time()
     try:
@@ -213,6 +205,13 @@ def main(argv=None) -> int:
     except ConfigError as e:
         log.error(f"config error: {e}")
         return 2
-    if args.command != "show":
+    except BrokenPipeError:  # `sparserl methods | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (CorruptCheckpointError, OSError) as e:  # named: the file, the cause and the fix
+        log.debug("traceback", exc_info=True)
+        log.error(str(e))
+        return 1
+    if args.command not in ("show", "methods"):
         log.info(f"{args.command} done in {time.time() - t0:.1f}s")
     return rc

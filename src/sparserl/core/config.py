@@ -149,8 +149,13 @@ def _format_error(err: jsonschema.ValidationError, layers: list[tuple[str, dict]
         return f"{where}: unknown key '{key}'; {hint}"
     if err.validator == "required":
         return f"{_origin(keys, layers)}: {dotted}: {err.message}; add it to the config"
-    return (f"{_origin(keys, layers)}: key '{dotted}': {err.message}; "
-            f"fix the value of '{dotted}' in that file")
+    where = _origin(keys, layers)
+    return f"{where}: key '{dotted}': {err.message}; fix the value of '{dotted}' {_there(where)}"
+
+
+def _there(where: str) -> str:
+    """Where the user fixes a value: the command line for a `--config` layer, else the file."""
+    return "on the command line" if where.startswith(COMMAND_LINE) else "in that file"
 
 
 def nonfinite_numbers(data: Any, keys: tuple = ()) -> Iterator[tuple[tuple, float]]:
@@ -170,7 +175,7 @@ def nonfinite_numbers(data: Any, keys: tuple = ()) -> Iterator[tuple[tuple, floa
 def nonfinite_message(where: str, keys: tuple, value: float) -> str:
     dotted = ".".join(map(str, keys)) or "<top level>"
     return (f"{where}: key '{dotted}' is {value!r}; every number must be finite (YAML .nan, .inf and "
-            f"-.inf are refused); set '{dotted}' to a finite number in that file")
+            f"-.inf are refused); set '{dotted}' to a finite number {_there(where)}")
 
 
 def check_finite(cfg: dict, layers: list[tuple[str, dict]]) -> None:
@@ -275,11 +280,167 @@ def write_resolved(cfg: dict, folder: str | Path) -> Path:
     return path
 
 
-def from_snakemake(config: dict, configfiles: Iterable[str | Path]) -> dict:
-    """Validate the config Snakemake assembled, naming the configfile a bad key came from."""
+COMMAND_LINE = "--config"  # the name of a command-line layer starts with it (`_there`)
+
+
+def _resolve_ref(node: Any, root: dict) -> Any:
+    while isinstance(node, dict) and "$ref" in node:
+        target: Any = root
+        for part in node["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        node = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    return node
+
+
+def _schema_at(root: dict, keys: tuple) -> dict | None:
+    """The schema of the value at a key path (through $ref, properties, additionalProperties,
+    items and the branches of oneOf / anyOf); None where the schema has no such key."""
+    node: Any = root
+    for k in keys:
+        node = _resolve_ref(node, root)
+        found = None
+        for branch in [node] + [_resolve_ref(b, root) for b in node.get("oneOf", []) + node.get("anyOf", [])]:
+            if isinstance(k, int):
+                found = branch.get("items")
+            elif k in branch.get("properties", {}):
+                found = branch["properties"][k]
+            elif isinstance(branch.get("additionalProperties"), dict):
+                found = branch["additionalProperties"]
+            if found is not None:
+                break
+        if found is None:
+            return None
+        node = found
+    return _resolve_ref(node, root)
+
+
+def _typed(value: Any, keys: tuple, root: dict) -> Any:
+    """A command-line value typed by the schema: Snakemake hands `--config` values over as
+    strings ('rl={"steps": 20}' gives {"steps": "20"}), so a string is read as YAML ("20" -> 20,
+    "true", "null", "[1, 2]") where the schema takes the parsed value, and kept where it takes the
+    string; where it takes neither, the parsed value stays for `validate` to report."""
+    if isinstance(value, dict):
+        return {k: _typed(v, keys + (k,), root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v, keys + (i,), root) for i, v in enumerate(value)]
+    node = _schema_at(root, keys) if isinstance(value, str) else None
+    if node is None:
+        return value
+    candidates = []
+    try:
+        parsed = yaml.safe_load(value)
+        candidates.append(_typed(parsed, keys, root) if isinstance(parsed, (dict, list)) else parsed)
+    except yaml.YAMLError:
+        pass
+    for number in (int, float):  # YAML 1.1 reads 1e-4 (no dot) as a string
+        try:
+            candidates.append(number(value))
+        except ValueError:
+            pass
+    sub = jsonschema.Draft202012Validator({**node, "$defs": root.get("$defs", {})})
+    typed = [c for c in candidates if not isinstance(c, str)]
+    for c in typed:
+        if sub.is_valid(c):
+            return c
+    # the schema takes the string, or nothing fits: the parsed value names the problem best
+    return value if sub.is_valid(value) or not typed else typed[0]
+
+
+def _nest(dotted: str, value: Any) -> dict:
+    out: Any = value
+    for k in reversed(dotted.split(".")):
+        out = {k: out}
+    return out
+
+
+def override_layers(overrides: dict | None) -> list[tuple[str, dict]]:
+    """One layer per `--config` entry, typed by the schema and named as typed on the command line:
+    a dotted key (`rl.steps=20`, a string) is nested ({"rl": {"steps": 20}})."""
+    root = load_schema()
+    layers = []
+    for key, value in (overrides or {}).items():
+        shown = value if isinstance(value, str) else json.dumps(value)
+        nested = _nest(key, value) if isinstance(key, str) and "." in key else {key: value}
+        layers.append((f"{COMMAND_LINE} {key}={shown}", _typed(nested, (), root)))
+    return layers
+
+
+def _leaves(data: Any, keys: tuple = ()) -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of nested mappings; a list is one leaf."""
+    if isinstance(data, dict) and data:
+        for k, v in data.items():
+            yield from _leaves(v, keys + (k,))
+    else:
+        yield ".".join(map(str, keys)), data
+
+
+def _get(data: Any, dotted: str, missing: Any = None) -> Any:
+    for k in dotted.split("."):
+        if not isinstance(data, dict) or k not in data:
+            return missing
+        data = data[k]
+    return data
+
+
+def describe_overrides(overrides: dict | None, configfiles: Iterable[str | Path]) -> str:
+    """One line: every `--config` setting with its typed value and the value it replaces."""
+    base: dict = copy.deepcopy(DEFAULTS)
+    for p in configfiles:
+        base = deep_merge(base, _read(Path(p)))
+    unset = object()
+    parts = []
+    for _, data in override_layers(overrides):
+        for dotted, value in _leaves(data):
+            was = _get(base, dotted, unset)
+            parts.append(f"{dotted}={json.dumps(value)}"
+                         + (" (new key)" if was is unset else f" (was {json.dumps(was)})"))
+    return "command-line --config: " + ", ".join(parts)
+
+
+def from_snakemake(config: dict, configfiles: Iterable[str | Path], overrides: dict | None = None) -> dict:
+    """Validate the config Snakemake assembled, naming the configfile a bad key came from, or the
+    `--config` entry (`overrides`: Snakemake's `workflow.config_settings.config`), whose string
+    values are typed by the schema and whose dotted keys (`rl.steps=20`) are nested."""
     layers = [(str(p), _read(Path(p))) for p in configfiles]
-    cfg = deep_merge(DEFAULTS, dict(config))
+    cfg = deep_merge(DEFAULTS, {k: v for k, v in dict(config).items() if not (isinstance(k, str) and "." in k)})
+    cmd = override_layers(overrides)
+    for _, data in cmd:  # the typed values replace the strings Snakemake merged into `config`
+        cfg = deep_merge(cfg, data)
+    layers += cmd
     return validate(cfg, layers or [("<snakemake config>", cfg)])
+
+
+def settings_key(settings: dict, folder: str | Path) -> str:
+    """`config_hash(settings)`, the settings recorded as `<folder>/<hash>.json` so that a rule's
+    hash param can be explained as the keys that changed (`explain_key_change`)."""
+    from sparserl.core.artifacts import atomic_write_text, config_hash
+    h = config_hash(settings)
+    path = Path(folder) / f"{h}.json"
+    if not path.exists():
+        atomic_write_text(path, json.dumps(settings, sort_keys=True, default=str))
+    return h
+
+
+def explain_key_change(before: Iterable[str], now: Iterable[str], folder: str | Path) -> str | None:
+    """The changed keys between two recorded settings hashes ("rl.steps: 60 -> 20"), given the
+    param values Snakemake compares (reprs: "'<hash>'"); None unless both sides are recorded."""
+    def load(values):
+        for v in values:
+            path = Path(folder) / f"{str(v).strip(chr(39))}.json"
+            if path.is_file():
+                try:
+                    return dict(_leaves(json.loads(path.read_text())))
+                except (OSError, ValueError):
+                    return None
+        return None
+
+    old, new = load(before), load(now)
+    if old is None or new is None:
+        return None
+    unset = "<unset>"
+    changed = [f"{k}: {json.dumps(old.get(k, unset), default=str)} -> {json.dumps(new.get(k, unset), default=str)}"
+               for k in sorted(set(old) | set(new)) if old.get(k, unset) != new.get(k, unset)]
+    return "config keys changed: " + ("; ".join(changed) if changed else "none (same settings)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,8 +10,9 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.grading.verifier import open_verifier
-from sparserl.core.paths import Paths
-from sparserl.methods.spec import load_method, method_run, snapshot_steps
+from sparserl.core.paths import Paths, RunPaths
+from sparserl.core.runlog import EVAL_SUFFIX, RunLog
+from sparserl.methods.spec import load_method, method_run, snapshot_steps, total_steps
 from sparserl.tasks.procedural import in_distribution
 
 log = get_logger(__name__)
@@ -52,7 +53,28 @@ def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.Data
                 verifier=ver))
     out = pd.concat(tables, ignore_index=True)
     write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed})
+    log_evaluation(cfg, method, seed, out)
     return out
+
+
+def checkpoint_steps(cfg: dict, method: str) -> dict[str, int]:
+    """The training step of each evaluated checkpoint label (`run_checkpoints`)."""
+    spec = load_method(method)
+    steps = {RunPaths.checkpoint_label(s): int(s) for s in snapshot_steps(cfg["rl"], spec)}
+    return {**steps, "final": int(total_steps(cfg["rl"], spec))}
+
+
+def log_evaluation(cfg: dict, method: str, seed: int, ev: pd.DataFrame) -> None:
+    """The evaluation into the run's TensorBoard folder (and W&B when enabled), at each
+    checkpoint's training step: `eval/accuracy` (the mean over benchmarks, as the runs table's
+    eval_accuracy_final) and `eval/accuracy/<benchmark>`. A rerun replaces the earlier ones."""
+    run = Paths(cfg).run(method, seed)
+    steps = checkpoint_steps(cfg, method)
+    with RunLog(cfg, run.tensorboard, f"{method}/seed{seed}", suffix=EVAL_SUFFIX, log=log.info) as tb:
+        for label, d in ev.groupby("checkpoint", sort=False):
+            values = {"eval/accuracy": float(d["accuracy"].mean()),
+                      **{f"eval/accuracy/{b}": float(a) for b, a in zip(d["benchmark"], d["accuracy"])}}
+            tb.evaluation(values, steps[str(label)])
 
 
 def rollouts_note(steps: float, steps_nominal: int, per_step: int, generated: float,

@@ -1,7 +1,8 @@
 """Advantage estimators and baselines: pure numpy, arrays in and out.
 
 Registry in the style of verl's core_algos.py (`registry.py`): every estimator is registered at
-its definition with
+its definition, in any module of this package (discovered; docs/extending.md) or of a package with
+a `sparserl.estimators` entry point, with
 
     @register_estimator(name, *, baseline=None, needs=(), level="sequence")
 
@@ -48,7 +49,8 @@ token advantages, so an engine can treat every estimator as token-level.
 """
 from __future__ import annotations
 
-# importing the estimator modules runs their @register_estimator decorators
+# re-exports only: the registry imports every module of this package at its first lookup
+# (registry.discover), so a new estimator module is never added here
 from . import batchwise, group, shrinkage  # noqa: F401
 from .batchwise import (PrecedingBatchCalibrator, basis_advantage, basis_baseline, basis_calibrate,
                         basis_refine, basis_value, default_beta_grid)

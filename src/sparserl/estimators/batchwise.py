@@ -18,6 +18,8 @@ from .group import (EstimatorContext, _prep, as_float_array, check_in_range, che
                     per_group, per_rollout)
 from .registry import register_estimator
 
+PAPER = "basis"  # shown by `sparserl methods` (registry.estimator_paper)
+
 KINDS = ("unb", "vop", "rvg")
 INACTIVE = ("zero", "vhat", "formula")
 

@@ -13,6 +13,8 @@ import numpy as np
 
 from .group import as_float_array, check_in_range
 
+PAPER = "v0"  # shown by `sparserl methods`
+
 
 def budget_utility(B, p):
     """U(B, p) = B (1 - p) (1 - (1 - p)^(B - 1)) [reconstructed]; 0 for B <= 1. Broadcasts.

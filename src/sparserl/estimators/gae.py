@@ -11,6 +11,8 @@ import numpy as np
 from .group import as_float_array, token_inputs
 from .registry import register_estimator
 
+PAPER = "le_critique"  # its VF and Pvf critics; shown by `sparserl methods`
+
 
 def gae(token_rewards, values, mask=None, gamma: float = 1.0, lam: float = 1.0):
     """GAE for right-padded batches, shape (N, T) (or (T,)). Returns (advantages, returns).

@@ -18,6 +18,9 @@ import numpy as np
 
 from .registry import register_estimator
 
+# the paper (a figures group) that uses these estimators, shown by `sparserl methods`
+PAPER = "baselines"  # GRPO, Dr.GRPO, RLOO, REINFORCE++, GPG: the common comparisons
+
 # --------------------------------------------------------------------------- validation
 
 

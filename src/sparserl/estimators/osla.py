@@ -16,6 +16,8 @@ import numpy as np
 from .group import as_float_array
 from .shrinkage import shrinkage_fusion
 
+PAPER = "v05"  # shown by `sparserl methods`
+
 C_PAPER = 0.0039
 K_STEP_PAPER = 2  # rollouts added per round
 GLOBAL_STOP_PAPER = 0.25  # the batch stops once fewer than this share of prompts want more

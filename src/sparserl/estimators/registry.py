@@ -11,7 +11,16 @@ Every advantage function the registry hands out (the decorator's return value, `
 per rollout ((M,)) or the mask's shape ((N, T)) for token-level ones, all finite. A NaN or an
 overflow (rewards of 1e308) is a ValueError naming the estimator, never an advantage that trains.
 
-This module imports nothing from the estimator modules (they import it), so there is no cycle.
+Estimators are discovered, never listed by hand: the first lookup (`get_spec`, `list_estimators`,
+the registry views) imports every module of this package (pkgutil), so a new `estimators/<name>.py`
+registers by existing, and then loads the entry points of group `sparserl.estimators`, so a
+third-party package adds estimators by declaring, in its pyproject.toml,
+
+    [project.entry-points."sparserl.estimators"]
+    my_estimators = "my_package.my_estimators"   # a module whose import registers them
+
+This module imports nothing from the estimator modules at import time (they import it), so there
+is no cycle.
 `ESTIMATOR_REGISTRY` and `BASELINE_REGISTRY` are live name -> function views of the specs, so a
 name deleted from either stays consistent with `get_spec` and `list_estimators`.
 """
@@ -19,6 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import importlib.metadata
+import pkgutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Callable
@@ -51,6 +63,39 @@ class EstimatorSpec:
 
 
 _SPECS: dict[str, EstimatorSpec] = {}
+
+ENTRY_POINT_GROUP = "sparserl.estimators"
+_discovered = False
+
+
+def discover() -> None:
+    """Import every module of this package and load every `sparserl.estimators` entry point, once;
+    their `@register_estimator` decorators fill the registry. A module that fails to import is an
+    error naming it: an estimator that silently vanished would only show as 'unknown estimator'."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True  # set first: a discovered module that looks a name up must not recurse
+    package = __name__.rpartition(".")[0]
+    for mod in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{package}.{mod.name}")
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception as e:  # noqa: BLE001 - re-raised with the entry point named
+            dist = getattr(ep.dist, "name", "?")
+            raise ImportError(f"estimator entry point {ep.name!r} = {ep.value!r} (group {ENTRY_POINT_GROUP!r}, "
+                              f"package {dist}) failed to load: {type(e).__name__}: {e}; fix that package "
+                              "or uninstall it") from e
+
+
+def estimator_paper(name: str) -> str | None:
+    """The paper an estimator comes from: the `PAPER` string of the module that defines it (None
+    when that module declares none)."""
+    import sys
+    module = sys.modules.get(getattr(_raw(get_spec(name).fn), "__module__", ""), None)
+    return getattr(module, "PAPER", None)
 
 
 def _check_needs(name: str, needs) -> frozenset:
@@ -134,6 +179,7 @@ def register_estimator(name: str, *, baseline: Estimator | None = None, needs=()
 
 def get_spec(name: str) -> EstimatorSpec:
     """The `EstimatorSpec` registered under `name`; ValueError listing the known names otherwise."""
+    discover()
     try:
         return _SPECS[name]
     except KeyError:
@@ -162,6 +208,7 @@ def list_estimators(level: str | None = "sequence") -> list[str]:
     """
     if level is not None and level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS} or None, got {level!r}")
+    discover()
     return sorted(n for n, s in _SPECS.items() if level is None or s.level == level)
 
 
@@ -172,12 +219,14 @@ class _FunctionView(Mapping):
         self._attr = attr
 
     def __getitem__(self, name: str) -> Estimator:
+        discover()
         fn = getattr(_SPECS[name], self._attr)
         if fn is None:
             raise KeyError(name)
         return fn
 
     def __iter__(self) -> Iterator[str]:
+        discover()
         return iter([n for n, s in _SPECS.items() if getattr(s, self._attr) is not None])
 
     def __len__(self) -> int:

@@ -11,6 +11,8 @@ import numpy as np
 from .group import EstimatorContext, _eps, _prep, as_float_array, check_in_range, per_group
 from .registry import register_estimator
 
+PAPER = "v05"  # shown by `sparserl methods` (registry.estimator_paper)
+
 MODES = ("fusion", "prior_only", "empirical_only")
 
 

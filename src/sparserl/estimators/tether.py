@@ -18,6 +18,8 @@ import numpy as np
 from .group import _grpo_b, _rloo_b, as_float_array, check_in_range, token_inputs
 from .registry import register_estimator
 
+PAPER = "le_critique"  # shown by `sparserl methods` (registry.estimator_paper)
+
 D_EMA = 0.95  # Le Critique Section 6.1
 # [our choice: the paper gives no edges] doubling bucket widths up to its 8192-token responses
 # (Section 7.2): buckets [0,256), [256,512), ..., [4096, inf) of 0-based response positions.

@@ -235,6 +235,7 @@ def _f6_layout(data):
 
 @register_figure("basis/f6_training_curves", tables=lambda cfg: eval_tables(cfg, _grid_methods(cfg)), read=_read_f6, layout=_f6_layout,
                  built_by=EVAL_BUILT_BY, unavailable=_no_grid("BASIS Figure 6"),
+                 bars="accuracy: ±1 s.e. over the problems with one seed, else the seeds' min–max band",
                  caption="BASIS Fig. 6 (Appendix C): training curves per GRPO-type algorithm, G=8 against G=1 "
                          "vanilla, REINFORCE++ and BASIS (half the steps). Top: train reward (mean over the step's "
                          "rollouts), a centred rolling mean over about a twelfth of the run, seed mean, faint: per "

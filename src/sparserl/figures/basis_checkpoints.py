@@ -58,10 +58,12 @@ def _stage_panels(df):
 
 @register_figure("basis/f2_initial_vs_refined", tables=_tables("stage_initial_vs_refined"), layout=_stage_panels,
                  built_by=BUILT_BY, unavailable=_no_checkpoints,
+                 bars="±1 s.e. of the mean MSE over the study's repeated batches",
                  caption="BASIS Figure 2: MSE against the oracle value of the initial estimate V̂_β = V*_β(p̂) "
                          "(Eq. 4, no batchwise refinement) and of the refined estimate Ṽ_β (UNB, one rollout per "
                          "prompt) for each β of the calibration grid, at three checkpoints; bars: how often the "
-                         "batch's calibration picks that β. " + PROTOCOL)
+                         "batch's calibration picks that β; error bars ±1 s.e. of the mean MSE over the repeated "
+                         "batches. " + PROTOCOL)
 def _f2(df, axes):
     for ax, stage in zip(axes, _stages(df)):
         d = df[df["stage"] == stage]
@@ -95,9 +97,11 @@ def _mse_layout(df):
 
 @register_figure("basis/a1_mse_by_stage", tables=_tables("stage_mse_by_method"), layout=_mse_layout,
                  built_by=BUILT_BY, unavailable=_no_checkpoints,
+                 bars="±1 s.e. of the mean MSE over the study's batches",
                  caption="Baseline MSE against the oracle value per method at each RL stage (Figure 3(a) at the "
                          "early, middle and late checkpoints; labels: BASIS UNB vs REINFORCE++ (G=1) and vs GRPO "
-                         "(G=8), paired over the same batches). " + PROTOCOL)
+                         "(G=8), paired over the same batches); error bars ±1 s.e. of the mean MSE over the batches. "
+                         + PROTOCOL)
 def _mse_by_stage(df, ax):
     stages = _stages(df)
     methods = list(dict.fromkeys(df["method"]))
@@ -140,7 +144,8 @@ def _register_stress(fig_id: str, table: str, built_by: str) -> None:
     base = get_figure(fig_id)
     register_figure(f"basis/{STRESS}{base.name}", tables=_tables(STRESS + table),
                     caption=base.caption.replace(BASIS_DATA, STRESS_DATA), layout=base.layout,
-                    built_by=built_by, unavailable=_no_stress, read=base.read, frame=base.frame)(base.draw)
+                    built_by=built_by, unavailable=_no_stress, read=base.read, frame=base.frame,
+                    bars=base.bars)(base.draw)
 
 
 for _id, _table in (("f3a_mse_by_method", "mse_by_method"), ("f3b_mse_by_heterogeneity", "mse_by_heterogeneity"),

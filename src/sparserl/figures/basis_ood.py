@@ -96,7 +96,7 @@ def _draw(data, axes):
 
 register_figure(
     "basis/t2_ood", tables=lambda cfg: [OODPaths(cfg).table()], read=_read, layout=_layout,
-    frame=lambda data: data["df"], unavailable=_unavailable,
+    frame=lambda data: data["df"], unavailable=_unavailable, bars="±1 sd across seeds (none with one seed)",
     built_by="rule ood_eval (`sparserl ood-eval`; paper scale: rule ood_table, `sparserl ood-table`)",
     caption="BASIS Table 2: out-of-domain evaluation of the GRPO variants trained on the math pool: the "
             "start policy, GRPO G=8, vanilla G=1, REINFORCE++ G=1 and BASIS G=1 (half the steps), mean "

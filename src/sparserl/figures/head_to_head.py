@@ -25,6 +25,9 @@ MATCHED = ((4, "grpo_g4", "v05_k4", "v05_k4_v0"), (8, "grpo_g8", "v05_k8", "v05_
 MATCHED_NEEDED = [m for _, g, v, _ in MATCHED for m in (g, v)]
 
 
+CURVE_BARS = "band = 95% t-interval over seeds (none with 1 seed)"
+
+
 def _no_rl(cfg: dict) -> str:
     return "" if cfg.get("rl") else "the head-to-head needs an `rl` section in the config"
 
@@ -103,7 +106,7 @@ def _draw_vs(df, axes, x: str, xlabel: str, title: str) -> None:
 
 
 @register_figure("head_to_head/accuracy_vs_rollouts", tables=_tables("curves"), read=_read_curves,
-                 layout=_curves_layout, built_by=BUILT_BY, unavailable=_no_rl,
+                 layout=_curves_layout, built_by=BUILT_BY, unavailable=_no_rl, bars=CURVE_BARS,
                  caption="Eval accuracy (mean over benchmarks) at every evaluated checkpoint (the start policy "
                          "at 0, the intermediate checkpoints, the final one) against the rollouts the run had "
                          "generated up to that step (metrics' cumulative rollouts_total), one line per method of "
@@ -113,13 +116,14 @@ def _accuracy_vs_rollouts(df, axes):
 
 
 @register_figure("head_to_head/accuracy_vs_wall_time", tables=_tables("curves"), read=_read_curves,
-                 layout=_curves_layout, built_by=BUILT_BY, unavailable=_no_rl,
+                 layout=_curves_layout, built_by=BUILT_BY, unavailable=_no_rl, bars=CURVE_BARS,
                  caption="The same checkpoints against cumulative training wall time: the sum of the run's "
                          "per-step wall_time_s (sampling the step's rollouts, advantages, the update). Evaluation "
                          "time is excluded, as are checkpoint saving and model loading. At tiny and small scale a "
                          "run is one CPU thread on a 2-core machine shared with one other job, so the seconds "
                          "measure that single-thread job under the DAG's load (they drift ~10% with the machine), "
-                         "not a GPU's; methods compare by ratio, not by absolute seconds.")
+                         "not a GPU's; methods compare by ratio, not by absolute seconds. Mean over seeds, 95% t-band "
+                         "when seeds > 1.")
 def _accuracy_vs_wall_time(df, axes):
     _draw_vs(df, axes, "wall_time_s", "training wall time (s, cumulative; evaluation excluded)", "Accuracy vs wall time")
 
@@ -139,6 +143,7 @@ def _ranking_layout(df):
 
 @register_figure("head_to_head/ranking", tables=_tables("ranking"), read=_read_ranking, layout=_ranking_layout,
                  built_by=BUILT_BY, unavailable=_no_rl,
+                 bars="95% CI: t-interval over seeds (>= 2 seeds), else a stratified bootstrap over the eval problems",
                  caption="Every method ranked by final eval accuracy: bar = mean over seeds, whisker = 95% CI "
                          "(t-interval over seeds with >= 2 seeds; with 1 seed a stratified bootstrap over the eval "
                          "problems, which holds the run fixed and so carries no seed noise). Letters = tie groups: "
@@ -210,6 +215,7 @@ def _read_matched(cfg: dict, tables: list[Path]) -> dict:
 @register_figure("head_to_head/grpo_vs_v05_k", tables=_tables("ranking", "pairs", "curves"), read=_read_matched,
                  layout=lambda data: pyplot().subplots(1, 2, figsize=(11, 4.6)), built_by=BUILT_BY,
                  unavailable=_no_matched,
+                 bars="left: 95% CI of the final accuracy (as the ranking); right: 95% t-band over seeds when seeds > 1",
                  caption="GRPO at G = 4 and 8 beside V0.5 fixed-k at k = 4 and 8 (oracle prior; V0's prior too when "
                          "run), the comparison the V0.5 analysis lists as missing (its Figure 5 has k = 4, 8 against "
                          "GRPO G = 16 only): same rollouts per step, same rollouts per prompt. Left: final accuracy "

@@ -85,6 +85,7 @@ class Figure:
     unavailable: Callable[[dict], str]          # cfg -> why the config has no such figure ('' if it has)
     frame: Callable[[Any], Any] = default_frame  # data -> the DataFrame of its CSV
     note: Callable[[dict], str] = lambda cfg: ""  # cfg -> a line for the footer (e.g. V0's head)
+    bars: str = ""  # what its error bars or bands are ('' when it draws none); the footer says it
 
     @property
     def group(self) -> str:
@@ -117,10 +118,11 @@ _REGISTRY: dict[str, Figure] = {}
 
 def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], caption: str, layout: Callable,
                     built_by: str, unavailable: Callable[[dict], str], read: Callable = read_single,
-                    frame: Callable = default_frame, note: Callable | None = None) -> Callable:
+                    frame: Callable = default_frame, note: Callable | None = None, bars: str = "") -> Callable:
     """Decorator: register the drawing function under `fig_id` and return it unchanged, so one
     function may draw several figures (one decorator each). `frame(data)` gives the DataFrame of
-    its CSV (default: `default_frame`); `note(cfg)` a line the footer adds."""
+    its CSV (default: `default_frame`); `note(cfg)` a line the footer adds; `bars` what its error
+    bars or bands are (every figure that draws some must say: tests/test_figures.py checks)."""
     group, _, name = fig_id.partition("/")
     if not group or not name or "/" in name:
         raise ValueError(f"figure id must be '<group>/<name>', got {fig_id!r}")
@@ -129,7 +131,7 @@ def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], captio
         if fig_id in _REGISTRY:
             raise ValueError(f"figure {fig_id} is registered twice")
         _REGISTRY[fig_id] = Figure(fig_id, draw, tables, caption, layout, read, built_by, unavailable, frame,
-                                   note or (lambda cfg: ""))
+                                   note or (lambda cfg: ""), bars)
         return draw
 
     return deco
@@ -160,23 +162,50 @@ def provenance(table_path, cfg: dict | None = None) -> dict:
             "git_commit": m.get("git_commit") or git_commit()}
 
 
+def draws_error_bars(fig) -> bool:
+    """Whether a drawn figure has error bars (errorbar, bar/barh with yerr/xerr) or bands
+    (fill_between) on any axes."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.container import BarContainer, ErrorbarContainer
+    for ax in fig.axes:
+        if any(isinstance(c, ErrorbarContainer) or (isinstance(c, BarContainer) and c.errorbar is not None)
+               for c in ax.containers):
+            return True
+        if any(isinstance(c, PolyCollection) and c.get_paths() for c in ax.collections):
+            return True
+    return False
+
+
+def short_commit(commit: str) -> str:
+    """A commit cut to 12 hex digits, keeping its `-dirty` mark (`git_commit`): a figure drawn
+    from tables of uncommitted code must say so."""
+    sha, dirty, _ = str(commit).partition("-dirty")
+    return sha[:12] + ("-dirty" if dirty else "")
+
+
+def footer_lines(note: str = "", bars: str = "") -> int:
+    """How many lines `footer` writes."""
+    return 2 + bool(note) + bool(bars)
+
+
 def footer(fig, tables: list[Path], cfg: dict | None = None, config_name: str | None = None,
-           note: str = "") -> None:
+           note: str = "", bars: str = "") -> None:
     """Provenance footer: from the first table's manifest, naming the config file(s) the run was
-    given and the table (or counting them)."""
+    given and the table (or counting them); `bars`: what the error bars or bands are."""
     pv = provenance(tables[0], cfg)
     scale = str(pv["scale"])
     head = f"scale={scale}" + ("" if scale == "paper" else f"  [{scale.upper()} SCALE: not paper numbers]")
-    commit = str(pv["git_commit"])[:12]
+    commit = short_commit(pv["git_commit"])
     if len(tables) == 1:
         what = f"table {Path(tables[0]).name}"
     else:
         # runs resumed or redone under other code show it here rather than hiding behind the first
-        others = {str(provenance(t, cfg)["git_commit"])[:12] for t in tables[1:]} - {commit}
+        others = {short_commit(provenance(t, cfg)["git_commit"]) for t in tables[1:]} - {commit}
         commit += f" (+{len(others)} other commits)" if others else ""
         what = f"{len(tables)} tables: {', '.join(sorted({Path(t).name for t in tables}))}"
     name = f"{config_name} " if config_name else ""
-    text = f"{head}\nconfig {name}({pv['config_hash']}) · commit {commit} · {what}" + (f"\n{note}" if note else "")
+    text = (f"{head}\nconfig {name}({pv['config_hash']}) · commit {commit} · {what}" + (f"\n{note}" if note else "")
+            + (f"\nerror bars / bands: {bars}" if bars else ""))
     fig.text(0.01, 0.005, text, fontsize=6.5, color="0.35", ha="left", va="bottom")
 
 
@@ -198,8 +227,11 @@ def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None, config_na
     fig, axes = f.layout(data)
     try:  # a drawing that fails on a malformed table must not leave its figure open
         f.draw(data, axes)
-        fig.tight_layout(rect=(0, 0.08 if f.note(cfg) else 0.06, 1, 1))
-        footer(fig, tables, cfg, config_name, f.note(cfg))
+        note = f.note(cfg)
+        # the footer's lines (~0.12 in each at 6.5 pt) below the axes, whatever the figure's height
+        bottom = (0.06 + 0.12 * footer_lines(note, f.bars)) / fig.get_figheight()
+        fig.tight_layout(rect=(0, min(bottom, 0.3), 1, 1))
+        footer(fig, tables, cfg, config_name, note, f.bars)
         png, pdf = io.BytesIO(), io.BytesIO()
         fig.savefig(png, format="png", dpi=130)
         # no creation date: the same tables give the same bytes

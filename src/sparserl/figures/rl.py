@@ -12,6 +12,7 @@ from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
 from sparserl.methods.spec import method_run
 from sparserl.figures.registry import FigureError, pyplot, read_single, register_figure
+from sparserl.figures.style import FACETS, facet, method_color
 
 LINESTYLES = ("-", "--", ":", "-.")
 
@@ -28,11 +29,6 @@ def _metrics_tables(cfg: dict) -> list[Path]:
     return [method_run(cfg, m, s).metrics for m, s in _runs(cfg)]
 
 
-def _style(i: int) -> dict:
-    """Ten colours, then the next line style: the tiny config has 26 methods."""
-    return {"color": f"C{i % 10}", "ls": LINESTYLES[(i // 10) % len(LINESTYLES)]}
-
-
 def metric_curves(runs: list[tuple[str, int]], tables: list[Path], columns=("reward_mean",)) -> pd.DataFrame:
     """`columns` of each run's metrics.parquet per step (columns method, seed, step, *columns);
     `tables[i]` is the metrics table of `runs[i]` = (method, seed). The V0.5 and BASIS curves use it too."""
@@ -47,10 +43,14 @@ def metric_curves(runs: list[tuple[str, int]], tables: list[Path], columns=("rew
     return pd.concat(frames, ignore_index=True)
 
 
-def _read_curves(cfg: dict, tables: list[Path]) -> pd.DataFrame:
-    """Train reward per step of every run (columns method, seed, step, reward_mean); the tables come
-    in the order of `_runs`."""
-    return metric_curves(_runs(cfg), tables)
+def _read_curves(cfg: dict, tables: list[Path]) -> dict:
+    """Train reward per step of every run, each seed smoothed by a centred rolling mean of about
+    a twelfth of the run (`v05.read_smoothed`: its df has the seed mean of the smoothed curves and
+    their min-max per method and step); the tables come in the order of `_runs`."""
+    from sparserl.figures.v05 import read_smoothed  # v05 imports this module
+    data = read_smoothed(cfg, tables, cfg["rl"]["methods"], "reward_mean")
+    data["facets"] = _facets(data["methods"])
+    return data
 
 
 def _read_runs(cfg: dict, tables: list[Path]) -> pd.DataFrame:
@@ -60,31 +60,68 @@ def _read_runs(cfg: dict, tables: list[Path]) -> pd.DataFrame:
     return df.set_index("method").loc[methods].reset_index()
 
 
-def _curves_layout(df):
-    """The curves, and beside them an empty axes for the legend: a legend hung outside the curves'
-    axes is clipped by the single tight_layout pass of `make_figure` (26 methods at tiny scale)."""
-    return pyplot().subplots(1, 2, figsize=(12, 5), gridspec_kw={"width_ratios": [2.1, 1]})
+REFERENCE = "grpo_g8"  # drawn faintly in every other facet, to read the facets against one line
+
+
+def _facets(methods: list[str]) -> list[tuple[str, list[str]]]:
+    """(facet title, its methods in the config's order), facets in the order of `style.FACETS`."""
+    by = {t: [m for m in methods if facet(m) == t] for t in FACETS}
+    return [(t, ms) for t, ms in by.items() if ms]
+
+
+def _curves_layout(data):
+    """Per facet the curves and beside them an axes for its legend (a legend hung outside the
+    curves' axes is clipped by the single tight_layout pass of `make_figure`); two facets a row."""
+    n = len(data["facets"])
+    cols = min(2, n)
+    rows = -(-n // cols)
+    fig, axes = pyplot().subplots(rows, 2 * cols, figsize=(7.4 * cols, 3.5 * rows + 0.5), squeeze=False,
+                                  gridspec_kw={"width_ratios": [2.3, 1] * cols})
+    return fig, axes
+
+
+def _band_note(df: pd.DataFrame, window: int) -> str:
+    seeds = int(df["seeds"].max())
+    smooth = f"each seed a centred rolling mean over {window} step{'s' if window > 1 else ''}"
+    return (f"line: mean over {seeds} seeds, band: the seeds' min–max; {smooth}" if seeds > 1 else
+            f"1 seed: no band; {smooth}")
 
 
 @register_figure("head_to_head/learning_curves", tables=_metrics_tables, read=_read_curves, layout=_curves_layout,
                  built_by="rule rl_train or rl_cluster (`sparserl rl-train` / `sparserl openrlhf-launch`)",
-                 unavailable=_no_rl,
-                 caption="Train reward (mean over the step's rollouts) vs RL step: one line per method, "
-                         "the mean over seeds, the band spanning the seeds' minimum to maximum.")
-def _learning_curves(df, axes):
-    ax, legend_ax = axes
-    for i, (method, d) in enumerate(df.groupby("method", sort=False)):
-        by_step = d.groupby("step")["reward_mean"]
-        mean, lo, hi = by_step.mean(), by_step.min(), by_step.max()
-        style = _style(i)
-        ax.plot(mean.index, mean.to_numpy(), lw=1.2, label=method, **style)
-        ax.fill_between(mean.index, lo.to_numpy(), hi.to_numpy(), color=style["color"], alpha=0.15, lw=0)
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("train reward (mean over rollouts)")
-    ax.set_title(f"Learning curves: mean over {df['seed'].nunique()} seeds, band min–max")
-    legend_ax.axis("off")
-    legend_ax.legend(*ax.get_legend_handles_labels(), loc="center left", fontsize=6, frameon=False,
-                     ncol=1 + df["method"].nunique() // 14)
+                 unavailable=_no_rl, bars="band = the seeds' min–max of the smoothed train reward (none with 1 seed)",
+                 caption="Train reward (mean over the step's rollouts) vs RL step, one panel per method family "
+                         "(group baselines, BASIS, V0.5 and V0's priors, Le Critique's critics), each method in "
+                         "its colour of every figure (figures.style). Each seed's curve is smoothed by a centred "
+                         "rolling mean over about a twelfth of the run; line: the mean over seeds of the smoothed "
+                         "curves, band: their min–max across seeds (no band with one seed). grpo_g8, when run, "
+                         "is drawn dashed grey in the other panels as a common reference.")
+def _learning_curves(data, axes):
+    df, window = data["df"], data["window"]
+    pairs = [(axes[r][2 * c], axes[r][2 * c + 1]) for r in range(axes.shape[0]) for c in range(axes.shape[1] // 2)]
+    ref = df[df["method"] == REFERENCE].sort_values("step")
+    for (ax, legend_ax), (title, methods) in zip(pairs, data["facets"]):
+        if len(ref) and REFERENCE not in methods:
+            ax.plot(ref["step"].to_numpy(), ref["smoothed"].to_numpy(), color="0.55", ls="--", lw=1.0,
+                    label=f"{REFERENCE} (reference)", zorder=1)
+        for i, m in enumerate(methods):
+            d = df[df["method"] == m].sort_values("step")
+            c = method_color(m)
+            x = d["step"].to_numpy()
+            ax.plot(x, d["smoothed"].to_numpy(), color=c, lw=1.4, ls=LINESTYLES[i % len(LINESTYLES)], label=m)
+            if (d["seeds"] > 1).any():
+                ax.fill_between(x, d["lo"].to_numpy(), d["hi"].to_numpy(), color=c, alpha=0.12, lw=0)
+        ax.set_title(f"{title} ({len(methods)} method{'s' if len(methods) > 1 else ''})")
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("train reward (mean over rollouts)")
+        legend_ax.axis("off")
+        legend_ax.legend(*ax.get_legend_handles_labels(), loc="center left", fontsize=6.5, frameon=False,
+                         ncol=1 + len(methods) // 16)
+    for ax, legend_ax in pairs[len(data["facets"]):]:
+        ax.axis("off")
+        legend_ax.axis("off")
+    ax0 = pairs[0][0]
+    ax0.figure.suptitle(f"Learning curves ({_band_note(df, window)})", fontsize=9.5)
 
 
 def _accuracy_layout(df):
@@ -111,11 +148,12 @@ def seed_bars(ax, df: pd.DataFrame, methods: list[str], *, err: str = "sd", colo
 
 @register_figure("head_to_head/final_accuracy", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_runs,
                  layout=_accuracy_layout, built_by="rule rl_summary (`sparserl rl-summary`)", unavailable=_no_rl,
+                 bars="±1 sd of the final accuracy across seeds",
                  caption="Final-checkpoint eval accuracy (mean over benchmarks) per method: bar = mean over "
                          "seeds, error bar = standard deviation across seeds, dots = single seeds.")
 def _final_accuracy(df, ax):
     methods = list(dict.fromkeys(df["method"]))
-    x, _ = seed_bars(ax, df, methods, label="one seed")
+    x, _ = seed_bars(ax, df, methods, color=[method_color(m) for m in methods], dots="k", label="one seed")
     ax.set_xticks(x, methods, rotation=45, ha="right", fontsize=7)
     ax.set_ylabel("final eval accuracy")
     ax.set_title("Final accuracy by method (mean ± sd over seeds)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from sparserl.figures.registry import pyplot, register_figure, row, single
+from sparserl.figures.style import method_color
 from sparserl.studies import StudyPaths, study_refs
 
 LABELS = {"basis_unb": "BASIS UNB", "basis_vop": "BASIS VOP", "basis_rvg": "BASIS RVG",
@@ -33,11 +34,16 @@ def _no_study(cfg: dict) -> str:
     return "" if study_refs(cfg) else "study figures need basis.study_reference and basis.study_oracle"
 
 
-def study_figure(fig_id: str, table: str, built_by: str, caption: str, layout=SINGLE):
+MSE_SE = "±1 s.e. of the mean MSE over the study's batches"
+BUDGET_SE = "±1 s.e. of the mean OSLA budget over the study's batches"
+
+
+def study_figure(fig_id: str, table: str, built_by: str, caption: str, layout=SINGLE, bars: str = ""):
     """`register_figure` for a figure drawn from one study table `table` of its paper's figure dir."""
     paper = fig_id.partition("/")[0]
-    return register_figure(fig_id, tables=lambda cfg: [StudyPaths(cfg).table(paper, table)], caption=caption,
-                           layout=layout, built_by=built_by, unavailable=_no_study)
+    return register_figure(fig_id, tables=lambda cfg: [StudyPaths(cfg).table(paper, table)],
+                           caption=caption + (f" Error bars: {bars}." if bars else ""),
+                           layout=layout, built_by=built_by, unavailable=_no_study, bars=bars)
 
 
 def _basis_table(name: str) -> str:
@@ -63,11 +69,10 @@ def _label(m: str) -> str:
 
 
 @study_figure("basis/f3a_mse_by_method", "mse_by_method", _basis_table("mse_by_method"),
-              "Baseline MSE against the oracle value per method, with the % change vs REINFORCE++ (G=1)." + BASIS_DATA)
+              "Baseline MSE against the oracle value per method, with the % change vs REINFORCE++ (G=1)." + BASIS_DATA, bars=MSE_SE)
 def _mse_by_method(df, ax):
     x = np.arange(len(df))
-    colors = ["C0" if m.startswith("basis") else ("C3" if m == "reinforce_pp" else "C2") for m in df["method"]]
-    ax.bar(x, df["mse"], yerr=df["mse_se"], color=colors, capsize=3)
+    ax.bar(x, df["mse"], yerr=df["mse_se"], color=[method_color(m) for m in df["method"]], capsize=3)
     ax.set_xticks(x, [_label(m) for m in df["method"]], rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("MSE vs oracle value")
     if "pct_vs_reinforce_pp" in df:
@@ -78,10 +83,11 @@ def _mse_by_method(df, ax):
 
 
 @study_figure("basis/f3b_mse_by_heterogeneity", "mse_by_heterogeneity", _basis_table("mse_by_heterogeneity"),
-              "Baseline MSE per method binned by batch heterogeneity (std of the oracle values in a batch)." + BASIS_DATA)
+              "Baseline MSE per method binned by batch heterogeneity (std of the oracle values in a batch)." + BASIS_DATA, bars=MSE_SE)
 def _mse_by_heterogeneity(df, ax):
     for m, d in df.groupby("method", sort=False):
-        ax.errorbar(d["center"], d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m))
+        ax.errorbar(d["center"], d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m),
+                    color=method_color(m))
     ax.set_xlabel("batch heterogeneity (std of oracle values in the batch)")
     ax.set_ylabel("MSE")
     ax.set_title("MSE by batch heterogeneity")
@@ -89,12 +95,13 @@ def _mse_by_heterogeneity(df, ax):
 
 
 @study_figure("basis/f3c_mse_by_difficulty", "mse_by_difficulty", _basis_table("mse_by_difficulty"),
-              "Baseline MSE per method binned by prompt difficulty (oracle pass rate)." + BASIS_DATA)
+              "Baseline MSE per method binned by prompt difficulty (oracle pass rate)." + BASIS_DATA, bars=MSE_SE)
 def _mse_by_difficulty(df, ax):
     labs = list(dict.fromkeys(df.sort_values("p_bin")["p_bin_label"]))
     for m, d in df.groupby("method", sort=False):
         d = d.set_index("p_bin_label").reindex(labs)
-        ax.errorbar(np.arange(len(labs)), d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m))
+        ax.errorbar(np.arange(len(labs)), d["mse"], yerr=d["mse_se"], marker="o", ms=3, capsize=2, label=_label(m),
+                    color=method_color(m))
     ax.set_xticks(np.arange(len(labs)), labs)
     ax.set_xlabel("oracle value bin")
     ax.set_ylabel("MSE")
@@ -121,18 +128,23 @@ def _zero_one_rate(df, ax):
 
 # decorators register bottom-up: eps first, as the sensitivity tables are listed
 @study_figure("basis/f5d_sensitivity_grid", "sensitivity_grid", _sensitivity_table("grid"),
-              "BASIS (UNB) MSE vs the size of the beta grid, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
+              "BASIS (UNB) MSE vs the size of the beta grid, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY,
+              bars=MSE_SE)
 @study_figure("basis/f5c_sensitivity_B", "sensitivity_B", _sensitivity_table("B"),
-              "BASIS (UNB) MSE vs the batch size B, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
+              "BASIS (UNB) MSE vs the batch size B, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY,
+              bars=MSE_SE)
 @study_figure("basis/f5b_sensitivity_n", "sensitivity_n", _sensitivity_table("n"),
-              "BASIS (UNB) MSE vs the number of reference rollouts n, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
+              "BASIS (UNB) MSE vs the number of reference rollouts n, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY,
+              bars=MSE_SE)
 @study_figure("basis/f5a_sensitivity_eps", "sensitivity_eps", _sensitivity_table("eps"),
-              "BASIS (UNB) MSE vs the active-set threshold eps, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY)
+              "BASIS (UNB) MSE vs the active-set threshold eps, with REINFORCE++ on the same batches." + BASIS_DATA, SENSITIVITY,
+              bars=MSE_SE)
 def _sensitivity(df, ax):
     d = df[df["skipped"].fillna("") == ""] if "skipped" in df else df
     param = df["param"].iloc[0]
-    ax.errorbar(d["value"], d["mse"], yerr=d["mse_se"], marker="o", capsize=3, label="BASIS UNB")
-    ax.plot(d["value"], d["mse_reinforce_pp"], "--", color="C3", label="REINFORCE++ (same batches)")
+    ax.errorbar(d["value"], d["mse"], yerr=d["mse_se"], marker="o", capsize=3, label="BASIS UNB",
+                color=method_color("basis_unb"))
+    ax.plot(d["value"], d["mse_reinforce_pp"], "--", color=method_color("reinforce_pp"), label="REINFORCE++ (same batches)")
     if param in ("eps", "B", "n", "grid"):
         ax.set_xscale("log")
     names = {"eps": "active-set threshold ε", "n": "reference rollouts n", "B": "batch size B",
@@ -185,7 +197,8 @@ def _mse_by_k(df, ax):
 
 
 @study_figure("v05/stat_budget_by_offset", "budget_by_offset", _v05_table("budget_by_offset"),
-              "Hypothesis-test rejection rate and OSLA rollout budget vs the prior's offset.", DOUBLE)
+              "Hypothesis-test rejection rate and OSLA rollout budget vs the prior's offset.", DOUBLE,
+              bars=BUDGET_SE)
 def _budget_by_offset(df, axes):
     a1, a2 = axes
     orc = df[df["prior_kind"] == "oracle"].sort_values("offset")
@@ -207,7 +220,7 @@ def _budget_by_offset(df, axes):
 
 
 @study_figure("v05/stat_c_sweep", "c_sweep", _v05_table("c_sweep"),
-              "OSLA budget and regret vs the cost per rollout c, per prior.", DOUBLE)
+              "OSLA budget and regret vs the cost per rollout c, per prior.", DOUBLE, bars=BUDGET_SE)
 def _c_sweep(df, axes):
     a1, a2 = axes
     for pr, d in df.groupby("prior", sort=False):

@@ -12,6 +12,7 @@ import pandas as pd
 from sparserl.core.paths import Paths
 from sparserl.figures.registry import pyplot, read_single, register_figure, row, single
 from sparserl.figures.rl import seed_bars
+from sparserl.figures.style import method_color
 from sparserl.values.v0.metrics import auc
 
 ORDER = ["v0", "v0_untrained", "knn_contextual", "vanilla_value_model", "stepwise_retrain",
@@ -181,9 +182,16 @@ def _routing(df, ax):
                 ls="--" if router == "oracle" else "-", label=router)
     single_ = df[df["tau"].isna()]
     ax.scatter(single_["cost"], single_["accuracy"], color="k", marker="s", s=22, zorder=3)
-    for _, r in single_.iterrows():
-        ax.annotate(r["router"], (r["cost"], r["accuracy"]), fontsize=7, xytext=(4, -8), textcoords="offset points")
     ax.set_xscale("log")
+    # labels of the right half point leftwards: the largest policy's (always_l) ran off the axes
+    lc = np.log10(df["cost"].astype(float).to_numpy())
+    mid = (lc.min() + lc.max()) / 2
+    for _, r in single_.iterrows():
+        right = np.log10(float(r["cost"])) > mid
+        ax.annotate(r["router"], (r["cost"], r["accuracy"]), fontsize=7, xytext=(-5 if right else 5, -9),
+                    textcoords="offset points", ha="right" if right else "left",
+                    annotation_clip=False)
+    ax.margins(x=0.08, y=0.08)
     ax.set_xlabel("mean cost per query (parameters of the chosen policy)")
     ax.set_ylabel("accuracy (avg@k of the chosen policy)")
     ax.set_title("Routing across the policy fleet", fontsize=9)
@@ -207,7 +215,7 @@ def _read_budget(cfg: dict, tables) -> pd.DataFrame:
 
 @register_figure("v0/f5_budget", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_budget,
                  layout=row(2, (11, 4.4)), built_by="rule rl_summary (`sparserl rl-summary`)",
-                 unavailable=_no_budget, note=head_note,
+                 unavailable=_no_budget, note=head_note, bars="±1 s.e. of the final accuracy over seeds",
                  caption="Figure 5 (left): GRPO whose rollouts per prompt maximise sum_i U(B_i, p_i) under G=8's "
                          "step total, p_i from V0 or from the start policy's cached pass rates, against uniform "
                          "G=8: final held-out accuracy (bar: mean over seeds, error bar: s.e., dots: seeds) and "
@@ -215,7 +223,7 @@ def _read_budget(cfg: dict, tables) -> pd.DataFrame:
 def _budget(df, axes):
     ax, ax2 = axes
     methods = [m for m in BUDGET if m in set(df["method"])]
-    x, n = seed_bars(ax, df, methods, err="se", color=[f"C{i}" for i in range(len(methods))], dots="k")
+    x, n = seed_bars(ax, df, methods, err="se", color=[method_color(m) for m in methods], dots="k")
     if "start_eval_accuracy" in df:
         ax.axhline(df["start_eval_accuracy"].iloc[0], color="0.5", lw=0.8, ls="--", label="start policy")
         ax.legend(fontsize=7)

@@ -222,6 +222,7 @@ F5 = "v05/f5_fixed_k"
 register_figure(
     F1, tables=lambda cfg: eval_tables(cfg, F1_METHODS), read=lambda cfg, t: read_eval_curves(cfg, F1_METHODS),
     layout=_panels_layout, built_by=EVAL_BUILT_BY, unavailable=needs_methods(F1_METHODS, "V0.5 Figure 1"),
+    bars="band = the seeds' min–max; with one seed, ±1 s.e. over the benchmark's problems",
     caption="V0.5 Fig. 1: held-out accuracy vs RL step per benchmark and their unweighted mean: V0.5 (shrinkage "
             "fusion + OSLA, k_init=4) against GRPO G=16 and DAPO G=16, the same rollouts per step. Points: the "
             "start policy (step 0), the checkpoints of rl.eval_fractions and the final one; line: mean over "
@@ -234,6 +235,7 @@ register_figure(
 register_figure(
     F5, tables=lambda cfg: eval_tables(cfg, F5_METHODS), read=lambda cfg, t: read_eval_curves(cfg, F5_METHODS),
     layout=_panels_layout, built_by=EVAL_BUILT_BY, unavailable=needs_methods(F5_METHODS, "V0.5 Figure 5"),
+    bars="band = the seeds' min–max; with one seed, ±1 s.e. over the benchmark's problems",
     caption="V0.5 Fig. 5: V0.5's shrinkage fusion at a fixed k in {1, 2, 4, 8} rollouts per prompt (no OSLA; "
             "prompts per step = rollouts per step / k) against GRPO G=16: held-out accuracy vs RL step per "
             "benchmark and their mean, drawn as Fig. 1 (seed mean, band min–max, or ±1 s.e. over problems "
@@ -308,6 +310,7 @@ for _id, _col, _ylabel, _title, _fig, _caption in (
         read=lambda cfg, t, _c=_col: read_smoothed(cfg, t, F1_METHODS, _c),
         layout=single((6.2, 3.6)), built_by=TRAIN_BUILT_BY,
         unavailable=needs_methods(F1_METHODS, f"V0.5 {_fig}"),
+        bars="band = the seeds' min–max of the smoothed curves (none with one seed)",
         caption=f"V0.5 {_fig}: {_caption}, vs RL step: V0.5 (fusion + OSLA) against GRPO G=16 and DAPO G=16. "
                 "Lines: a centred rolling mean over about a twelfth of the run (5 steps of tiny's 60), seed mean; "
                 "faint: the per-step seed mean; band: the seeds' min–max of the smoothed curves. The paper shows "

@@ -28,6 +28,7 @@ import torch
 
 from sparserl.core.artifacts import atomic_write_text, config_hash, write_table
 from sparserl.core.logs import get_logger, progress
+from sparserl.core.runlog import flatten
 from sparserl.engines.local.adamw import AdamW
 from sparserl.engines.local.critic_loop import (critic_rows, evaluate_critic, make_critic, to_rows,  # noqa: F401
                                                 to_trajectories, with_critic_lr)
@@ -208,10 +209,23 @@ class CritiqueTrainer(Trainer):
         return self.evaluate_batch(problems, ep, {}, CalibrationState())[1]
 
     # loop ----------------------------------------------------------------------------------
+    HPARAM_METRICS = ("eval/heldout_reward", "reward_mean")
+
+    def hparams(self) -> dict:
+        """The run's hyperparameters, flattened: the method spec (K from the experiment), the
+        experiment's RL settings, its env and K."""
+        return flatten({"method": self.m.to_dict(), "rl": self.rl, "experiment": self.exp.name,
+                        "env": self.exp.env, "k": self.exp.k, "seed": self.seed})
+
     def run(self, stop_after: int | None = None):
         if not self.try_resume():
-            for stale in (self.run_paths.final, self.run_paths.metrics, self.run_paths.dir / "summary.json"):
+            for stale in (self.run_paths.final, self.run_paths.metrics, self.run_paths.dir / "summary.json",
+                          self.run_paths.tensorboard):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+        with self.open_runlog() as tb:
+            return self._run(tb, stop_after)
+
+    def _run(self, tb, stop_after: int | None):
         every = int(self.rl.get("checkpoint_every", 10))
         bar = progress(self.steps, f"critique {self.exp.name} {self.m.name} s{self.seed}", logger=_log,
                        every=5, initial=self.step)
@@ -235,6 +249,7 @@ class CritiqueTrainer(Trainer):
                    "response_len_mean": float(ep.rows.response_lengths().mean()),
                    "adv_abs_mean": float(np.abs(adv).mean()), "wall_time_s": time.time() - t0, **info}
             self.metrics.append(row)
+            tb.scalars(row, self.step)
             bar.set_postfix_str(f"reward {row['reward_mean']:.3f}")
             bar.update(1)
             if self.step % every == 0 or self.step == self.steps:
@@ -247,6 +262,7 @@ class CritiqueTrainer(Trainer):
                    "seed": self.seed, "steps": self.steps,
                    "warmup_updates": self.warmup_done, "rollouts_total": total,
                    "heldout_reward": heldout_reward(self.env, self.backend, self.rl, self.seed)}
+        tb.evaluation({"eval/heldout_reward": summary["heldout_reward"]}, self.step)
         self.write_metrics()
         self._save_hf(self.run_paths.final)
         atomic_write_text(self.run_paths.dir / "summary.json", pd.Series(summary).to_json(indent=1) + "\n")

@@ -44,6 +44,7 @@ from sparserl.core.artifacts import config_hash, read_table, write_table
 from sparserl.core.config import rl_max_new_tokens
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths
+from sparserl.core.runlog import RunLog, flatten
 from sparserl.engines.local.adamw import AdamW
 from sparserl.engines.local.critic_loop import (CriticLoop, critic_rows, evaluate_critic, make_critic,
                                                 token_values, with_critic_lr)
@@ -233,23 +234,20 @@ class Trainer(CriticLoop):
             write_table(pd.DataFrame(self.harvest), self.run_paths.rollouts, cfg=self.cfg,
                         extra={**extra, "policy": self.rl["policy"]})
 
-    def open_tensorboard(self):
-        """A SummaryWriter into the run's tensorboard/ dir, or None without `tensorboard`.
+    # the metric tags TensorBoard's HParams dashboard sets beside the hyperparameters
+    HPARAM_METRICS = ("eval/accuracy", "reward_mean")
+
+    def hparams(self) -> dict:
+        """The run's hyperparameters, flattened: the method spec and the RL settings it trains with."""
+        return flatten({"method": self.m.to_dict(), "rl": run_settings(self.rl, self.m), "seed": self.seed})
+
+    def open_runlog(self) -> RunLog:
+        """TensorBoard in the run's tensorboard/ dir (W&B too when enabled), with the hyperparameters.
         `purge_step` drops events past the resumed step, which a killed run logged and will log
         again."""
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:  # torch's writer needs the tensorboard package (extra `cpu`)
-            return None
-        return SummaryWriter(str(self.run_paths.tensorboard), purge_step=self.step + 1)
-
-    @staticmethod
-    def tensorboard_scalars(writer, row: dict) -> None:
-        """Every numeric metrics.parquet column of one step, under the same name."""
-        for k, v in row.items():
-            if k != "step" and isinstance(v, (int, float, np.integer, np.floating)) \
-                    and not isinstance(v, bool):
-                writer.add_scalar(k, float(v), row["step"])
+        return RunLog(self.cfg, self.run_paths.tensorboard, "/".join(self.dir.parts[-3:]),
+                      hparams=self.hparams(), metrics=self.HPARAM_METRICS, purge_step=self.step + 1,
+                      log=self.log)
 
     # sampling --------------------------------------------------------------------------------
     def _gen(self, idx: np.ndarray, n, salt: int) -> RolloutBatch:
@@ -409,12 +407,11 @@ class Trainer(CriticLoop):
         snaps = set(snapshot_steps(self.rl, self.m)) | set(self.study_steps)
         total_rollouts = int(sum(r["rollouts_generated"] for r in self.metrics))
         ov = self.m.overlong
-        tb = self.open_tensorboard()
+        tb = self.open_runlog()
         bar = progress(self.steps, f"rl {self.m.name} s{self.seed}", logger=_log, every=1,
                        initial=self.step)
         with open_verifier(self.cfg) as self._ver, contextlib.ExitStack() as closing:
-            if tb is not None:
-                closing.callback(tb.close)
+            closing.callback(tb.close)
             closing.callback(bar.close)
             warmup_s = 0.0
             if self.critic is not None and self.step == 0:
@@ -464,8 +461,7 @@ class Trainer(CriticLoop):
                        "adv_abs_mean": float(np.abs(adv_tokens).mean()),
                        "support_size": len(self.support), "wall_time_s": time.time() - t0, **info}
                 self.metrics.append(row)
-                if tb is not None:
-                    self.tensorboard_scalars(tb, row)
+                tb.scalars(row, self.step)
                 bar.set_postfix_str(f"reward {row['reward_mean']:.3f} rollouts {len(batch)} "
                                     f"gn {row['grad_norm']:.3f}")
                 bar.update(1)
