@@ -39,6 +39,62 @@ def test_decide_refuses_bad_input():
         C.decide(1.0, 0.0, ">", 0.0)
 
 
+@pytest.mark.parametrize("value,lo,hi,paper,label", [
+    (0.12, 0.08, 0.16, 0.10, C.IN_CI),                  # the paper's number inside our interval
+    (0.06, 0.055, 0.065, 0.10, C.WITHIN),               # outside it, 0.6x
+    (0.02, 0.01, 0.03, 0.10, "off by 5.0x"),            # right sign, a fifth of the paper's gap
+    (0.50, 0.45, 0.55, 0.10, "off by 5.0x"),            # 5x too large
+    (-0.02, -0.03, -0.01, 0.15, C.OPPOSITE),
+    (0.05, np.nan, np.nan, 0.08, C.WITHIN),             # no interval: the factor alone
+    (-42.0, -45.0, -39.0, (-59.0, -55.0), C.WITHIN),    # a range: its nearest end, -55
+    (-57.0, -60.0, -50.0, (-59.0, -55.0), C.IN_CI),
+    (0.02, 0.01, 0.03, None, C.NO_PAPER),
+    (np.nan, np.nan, np.nan, 0.10, C.NOT_MEASURED),
+])
+def test_magnitude(value, lo, hi, paper, label):
+    assert C.magnitude(value, lo, hi, paper)[0] == label
+
+
+def test_magnitude_ratio_and_bad_paper_value():
+    assert C.magnitude(0.02, 0.01, 0.03, 0.10)[1] == pytest.approx(0.2)
+    assert C.magnitude(-42.0, -45.0, -39.0, (-59.0, -55.0))[1] == pytest.approx(42 / 55)
+    assert C.MAGNITUDE_FACTOR < 5  # a 5x gap never counts as agreeing
+    with pytest.raises(ValueError, match="lo <= hi"):
+        C.magnitude(1.0, 0.0, 2.0, (3.0, 1.0))
+
+
+@pytest.mark.parametrize("direction,mag,status", [
+    (C.REPRODUCED, C.IN_CI, C.REPRODUCED),
+    (C.REPRODUCED, C.WITHIN, C.REPRODUCED),
+    (C.REPRODUCED, C.NO_PAPER, C.REPRODUCED),          # the claim is its direction or bound
+    (C.REPRODUCED, "off by 5.0x", C.DIRECTION_ONLY),   # only the sign agrees
+    (C.REPRODUCED, C.OPPOSITE, C.DIRECTION_ONLY),
+    (C.NOT_REPRODUCED, C.IN_CI, C.NOT_REPRODUCED),
+    (C.CONTRADICTED, C.NO_PAPER, C.CONTRADICTED),
+    (C.NOT_RUN, C.NOT_MEASURED, C.NOT_RUN),
+])
+def test_overall(direction, mag, status):
+    assert C.overall(direction, mag) == status
+
+
+def test_right_sign_wrong_magnitude_is_not_reproduced():
+    """A gap of +0.02 [0.01, 0.03] where the paper reports +0.10: direction reproduced, magnitude off
+    by 5x, so the row says "direction only"; the paper's +0.025 inside the CI: reproduced."""
+    def claim(paper_value):
+        return C.Claim(id=f"t.{paper_value}", paper="V0.5", claim="c", paper_number="+10 points", quantity="q",
+                       relation=">", threshold=0.0, target="v05/f1", inputs=lambda cfg: [],
+                       measure=lambda ctx: C.Interval(0.02, 0.01, 0.03, "m"), paper_value=paper_value)
+    df = C.build_rows({"scale": "smoke"}, {}, [claim(0.10), claim(0.025), claim(None)]).set_index("paper_lo",
+                                                                                                  drop=False)
+    assert df["direction_status"].tolist() == [C.REPRODUCED] * 3
+    assert df["magnitude_status"].tolist() == ["off by 5.0x", C.IN_CI, C.NO_PAPER]
+    assert df["status"].tolist() == [C.DIRECTION_ONLY, C.REPRODUCED, C.REPRODUCED]
+    assert df["measured_over_paper"].iloc[0] == pytest.approx(0.2) and np.isnan(df["paper_hi"].iloc[2])
+    md = C.to_markdown(df.reset_index(drop=True).assign(fmt="{:.3f}"), scale="smoke", config_name="x",
+                       config_hash="h", commit="c")
+    assert "| reproduced | off by 5.0x | **direction only** |" in md and "+10 points (ours: 0.100)" in md
+
+
 def test_not_run_is_a_status_of_build_rows():
     def inputs(cfg):
         raise C.NotRun("rl.methods of this config lacks x")
@@ -46,6 +102,7 @@ def test_not_run_is_a_status_of_build_rows():
                     target="v0/t1", inputs=inputs, measure=lambda ctx: C.Interval(1, 1, 1, "m"))
     df = C.build_rows({"scale": "smoke"}, {}, [claim])
     assert df["status"].tolist() == [C.NOT_RUN] and "lacks x" in df["reason"].iloc[0]
+    assert df["direction_status"].tolist() == [C.NOT_RUN] and df["magnitude_status"].tolist() == [C.NO_PAPER]
 
 
 # --------------------------------------------------------------------------- intervals
@@ -236,6 +293,10 @@ def test_claims_are_data():
     assert len(ids) == len(set(ids)) >= 12
     assert {c.paper for c in C.CLAIMS} == set(C.PAPERS)
     assert all(c.relation in (">", "<") for c in C.CLAIMS)
+    # the papers' stated numbers, on our scale (accuracy as a fraction, MSE changes in %)
+    paper = {c.id: c.paper_value for c in C.CLAIMS}
+    assert paper["v05.osla_vs_grpo16"] == 0.10 and paper["basis.rl_vs_vanilla"] == 0.281
+    assert paper["basis.mse_vs_reinforce_pp"] == -69.0 and paper["lc.pvf_ev.rg_k1"] is None
 
 
 def test_resolve_target_by_prefix():
@@ -263,8 +324,11 @@ def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monke
     assert (md, csv) == (Path("paper_figures/smoke/CLAIMS.md"), Path("paper_figures/smoke/CLAIMS.csv"))
     df = pd.read_csv(csv, keep_default_na=False)
     assert len(df) == len(C.CLAIMS) and set(df["status"]) <= set(C.STATUSES)
+    assert set(df["direction_status"]) <= set(C.DIRECTION_STATUSES)
     status = df.set_index("id")["status"]
-    assert status["v05.osla_vs_grpo16"] == C.REPRODUCED            # osla's problems are +0.2 each
+    # osla's problems are +0.2 each (less where clipped at 1): the paper's +0.10 within 2x
+    assert status["v05.osla_vs_grpo16"] == C.REPRODUCED
+    assert df.set_index("id").loc["v05.osla_vs_grpo16", "magnitude_status"] == C.WITHIN
     assert status["v05.k4_vs_grpo16"] == C.REPRODUCED              # equal: within the tolerance
     assert status["v05.osla_vs_dapo16"] == C.NOT_RUN               # dapo_g16 not in rl.methods
     assert status["v0.sequential_auc"] == C.NOT_RUN                # no v0.harvest
@@ -273,16 +337,23 @@ def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monke
     assert status["lc.pvf_ev.sudoku_k4"] == C.REPRODUCED
     assert status["lc.vf_vs_mean.sudoku_k4"] == C.REPRODUCED       # VF 0.30 < Mean 0.40
     assert status["lc.pvf_ev.rg_k1"] == C.NOT_RUN
-    row = df.set_index("id").loc["basis.mse_vs_reinforce_pp"]
-    assert row["paper_in_ci"] == "no" and row["ci_method"].startswith("the study's paired bootstrap")
+    row = df.set_index("id").loc["basis.mse_vs_reinforce_pp"]  # -60 [-62, -58] against the paper's -69
+    assert row["magnitude_status"] == C.WITHIN and row["ci_method"].startswith("the study's paired bootstrap")
+    assert float(row["paper_lo"]) == float(row["paper_hi"]) == -69.0
+    assert float(row["measured_over_paper"]) == pytest.approx(60 / 69)
     text = md.read_text()
     assert "scale `smoke`" in text and "SMOKE SCALE: not paper numbers" in text and "smoke+claims.yaml" in text
+    assert "| direction | magnitude | status |" in text and f"within {C.MAGNITUDE_FACTOR:g}x" in text
+    page = C.html_path(md).read_text()  # the report's rendering: the same rows, escaped, with the legend
+    assert page.count("<tr>") == len(C.CLAIMS) + 1 and "SMOKE SCALE: not paper numbers" in page
+    assert 'class="status-reproduced">reproduced</td>' in page and "magnitude (magnitude)" in page
+    assert "MSE(BASIS G=1) &lt; MSE(GRPO G=8)" in page
     from sparserl.core.artifacts import git_commit
     assert f"commit `{git_commit()}`" in text and text.count("\n| ") == len(C.CLAIMS) + 1
     # same artifacts, same bytes
-    before = (md.read_bytes(), csv.read_bytes())
+    before = (md.read_bytes(), csv.read_bytes(), C.html_path(md).read_bytes())
     assert main(["claims", "--config", str(cfg_path), "--config-name", "smoke+claims.yaml"]) == 0
-    assert (md.read_bytes(), csv.read_bytes()) == before
+    assert (md.read_bytes(), csv.read_bytes(), C.html_path(md).read_bytes()) == before
     # an artifact the config makes but that is missing: an error naming it, not a status
     from sparserl.methods.spec import method_run
     gone = method_run(cfg, "v05_k4", 0).eval_dir / "final_per_problem.parquet"

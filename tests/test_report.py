@@ -1,7 +1,8 @@
 """The Snakemake report and the figure registry's promises: every registered figure has a caption,
 a generated rule in some config's DAG and a CSV beside its PNG and PDF; `snakemake --report`
 builds and names every figure of the config with its caption, paper and scale (read from the
-report's embedded data: perf/check_report.py does the same in headless Chromium)."""
+report's embedded data: perf/check_report.py does the same in headless Chromium), and holds the
+claims table and the head-to-head ranking as HTML tables, not only figures."""
 import functools
 import html
 import os
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import yaml
 
 from sparserl.core.artifacts import write_table
@@ -165,15 +167,35 @@ def fake_png(path: Path) -> None:
     matplotlib.image.imsave(path, np.zeros((4, 6, 3)))
 
 
+def fake_claims_page(root: Path, cfg: dict) -> Path:
+    """A stand-in CLAIMS.html (the report reads only the files flagged for it)."""
+    from sparserl.studies.claims import html_path
+    path = root / html_path(Paths(cfg).claims_md())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("<html><body><table><tr><td>v05.osla_vs_grpo16</td></tr></table></body></html>\n")
+    return path
+
+
+def html_entry(results: dict, path: Path, root: Path) -> str:
+    """The report entry of an HTML table: it is embedded as HTML (shown inline), holding the file."""
+    import base64
+    entry = results[str(path.relative_to(root))]
+    assert entry["mime_type"] == "text/html", entry["mime_type"]
+    data = base64.b64decode(entry["data_uri"].split(";base64,", 1)[1]).decode()
+    assert data == path.read_text()
+    return plain(entry["caption"])
+
+
 def test_report_builds_and_names_every_figure(repo, tmp_path):
     """`snakemake --report` on a tree holding the smoke config's figure PNGs (stand-ins: the
     report reads only the files flagged for it) names every figure, under its paper and the
-    scale/config, with its caption from the registry."""
+    scale/config, with its caption from the registry; the claims table is in it as HTML."""
     smoke = str(repo / "configs/smoke.yaml")
     cfg = load_config([smoke])
     figs = list_figures(cfg)
     for f in figs:
         fake_png(tmp_path / f.output(cfg))
+    claims = fake_claims_page(tmp_path, cfg)
     report = tmp_path / "report.html"
     out = snakemake(repo, tmp_path, "--report", str(report), "--configfile", smoke)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -190,9 +212,50 @@ def test_report_builds_and_names_every_figure(repo, tmp_path):
         assert entry["labels"] == {"figure": f.name} and entry["job_properties"]["rule"] == f.rule
         assert entry["data_uri"].startswith("data:image/png;") and ";base64," in entry["data_uri"]
     assert {figure_report.category(f) for f in figs} <= set(categories)
+    caption = html_entry(results, claims, tmp_path)
+    assert "direction only" in caption and "magnitude status" in caption
+    assert categories["Claims"][sub] == [str(claims.relative_to(tmp_path))]
     # the global description (workflow/report/workflow.rst), rendered with the config's scale
     desc = re.search(r"var workflow_desc = (.*?);\s*</script>", page, re.S).group(1)
     assert "sparserl: smoke scale" in plain(desc)
+
+
+def test_report_holds_the_ranking_table(repo, tmp_path, monkeypatch):
+    """At a scale with RL runs the head-to-head ranking is in the report as a table, beside the
+    head-to-head figures: `sparserl ranking-html` renders the cached ranking.parquet (here a
+    synthetic one) and `snakemake --report` embeds the page."""
+    from sparserl.cli import main
+    from sparserl.studies.report_tables import RANKING_COLUMNS
+    monkeypatch.chdir(tmp_path)
+    tiny = str(repo / "configs/tiny.yaml")
+    cfg = load_config([tiny])
+    ranking = pd.DataFrame({"rank": [1, 1, 3], "tie_group": ["a", "a", "b"], "method": ["v05_k4", "grpo_g4", "x<y>"],
+                            "family": ["v05", "group", "group"], "seeds": [1, 1, 1], "rollouts_total": [512.0] * 3,
+                            "wall_time_s": [10.0, 9.0, 8.0], "accuracy": [0.5, 0.5, 0.3], "ci_lo": [0.45, 0.44, 0.25],
+                            "ci_hi": [0.55, 0.56, 0.35], "ci_method": "bootstrap", "ties_with": ["grpo_g4", "v05_k4", ""]})
+    assert list(ranking.columns) == list(RANKING_COLUMNS)
+    write_table(ranking, Paths(cfg).head_to_head("ranking"), cfg=cfg)
+    table = Paths(cfg).head_to_head("ranking").with_suffix(".html")
+    assert main(["ranking-html", "--config", tiny, "--out", str(table)]) == 0
+    page = table.read_text()
+    assert page.count("<tr>") == 4 and "<td>x&lt;y&gt;</td>" in page and "[0.450, 0.550]" in page
+    assert "TINY SCALE: not paper numbers" in page and "tie group" in page
+    write_table(ranking.drop(columns="tie_group"), Paths(cfg).head_to_head("ranking"), cfg=cfg)
+    with pytest.raises(SystemExit, match=r"ranking.parquet: no column\(s\) \['tie_group'\]"):
+        main(["ranking-html", "--config", tiny, "--out", str(table.with_name("bad.html"))])
+    for f in list_figures(cfg):
+        fake_png(tmp_path / f.output(cfg))
+    fake_claims_page(tmp_path, cfg)
+    out = snakemake(repo, tmp_path, "--report", str(tmp_path / "report.html"), "--configfile", tiny)
+    assert out.returncode == 0, out.stderr[-3000:]
+    page = (tmp_path / "report.html").read_text()
+    results = figure_report.report_results(page)
+    caption = html_entry(results, tmp_path / table, tmp_path)
+    assert "head-to-head ranking" in caption and "tie-group letter" in caption
+    entry = results[str(table)]
+    assert entry["labels"] == {"figure": "ranking table"} and entry["job_properties"]["rule"] == "head_to_head"
+    sub = figure_report.subcategory(cfg, "tiny.yaml")
+    assert str(table) in figure_report.report_categories(page)["Head-to-head"][sub]
 
 
 def test_report_fails_when_a_figure_is_missing(repo, tmp_path):
@@ -202,5 +265,6 @@ def test_report_fails_when_a_figure_is_missing(repo, tmp_path):
     figs = list_figures(cfg)
     for f in figs[1:]:
         fake_png(tmp_path / f.output(cfg))
+    fake_claims_page(tmp_path, cfg)
     out = snakemake(repo, tmp_path, "--report", str(tmp_path / "r.html"), "--configfile", smoke)
     assert out.returncode != 0 and str(figs[0].output(cfg)) in out.stdout + out.stderr

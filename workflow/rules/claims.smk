@@ -1,15 +1,17 @@
 # Stage: the claims table (sparserl.studies.claims). One row per headline claim of the four papers,
-# measured on cached artifacts, its status decided by a rule in code; never trains anything.
+# measured on cached artifacts, its statuses (direction, magnitude, overall) decided by rules in
+# code; never trains anything. CLAIMS.html is the same table for `snakemake --report`.
 #   snakemake --cores 2 paper_figures/tiny/CLAIMS.md
 #   python -m sparserl claims --list                 # the claims and the artifacts each reads
 # Inputs: the artifacts of the claims this config makes (a claim whose artifact the config never
 # makes reads "not run at this scale" instead).
 
-from sparserl.studies.claims import claim_inputs
+from sparserl.figures import report as figure_report
+from sparserl.studies.claims import claim_inputs, html_path as claims_html
 
 
 def claims_targets():
-    return [str(P.claims_md()), str(P.claims_csv())]
+    return [str(P.claims_md()), str(P.claims_csv()), str(claims_html(P.claims_md()))]
 
 
 rule claims:
@@ -18,6 +20,13 @@ rule claims:
     output:
         md=str(P.claims_md()),
         csv=str(P.claims_csv()),
+        html=report(
+            str(claims_html(P.claims_md())),
+            caption="../report/claims.rst",
+            category="Claims",
+            subcategory=figure_report.subcategory(CFG, CONFIG_NAME),
+            labels={"table": "claims of the four papers"},
+        ),
     params:
         name=CONFIG_NAME,
     log:
@@ -28,4 +37,4 @@ rule claims:
         **R("cpu_small"),
     shell:
         "{SPARSERL} claims --config {CONFIGS} --config-name {params.name:q} "
-        "--out-md {output.md} --out-csv {output.csv} > {log} 2>&1"
+        "--out-md {output.md} --out-csv {output.csv} --out-html {output.html} > {log} 2>&1"

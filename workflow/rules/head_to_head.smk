@@ -10,6 +10,7 @@ def head_to_head_targets():
 
 
 if CFG.get("rl"):
+    from sparserl.figures import report as figure_report
     from sparserl.studies.head_to_head import input_tables as head_to_head_inputs
 
     rule head_to_head:
@@ -21,6 +22,14 @@ if CFG.get("rl"):
             ranking=str(P.head_to_head("ranking")),
             pairs=str(P.head_to_head("pairs")),
             curves=str(P.head_to_head("curves")),
+            # the ranking as a table in `snakemake --report` (it shows HTML, not parquet)
+            table=report(
+                str(P.head_to_head("ranking").with_suffix(".html")),
+                caption="../report/ranking.rst",
+                category=figure_report.PAPERS["head_to_head"],
+                subcategory=figure_report.subcategory(CFG, CONFIG_NAME),
+                labels={"figure": "ranking table"},
+            ),
         log:
             str(P.stage("logs", "head_to_head.log")),
         # a few seconds from cached tables: not worth a cluster job
@@ -28,4 +37,5 @@ if CFG.get("rl"):
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} head-to-head --config {CONFIGS} > {log} 2>&1"
+            "{SPARSERL} head-to-head --config {CONFIGS} > {log} 2>&1 && "
+            "{SPARSERL} ranking-html --config {CONFIGS} --out {output.table} >> {log} 2>&1"

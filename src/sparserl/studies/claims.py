@@ -7,7 +7,8 @@ that shows it, and two functions: `inputs(cfg)`, the artifacts the claim reads (
 config never makes them), and `measure(ctx)`, the quantity with its 95% interval. A new claim is a
 few lines: a factory below (`rl_diff`, `v0_auc`, `critique_diff`, ...) or a new pair of functions.
 
-Status rule (`decide`, the only place a status is made; never typed):
+Three statuses per row, each made by one function in code (never typed):
+direction_status (`decide`):
   relation ">" threshold t:  reproduced     when the interval lies above t (lo > t)
                              contradicted   when it lies below t (hi < t)
                              not reproduced when it contains t (or has no finite bound)
@@ -15,13 +16,20 @@ Status rule (`decide`, the only place a status is made; never typed):
   not run at this scale: the config does not make the claim's artifact or does not run its
   methods (the reason column says which); an artifact the config makes but that is missing on
   disk is an error naming it, not a status.
+magnitude_status (`magnitude`), against the paper's own number (`Claim.paper_value`, on our
+scale: accuracy as a fraction, MSE changes in %): "in CI" when our interval contains it (a range:
+overlaps it), "within 2x" when measured / paper lies in [1/2, 2] (`MAGNITUDE_FACTOR`), else
+"off by Nx" or "opposite sign"; "no paper number" where the paper states none (curves, bars,
+"A beats B"); "not measured" where we have no number.
+status (`overall`): reproduced only when the direction is reproduced and the magnitude is in the
+CI, within the factor, or the paper gives no number (then the claim is its direction or bound);
+"direction only" when the direction is reproduced but the paper's number is off; else the
+direction status.
 The threshold is what the paper states: a bound it gives ("Intra-AUC > 0.85"), 0 for "A beats B"
 or "A reduces B's MSE", and -tolerance for "A matches B" (a non-inferiority margin: the claim's
 text gives the tolerance and where it comes from). A paper's absolute accuracy gap ("over 10%")
-is not the threshold: tiny policies gain a few points in all, so accuracy claims test the
-direction and print the paper's gap beside ours. Where the paper's number is on the same
-scale as ours (a relative MSE change, an AUC difference), the `paper_in_ci` column says whether
-our interval contains it.
+is not the threshold but its `paper_value`: tiny policies gain a few points in all, so such a
+claim reads "direction only" at tiny scale.
 
 Intervals (the `ci_method` column says which): with >= 2 seeds a Student t interval over seeds
 (of the per-seed differences when both arms ran the same seeds: a seed fixes the data order, so
@@ -54,7 +62,14 @@ from sparserl.studies.stats import LEVEL, normal_quantile, t_interval, welch_int
 
 REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN = (
     "reproduced", "not reproduced", "contradicted", "not run at this scale")
-STATUSES = (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN)
+DIRECTION_ONLY = "direction only"
+DIRECTION_STATUSES = (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN)
+STATUSES = (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, CONTRADICTED, NOT_RUN)
+# The paper's number and ours agree in magnitude when their ratio is within this factor: scale-free,
+# loose enough for small policies' smaller gains, tight enough that a 5x gap never passes.
+MAGNITUDE_FACTOR = 2.0
+IN_CI, WITHIN, OPPOSITE, NO_PAPER, NOT_MEASURED = (
+    "in CI", f"within {MAGNITUDE_FACTOR:g}x", "opposite sign", "no paper number", "not measured")
 BOOT = 2000
 BOOT_SEED = 0
 ACC_TOL = 0.01   # our tolerance for "matches" in held-out accuracy (one point), where the paper gives none
@@ -97,7 +112,8 @@ class Claim:
     inputs: Callable[[dict], list]   # cfg -> artifact paths, or raise NotRun
     measure: Callable[["Context"], Interval]
     fmt: str = "{:.3f}"
-    paper_value: float | tuple | None = None  # on our scale: the paper's number (or range) for paper_in_ci
+    # the paper's number (or (lo, hi) range) on our scale, for magnitude_status; None where it gives none
+    paper_value: float | tuple | None = None
 
 
 def decide(lo: float, hi: float, relation: str, threshold: float) -> str:
@@ -112,6 +128,44 @@ def decide(lo: float, hi: float, relation: str, threshold: float) -> str:
     if relation == ">":
         return REPRODUCED if above else CONTRADICTED if below else NOT_REPRODUCED
     return REPRODUCED if below else CONTRADICTED if above else NOT_REPRODUCED
+
+
+def _paper_range(value) -> tuple[float, float]:
+    lo, hi = (value, value) if np.isscalar(value) else value
+    lo, hi = float(lo), float(hi)
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo <= hi):
+        raise ValueError(f"paper_value must be a finite number or a (lo, hi) range with lo <= hi, got {value!r}")
+    return lo, hi
+
+
+def magnitude(value: float, lo: float, hi: float, paper_value) -> tuple[str, float]:
+    """The magnitude status of a measurement `value` [lo, hi] against the paper's number (or range),
+    and measured / paper (the range's nearest end; NaN when undefined)."""
+    if paper_value is None:
+        return NO_PAPER, np.nan
+    plo, phi = _paper_range(paper_value)
+    if not np.isfinite(value):
+        return NOT_MEASURED, np.nan
+    nearest = min(max(value, plo), phi)
+    ratio = value / nearest if nearest != 0 else np.nan
+    if np.isfinite(lo) and np.isfinite(hi) and phi >= lo and plo <= hi:
+        return IN_CI, ratio
+    if not np.isfinite(ratio) or ratio == 0:
+        return f"off (measured {value:.3g}, paper {nearest:.3g})", ratio
+    if ratio < 0:
+        return OPPOSITE, ratio
+    factor = max(ratio, 1 / ratio)
+    return (WITHIN, ratio) if factor <= MAGNITUDE_FACTOR else (f"off by {factor:.1f}x", ratio)
+
+
+def overall(direction: str, magnitude_status: str) -> str:
+    """The row's status: reproduced needs the direction and, where the paper gives a number, its
+    magnitude (in our CI or within MAGNITUDE_FACTOR); a right sign alone is "direction only"."""
+    if direction not in DIRECTION_STATUSES:
+        raise ValueError(f"direction status must be one of {DIRECTION_STATUSES}, got {direction!r}")
+    if direction != REPRODUCED:
+        return direction
+    return REPRODUCED if magnitude_status in (IN_CI, WITHIN, NO_PAPER) else DIRECTION_ONLY
 
 
 # --------------------------------------------------------------------------- intervals
@@ -489,7 +543,7 @@ def _claims() -> list[Claim]:
     add(id="v0.sequential_auc", paper="V0", target="v0/t1",
         claim="V0 maintains high accuracy (Intra-AUC >0.85) from the very first step (Table 1, sequential alignment)",
         paper_number="Intra-AUC > 0.85", quantity="intra-context AUC of V0, sequential protocol, every policy",
-        relation=">", threshold=0.85, **v0_auc("sequential", "v0"))
+        relation=">", threshold=0.85, paper_value=0.85, **v0_auc("sequential", "v0"))
     add(id="v0.sequential_vs_vanilla", paper="V0", target="v0/t1",
         claim="V0 consistently outperforms coupled baselines across all architectures (Table 1)",
         paper_number="V0 above the Vanilla VM (Table 1)",
@@ -509,14 +563,14 @@ def _claims() -> list[Claim]:
         claim="By using V0 to estimate sample difficulty ... improving performance on OlympiadBench by ~2% "
               "compared to the allocation baselines w/o using V0 (Figure 5, left)",
         paper_number="+~2 points", quantity="accuracy(V0 budget allocation) - accuracy(uniform GRPO G=8)",
-        relation=">", threshold=0.0, **rl_diff("grpo_budget_v0", "grpo_g8"))
+        relation=">", threshold=0.0, paper_value=0.02, **rl_diff("grpo_budget_v0", "grpo_g8"))
 
     # V0.5 (paper 000, the analysis of arXiv 2603.10848): Figures 1 and 5
     add(id="v05.osla_vs_grpo16", paper="V0.5", target="v05/f1",
         claim="V0.5 with only 4 initial rollouts outperforms standard GRPO and DAPO at 16 rollouts, achieving "
               "over 10% absolute accuracy improvement (Figure 1)",
         paper_number="> +10 points", quantity="accuracy(V0.5 OSLA) - accuracy(GRPO G=16)",
-        relation=">", threshold=0.0, **rl_diff("v05_osla", "grpo_g16"))
+        relation=">", threshold=0.0, paper_value=0.10, **rl_diff("v05_osla", "grpo_g16"))
     add(id="v05.osla_vs_dapo16", paper="V0.5", target="v05/f1",
         claim="The relative ordering is consistently V0.5 > DAPO > GRPO on all benchmarks (Figure 1)",
         paper_number="V0.5 above DAPO G=16", quantity="accuracy(V0.5 OSLA) - accuracy(DAPO G=16)",
@@ -572,17 +626,18 @@ def _claims() -> list[Claim]:
         paper_number="+0.2 points at 76.8K vs 153.6K rollouts",
         quantity="accuracy(GRPO G=1 + BASIS, half the steps) - accuracy(GRPO G=8); 'competitive' = above -0.021 "
                  "(the paper calls -2.1 points 'slightly lower')",
-        relation=">", threshold=-0.021, **rl_diff("basis_grid_grpo_g1_basis", "grpo_g8"))
+        relation=">", threshold=-0.021, paper_value=0.002, **rl_diff("basis_grid_grpo_g1_basis", "grpo_g8"))
     add(id="basis.rl_vs_rpp", paper="BASIS", target="basis/t1",
         claim="BASIS improves the average accuracy ... by 4.2 and 2.0 percentage points over their REINFORCE++ "
               "variants (Table 1, GRPO: 4.2)",
         paper_number="+4.2 points", quantity="accuracy(GRPO G=1 + BASIS) - accuracy(GRPO G=1 + REINFORCE++)",
-        relation=">", threshold=0.0, **rl_diff("basis_grid_grpo_g1_basis", "basis_grid_grpo_g1_rpp"))
+        relation=">", threshold=0.0, paper_value=0.042, **rl_diff("basis_grid_grpo_g1_basis", "basis_grid_grpo_g1_rpp"))
     add(id="basis.rl_vs_vanilla", paper="BASIS", target="basis/t1",
         claim="BASIS improves the average accuracy across the seven benchmarks by 28.1 and 25.6 percentage points "
               "over single-rollout vanilla GRPO and GPG (Table 1, GRPO: 28.1)",
         paper_number="+28.1 points", quantity="accuracy(GRPO G=1 + BASIS) - accuracy(vanilla GRPO G=1)",
-        relation=">", threshold=0.0, **rl_diff("basis_grid_grpo_g1_basis", "basis_grid_grpo_g1_vanilla"))
+        relation=">", threshold=0.0, paper_value=0.281,
+        **rl_diff("basis_grid_grpo_g1_basis", "basis_grid_grpo_g1_vanilla"))
 
     # Le Critique (paper 002): Figures 3-7, per task
     tasks = {"rg_k1": "Reasoning Gym K=1", "rg_k8": "Reasoning Gym K=8", "codeio_k4": "CodeIO K=4",
@@ -637,13 +692,6 @@ def claim_inputs(cfg: dict, claims: list[Claim] | None = None) -> list[str]:
     return sorted(out)
 
 
-def _in(value, iv: Interval) -> str:
-    if value is None or not (np.isfinite(iv.lo) and np.isfinite(iv.hi)):
-        return ""
-    lo, hi = (value, value) if np.isscalar(value) else value
-    return "yes" if hi >= iv.lo and lo <= iv.hi else "no"
-
-
 def resolve_target(prefix: str, figures: dict[str, str] | None) -> str:
     """The registered figure whose id is `prefix` or starts with `prefix` + '_' (figure ids are the
     paper's numbers plus a name), else the prefix itself, marked as not drawn by this config."""
@@ -657,22 +705,29 @@ def build_rows(cfg: dict, figures: dict[str, str] | None = None, claims: list[Cl
     ctx = Context(cfg)
     rows, missing = [], []
     for c in claims or CLAIMS:
+        plo, phi = _paper_range(c.paper_value) if c.paper_value is not None else (np.nan, np.nan)
         row = dict(id=c.id, paper=c.paper, claim=c.claim, paper_number=c.paper_number, quantity=c.quantity,
-                   relation=c.relation, threshold=c.threshold, measured=np.nan, ci_lo=np.nan, ci_hi=np.nan,
-                   ci_method="", detail="", paper_in_ci="", scale=cfg["scale"], status="", reason="",
+                   relation=c.relation, threshold=c.threshold, paper_lo=plo, paper_hi=phi, measured=np.nan,
+                   ci_lo=np.nan, ci_hi=np.nan, ci_method="", detail="", measured_over_paper=np.nan,
+                   scale=cfg["scale"], direction_status="", magnitude_status="", status="", reason="",
                    target=resolve_target(c.target, figures), sources="")
         try:
             sources = c.inputs(cfg)
             row["sources"] = " ".join(str(s) for s in sources)
             iv = c.measure(ctx)
         except NotRun as e:
-            row.update(status=NOT_RUN, reason=str(e))
+            iv = Interval(np.nan, np.nan, np.nan, "")
+            row["reason"] = str(e)
+            direction = NOT_RUN
         except MissingArtifact as e:
             missing.append(str(e))
             continue
         else:
-            row.update(measured=iv.value, ci_lo=iv.lo, ci_hi=iv.hi, ci_method=iv.method, detail=iv.detail,
-                       paper_in_ci=_in(c.paper_value, iv), status=decide(iv.lo, iv.hi, c.relation, c.threshold))
+            row.update(measured=iv.value, ci_lo=iv.lo, ci_hi=iv.hi, ci_method=iv.method, detail=iv.detail)
+            direction = decide(iv.lo, iv.hi, c.relation, c.threshold)
+        mag, ratio = magnitude(iv.value, iv.lo, iv.hi, c.paper_value)
+        row.update(measured_over_paper=ratio, direction_status=direction, magnitude_status=mag,
+                   status=overall(direction, mag))
         row["fmt"] = c.fmt
         rows.append(row)
     if missing:
@@ -684,52 +739,106 @@ def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(df: pd.DataFrame, *, scale: str, config_name: str, config_hash: str, commit: str) -> str:
+def _paper_text(r, fmt: str) -> str:
+    """The paper's number as its words, then on our scale where it has one."""
+    if not np.isfinite(r.paper_lo):
+        return r.paper_number
+    ours = fmt.format(r.paper_lo) if r.paper_lo == r.paper_hi else f"{fmt.format(r.paper_lo)} to {fmt.format(r.paper_hi)}"
+    return f"{r.paper_number} (ours: {ours})"
+
+
+def _measured_text(r, fmt: str) -> str:
+    if r.direction_status == NOT_RUN:
+        return f"— ({r.reason})"
+    text = fmt.format(r.measured) + (f" [{fmt.format(r.ci_lo)}, {fmt.format(r.ci_hi)}]"
+                                     if np.isfinite(r.ci_lo) and np.isfinite(r.ci_hi) else " (no interval)")
+    return text + (f"; {r.detail}" if r.detail else "")
+
+
+def legend() -> list[str]:
+    """What the three status columns mean (the rule is in code: `decide`, `magnitude`, `overall`)."""
+    return [
+        "direction (`decide`): for a claim `quantity > t`, reproduced when the 95% interval lies above t, "
+        "contradicted when it lies below t, not reproduced when it contains t (mirrored for `<`); not run at "
+        "this scale when the config does not make the claim's artifact or run its methods. t is the paper's "
+        "bound, 0 for 'A beats B', -tolerance for 'A matches B'.",
+        "magnitude (`magnitude`), against the paper's own number on our scale: in CI when our interval "
+        f"contains it, within {MAGNITUDE_FACTOR:g}x when measured / paper lies in [1/{MAGNITUDE_FACTOR:g}, "
+        f"{MAGNITUDE_FACTOR:g}], else off by Nx or opposite sign; no paper number where the paper states none "
+        "(curves, bars, 'A beats B').",
+        "status (`overall`): reproduced only when the direction is reproduced and the magnitude is in CI, "
+        f"within {MAGNITUDE_FACTOR:g}x or has no paper number; direction only when the sign agrees but the "
+        "paper's number is off; otherwise the direction status.",
+        "Intervals: t over seeds with >= 2 seeds, else a bootstrap over the per-unit artifact (column CI).",
+    ]
+
+
+def _counts(df: pd.DataFrame) -> str:
     counts = df["status"].value_counts()
-    lines = [f"# Claims of the four papers, measured at scale `{scale}`", "",
-             f"Config `{config_name}` (hash `{config_hash}`), commit `{commit}`. Generated by `sparserl claims` "
-             "from cached artifacts (`sparserl.studies.claims`); the CSV beside this file holds the same rows.", ""]
+    return ", ".join(f"{s} {int(counts.get(s, 0))}" for s in STATUSES)
+
+
+def _header_lines(scale: str, config_name: str, config_hash: str, commit: str, what: str) -> list[str]:
+    lines = [f"Config `{config_name}` (hash `{config_hash}`), commit `{commit}`. Generated by `sparserl claims` "
+             f"from cached artifacts (`sparserl.studies.claims`); {what}."]
     if scale != "paper":
-        lines += [f"**{scale.upper()} SCALE: not paper numbers.** These come from this scale's small policies and "
-                  "tasks; they test that each piece behaves as the paper says, and never stand for the papers' "
-                  "numbers, which are quoted beside them.", ""]
-    lines += ["Status rule (in code, `decide`): a claim `quantity > t` is *reproduced* when the 95% interval lies "
-              "above t, *contradicted* when it lies below t, *not reproduced* when it contains t (mirrored for "
-              "`<`); *not run at this scale* when the config does not make the claim's artifact or run its "
-              "methods. t is the paper's bound, 0 for 'A beats B', -tolerance for 'A matches B'. Intervals: "
-              "t over seeds with >= 2 seeds, else a bootstrap over the per-unit artifact (column CI).", "",
-              "Counts: " + ", ".join(f"{s} {int(counts.get(s, 0))}" for s in STATUSES) + ".", "",
+        lines.append(f"**{scale.upper()} SCALE: not paper numbers.** These come from this scale's small policies "
+                     "and tasks; they test that each piece behaves as the paper says, and never stand for the "
+                     "papers' numbers, which are quoted beside them.")
+    return lines
+
+
+def to_markdown(df: pd.DataFrame, *, scale: str, config_name: str, config_hash: str, commit: str) -> str:
+    lines = [f"# Claims of the four papers, measured at scale `{scale}`", ""]
+    for p in _header_lines(scale, config_name, config_hash, commit, "the CSV and HTML beside this file hold the "
+                                                                        "same rows"):
+        lines += [p, ""]
+    lines += [f"- {item}" for item in legend()] + ["", f"Counts: {_counts(df)}.", "",
               "| # | paper | claim | paper's number | quantity (claim: relation threshold) | measured [95% CI] "
-              "| CI | status | target | sources |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| CI | direction | magnitude | status | target | sources |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(df.itertuples(), 1):
         fmt = r.fmt
-        if r.status == NOT_RUN:
-            meas = f"— ({r.reason})"
-        else:
-            meas = fmt.format(r.measured) + (f" [{fmt.format(r.ci_lo)}, {fmt.format(r.ci_hi)}]"
-                                             if np.isfinite(r.ci_lo) and np.isfinite(r.ci_hi) else " (no interval)")
-            if r.detail:
-                meas += f"; {r.detail}"
-            if r.paper_in_ci:
-                meas += f"; paper's number in CI: {r.paper_in_ci}"
-        rel = f"{r.relation} {fmt.format(r.threshold)}"
         lines.append("| " + " | ".join(_cell(x) for x in (
-            i, PAPERS.get(r.paper, r.paper), r.claim, r.paper_number, f"{r.quantity}: {rel}", meas,
-            r.ci_method or "—", f"**{r.status}**", f"`{r.target}`", " ".join(f"`{s}`" for s in r.sources.split()))) + " |")
+            i, PAPERS.get(r.paper, r.paper), r.claim, _paper_text(r, fmt),
+            f"{r.quantity}: {r.relation} {fmt.format(r.threshold)}", _measured_text(r, fmt), r.ci_method or "—",
+            r.direction_status, r.magnitude_status, f"**{r.status}**", f"`{r.target}`",
+            " ".join(f"`{s}`" for s in r.sources.split()))) + " |")
     lines.append("")
     return "\n".join(lines)
 
 
+def to_html(df: pd.DataFrame, *, scale: str, config_name: str, config_hash: str, commit: str) -> str:
+    """The same table as one HTML page (for the Snakemake report, which shows HTML inline)."""
+    from sparserl.studies.report_tables import css_class, html_page
+    intro = [p.replace("**", "").replace("`", "") for p in
+             _header_lines(scale, config_name, config_hash, commit, "CLAIMS.md and CLAIMS.csv hold the same rows")]
+    intro.append(f"Counts: {_counts(df)}.")
+    header = ["#", "paper", "claim", "paper's number", "quantity: relation threshold", "measured [95% CI]", "CI",
+              "direction", "magnitude", "status", "target"]
+    rows = [[i, PAPERS.get(r.paper, r.paper), r.claim, _paper_text(r, r.fmt),
+             f"{r.quantity}: {r.relation} {r.fmt.format(r.threshold)}", _measured_text(r, r.fmt), r.ci_method or "—",
+             r.direction_status, r.magnitude_status, (r.status, css_class(r.status)), r.target]
+            for i, r in enumerate(df.itertuples(), 1)]
+    return html_page(f"Claims of the four papers, measured at scale {scale}", intro, header, rows,
+                     legend=[x.replace("`", "") for x in legend()])
+
+
+def html_path(md_path) -> Path:
+    """The HTML rendering's path: beside CLAIMS.md (the rule's `html` output)."""
+    return Path(md_path).with_suffix(".html")
+
+
 def write_claims(cfg: dict, md_path, csv_path, *, config_name: str, figures: dict[str, str] | None = None,
-                 claims: list[Claim] | None = None) -> pd.DataFrame:
-    """Measure the claims and write the markdown and the CSV atomically (the CSV with a manifest)."""
+                 claims: list[Claim] | None = None, html: str | Path | None = None) -> pd.DataFrame:
+    """Measure the claims and write the markdown, the CSV and the HTML page (default beside the
+    markdown) atomically, each with a manifest."""
     from sparserl.core.artifacts import atomic_write_text, config_hash, git_commit, write_manifest, write_table
     df = build_rows(cfg, figures, claims)
-    md = to_markdown(df, scale=cfg["scale"], config_name=config_name, config_hash=config_hash(cfg),
-                     commit=git_commit())
+    head = dict(scale=cfg["scale"], config_name=config_name, config_hash=config_hash(cfg), commit=git_commit())
     out = df.drop(columns="fmt")
     write_table(out, csv_path, cfg=cfg, extra={"claims": len(out)})
-    atomic_write_text(md_path, md)
-    write_manifest(md_path, rows=len(out), columns=None, cfg=cfg, extra={"csv": str(csv_path)})
+    for path, text in ((md_path, to_markdown(df, **head)), (html or html_path(md_path), to_html(df, **head))):
+        atomic_write_text(path, text)
+        write_manifest(path, rows=len(out), columns=None, cfg=cfg, extra={"csv": str(csv_path)})
     return out
