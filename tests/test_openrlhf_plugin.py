@@ -706,6 +706,27 @@ def test_osla_batch_trains_with_uneven_groups(orl, monkeypatch):
     assert sorted(set(torch.cat([e.info["group_size"] for e in out]).tolist())) == [8.0, 68.0, 74.0]  # q0: 4 + 4 pad; q3: 8 + 6 x 10; q1, q2: 8 + 6 x 11
 
 
+def test_osla_dispatches_split_evenly_over_8_ranks(orl, monkeypatch):
+    """On 8 actor ranks (rollout micro-batch 8, train micro-batch 4) no step may hold 224
+    rollouts: OpenRLHF's chunking (async_run_method_batch) would give rank 7 no micro-batch."""
+    from sparserl.engines.openrlhf.samples import dispatch_multiple
+    gen, _ = _generator(orl, OSLA_SCRIPT, OSLA_SPEC, monkeypatch)
+    gen.args.actor = SimpleNamespace(num_nodes=1, num_gpus_per_node=8)
+    gen.args.rollout.micro_batch_size = 8
+    gen.args.train = SimpleNamespace(micro_batch_size=4, batch_size=32)
+    assert dispatch_multiple(gen.args, 32) == 64
+    exps, *_ = gen.generate_samples(max_len=64)
+    assert len(exps) != 224 and len(exps) % 64 == 0
+    assert all(d["dispatched"] % 64 == 0 for d in gen.last_dispatches)
+    np.testing.assert_array_equal(gen.last_osla.k, [4, 16, 16, 16])  # padding never changes decisions
+    chunks = -(-len(exps) // 8)  # OpenRLHF: chunks of rollout.micro_batch_size, ceil(chunks / ranks) each
+    per_rank = [min(-(-chunks // 8), max(0, chunks - r * -(-chunks // 8))) for r in range(8)]
+    assert len(set(per_rank)) == 1 and per_rank[0] > 0, per_rank
+    # ring attention and tensor parallelism share a chunk between ranks: fewer data-parallel ranks
+    gen.args.ds = SimpleNamespace(ring_attn_size=2, tensor_parallel_size=1)
+    assert dispatch_multiple(gen.args, 32) == 32
+
+
 def test_pad_allocation():
     from sparserl.engines.openrlhf.samples import pad_allocation
     assert pad_allocation([2, 2, 2], 32).tolist() == [9, 9, 8]
@@ -729,7 +750,9 @@ def _fake_run(calls):
 
 def test_slurm_commands_for_two_nodes(monkeypatch):
     from sparserl.engines.openrlhf import slurm
-    env = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_ON_NODE": "64"}
+    # the rule's cpus_per_task (64) and the node's GPUs; SLURM_CPUS_ON_NODE counts hyperthreads here
+    env = {"SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_GPUS_ON_NODE": "8", "SLURM_CPUS_PER_TASK": "64",
+           "SLURM_CPUS_ON_NODE": "128"}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     calls = []
@@ -737,11 +760,16 @@ def test_slurm_commands_for_two_nodes(monkeypatch):
     assert calls[0] == ["scontrol", "show", "hostnames", "gpu[01-02]"]
     assert calls[1] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu01", "hostname", "--ip-address"]
     assert c.nodes == ["gpu01", "gpu02"] and c.head == "gpu01" and c.address == "192.0.2.10:6380"
-    assert c.head_command == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu01", "ray", "start", "--head",
-                              "--node-ip-address=192.0.2.10", "--port=6380", "--num-gpus=8", "--num-cpus=64",
-                              "--block"]
-    assert c.worker_commands == [["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02", "ray", "start",
-                                  "--address=192.0.2.10:6380", "--num-gpus=8", "--num-cpus=64", "--block"]]
+    # a step without -c/--gpus gets one CPU under task/cgroup: the raylet would be pinned to it
+    step = ["srun", "--nodes=1", "--ntasks=1", "--overlap", "--cpus-per-task=64", "--gpus=8"]
+    assert c.head_command == step + ["-w", "gpu01", "ray", "start", "--head", "--node-ip-address=192.0.2.10",
+                                     "--port=6380", "--num-gpus=8", "--num-cpus=64", "--block"]
+    assert c.worker_commands == [step + ["-w", "gpu02", "ray", "start", "--address=192.0.2.10:6380",
+                                         "--num-gpus=8", "--num-cpus=64", "--block"]]
+    # a CPU-only allocation: no --gpus on the step, --num-gpus=0 for Ray
+    head, _ = slurm.ray_start_commands(["cpu01"], "192.0.2.11", gpus_per_node=0, cpus_per_node=16)
+    assert head[:6] == ["srun", "--nodes=1", "--ntasks=1", "--overlap", "--cpus-per-task=16", "-w"]
+    assert "--num-gpus=0" in head and "--num-cpus=16" in head
     started, waits = [], []
 
     class Proc:
@@ -932,6 +960,27 @@ def test_paper_scale_evaluation_finds_openrlhf_checkpoints(orl, tmp_path):
     got = run_checkpoints(cfg, "grpo_g16", 0)
     assert [label for label, _ in got] == ["step00025", "step00050", "final"]
     assert got[0][1] == Path(f["ckpt.path"]) / "global_step25_hf" and got[-1][1] == run.final
+
+
+def test_paper_runs_resume_and_write_hf_checkpoints_only_where_evaluated(orl, repo, tmp_path):
+    """A retried 48 h job resumes from its DeepSpeed checkpoint (--ckpt.load_enable, one kept),
+    and OpenRLHF, which writes an HF checkpoint at every save step, writes them only at the steps
+    the paper config evaluates (400 steps, eval_fractions 0.25/0.5/0.75; `final/` is the last)."""
+    from sparserl.core.config import load_config
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.parser import parse_args
+    from sparserl.methods.spec import load_method, snapshot_steps, total_steps
+    cfg = load_config(repo / "configs/paper.yaml")
+    cfg["results_dir"] = str(tmp_path / "results")
+    m = load_method("grpo_g16")
+    args = parse_args(openrlhf_argv(cfg, m, 0, tmp_path / "final", policy_path="p"))
+    assert args.ckpt.load_enable is True and args.ckpt.max_num == 2 and args.ckpt.save_hf is True
+    n = total_steps(cfg["rl"], m)
+    hf = [s for s in range(1, n + 1) if s % args.ckpt.save_steps == 0]  # OpenRLHF's save rule
+    assert hf == snapshot_steps(cfg["rl"], m) + [n] == [100, 200, 300, 400]
+    # a critic's warm-up counters restart on a resume (engines.openrlhf.critic): it starts over
+    critic = parse_args(openrlhf_argv(cfg, load_method("lc_math_vf_g8"), 0, tmp_path / "final", policy_path="p"))
+    assert critic.ckpt.load_enable is False
 
 
 # --------------------------------------------------------------------------- V0 as the live prior

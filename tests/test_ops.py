@@ -262,7 +262,7 @@ def test_summary_says_why_rollout_totals_differ(tmp_path):
 def test_rollout_throughput_quick_mode_reports_progress(repo):
     env = {**os.environ, "PYTHONPATH": str(repo / "src"), "SPARSERL_PROGRESS": "0"}
     out = subprocess.run([sys.executable, str(repo / "perf/rollout_throughput.py"), "--quick",
-                          "--policy", "none", "--threads", "1"], capture_output=True, text=True,
+                          "--policy", "none", "--threads", "1", "--no-vllm"], capture_output=True, text=True,
                          env=env, timeout=300, cwd=repo)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "16 prompts x n=4 = 64 rows" in out.stdout

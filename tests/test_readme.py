@@ -63,9 +63,14 @@ def cli_commands() -> set[str]:
 
 
 def rule_names() -> set[str]:
-    r = subprocess.run([sys.executable, "-m", "snakemake", "--list-rules"], capture_output=True, text=True, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return {ln.strip() for ln in r.stdout.splitlines() if ln.strip()}
+    """Rules of the default (tiny) and the paper config: some exist only at paper scale (fetch_models)."""
+    out = set()
+    for extra in ([], ["--configfile", "configs/paper.yaml"]):
+        r = subprocess.run([sys.executable, "-m", "snakemake", "--list-rules", *extra], capture_output=True,
+                           text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out |= {ln.strip() for ln in r.stdout.splitlines() if ln.strip()}
+    return out
 
 
 ONE_VALUE = {"--cores", "-c", "-j", "--jobs", "--profile", "--report", "--directory", "-d"}

@@ -3,28 +3,74 @@
 # `python -m sparserl show <path>`. Snakemake rebuilds it only when its policy or pool changes.
 
 BASIS = CFG.get("basis", {})
+# The cache's prompts split over `basis.reference_shards` jobs (paper: 128; the arithmetic is in
+# configs/paper.yaml `sizing`): job k rolls out the mc-values shards si with si % K == k under the
+# same seeds, and reference_cache joins them. One shard (tiny, small): one job, as before.
+REF_SHARDS = int(BASIS.get("reference_shards", 1))
 
-rule reference_cache:
-    input:
-        policy=lambda w: policy_input(w.policy),
-        pool=str(P.train_pool()),
-    output:
-        str(P.reference_cache("{policy}")),
-    wildcard_constraints:
-        policy="[^/]+",
-    params:
-        n=BASIS.get("reference_n", 64),
-    log:
-        str(P.stage("logs", "reference_cache_{policy}.log")),
-    threads: T("rollout")
-    # long jobs that the studies and their figures wait on: started first, the short RL jobs fill
-    # the cores around them instead of the DAG's tail waiting on one of them
-    priority: 10
-    resources:
-        **R("rollout"),
-    shell:
-        "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
-        "--out {output} --threads {threads} > {log} 2>&1"
+if REF_SHARDS > 1:
+
+    rule reference_cache_shard:
+        input:
+            policy=lambda w: policy_input(w.policy),
+            pool=str(P.train_pool()),
+        output:
+            str(P.reference_cache_shard("{policy}", "{shard}", REF_SHARDS)),
+        wildcard_constraints:
+            policy="[^/]+",
+            shard="[0-9]+",
+        params:
+            n=BASIS.get("reference_n", 64),
+        log:
+            str(P.stage("logs", "reference_cache_{policy}_{shard}.log")),
+        threads: T("rollout")
+        priority: 10
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+            "--shard {wildcards.shard} --shards %d --out {output} --threads {threads} > {log} 2>&1" % REF_SHARDS
+
+    rule reference_cache:
+        input:
+            [str(P.reference_cache_shard("{policy}", k, REF_SHARDS)) for k in range(REF_SHARDS)],
+        output:
+            str(P.reference_cache("{policy}")),
+        wildcard_constraints:
+            policy="[^/]+",
+        params:
+            n=BASIS.get("reference_n", 64),
+        log:
+            str(P.stage("logs", "reference_cache_{policy}.log")),
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} mc-values-merge --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+            "--out {output} {input} > {log} 2>&1"
+
+else:
+
+    rule reference_cache:
+        input:
+            policy=lambda w: policy_input(w.policy),
+            pool=str(P.train_pool()),
+        output:
+            str(P.reference_cache("{policy}")),
+        wildcard_constraints:
+            policy="[^/]+",
+        params:
+            n=BASIS.get("reference_n", 64),
+        log:
+            str(P.stage("logs", "reference_cache_{policy}.log")),
+        threads: T("rollout")
+        # long jobs that the studies and their figures wait on: started first, the short RL jobs fill
+        # the cores around them instead of the DAG's tail waiting on one of them
+        priority: 10
+        resources:
+            **R("rollout"),
+        shell:
+            "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+            "--out {output} --threads {threads} > {log} 2>&1"
 
 rule oracle_values:
     input:

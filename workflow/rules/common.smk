@@ -46,9 +46,9 @@ def method_key(w):
 
 
 def policy_input(ref):
-    """A rule's policy input: the checkpoint dir for pre-trained policies, nothing for hub ones."""
-    name = ref.split("@")[0]
-    return [str(P.policy(ref))] if CFG["policies"][name]["source"] == "pretrain" else []
+    """A rule's policy input: the checkpoint dir (pre-trained policies), or the hub model's local
+    copy that fetch_models writes (workflow/rules/models.smk)."""
+    return [str(P.policy(ref))]
 
 
 def all_targets():
@@ -75,6 +75,9 @@ def all_targets():
     figures = globals().get("figure_targets")  # workflow/rules/figures.smk: every registered figure
     if figures:
         t += figures()
+    placed = globals().get("hand_placed_targets")  # workflow/rules/models.smk: each one missing is flagged
+    if placed:
+        t += placed()
     claims = globals().get("claims_targets")  # workflow/rules/claims.smk: CLAIMS.md and .csv
     if claims:
         t += claims()

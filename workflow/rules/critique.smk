@@ -155,6 +155,7 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
     CRITIQUE_RUNS = [(e.name, m, s) for e in critique_experiments(CFG) for m in e.methods
                      for s in critique_seeds(CFG, e.name)]
     CRITIQUE_ENVS = sorted({e.env for e in critique_experiments(CFG)})
+    CP_EXPERIMENT_ENV = {e.name: e.env for e in critique_experiments(CFG)}
 
     def critique_start_key(w):
         from sparserl.core.artifacts import config_hash
@@ -171,7 +172,14 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
         return config_hash({"rl": experiment_rl(CFG, w.exp), "env": CRITIQUE["envs"][e.env], "k": e.k,
                             "method": load_method(w.method).to_dict(), "policy": str(CP.policy(w.exp))})
 
+    def critique_models(env, exps):
+        """The hub policies these experiments start from (fetch_models' copies) and the env's
+        hand-placed files (MiniF2F, the Lean REPL): the job waits for them, a dry run flags them."""
+        return [str(CP.policy(e)) for e in exps] + hand_placed(f"critique.envs.{env}")
+
     rule critique_start:
+        input:
+            lambda w: critique_models(w.env, [e.name for e in critique_experiments(CFG) if e.env == w.env]),
         output:
             str(CP.start_eval("{env}")),
         wildcard_constraints:
@@ -188,6 +196,8 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
 
     rule critique_train:
         # Ray on the SLURM allocation, then OpenRLHF with the env's reward function or agent
+        input:
+            lambda w: critique_models(CP_EXPERIMENT_ENV[w.exp], [w.exp]),
         output:
             metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),
             summary=str(CP.run("{exp}", "{method}", "{seed}").dir / "summary.json"),

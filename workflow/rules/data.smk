@@ -31,4 +31,5 @@ else:
         resources:
             **R("download"),
         shell:
-            "{SPARSERL} fetch-data --config {CONFIGS} > {log} 2>&1"
+            # online although compute jobs run with HF_HUB_OFFLINE=1 (workflow/rules/models.smk)
+            "HF_HUB_OFFLINE=0 {SPARSERL} fetch-data --config {CONFIGS} > {log} 2>&1"

@@ -85,9 +85,9 @@ if RL:
             seed="[0-9]+",
         log:
             str(P.stage("logs", "rl_eval_{method}_seed{seed}.log")),
-        threads: T("rollout")
+        threads: T("rl_eval", T("rollout"))
         resources:
-            **R("rollout"),
+            **(R("rl_eval") or R("rollout")),
         shell:
             "{SPARSERL} rl-eval --config {CONFIGS} --method {wildcards.method} "
             "--seed {wildcards.seed} --threads {threads} > {log} 2>&1"

@@ -36,6 +36,11 @@ rule v0_official:
 
 from sparserl.values.v0.settings import v0_settings
 
+# Paper-scale resources of the V0 rules: groups v0_embed, v0_train, v0_ablations (one GPU each: the
+# embedder and V0 run on it, v0.device auto) and v0_cpu (routing), sized from the work in
+# sparserl.engines.v0_sizing (the arithmetic, also in docs/cluster.md); tiny/small have no
+# resources section and run everything on the local cores.
+
 # the RL pool under V0's embedder, once for every run and study with V0's prior (values.v0.prior)
 V0_EMBEDDER = v0_settings(CFG)["embedder"]["kind"]
 V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(V0_EMBEDDER))
@@ -44,6 +49,7 @@ V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(V0_EMBEDDER))
 rule v0_pool_embeddings:
     input:
         str(P.train_pool()),
+        model_inputs("v0.embedder"),
     output:
         V0_POOL_EMBEDDINGS,
     params:
@@ -51,9 +57,11 @@ rule v0_pool_embeddings:
     priority: 5
     log:
         str(P.stage("logs", "v0_pool_embeddings.log")),
-    threads: T("cpu_small", 1)
+    threads: T("v0_embed", 1)
     resources:
-        **R("cpu_small"),
+        # paper: ~17.4k DAPO prompts x <= 1024 tokens through the 0.6B embedder, ~20 min on a GPU;
+        # 36 GB of float16 states, twice while assembled (sizing.v0_rule_estimates)
+        **R("v0_embed"),
     shell:
         "{SPARSERL} v0-embed --pool --config {CONFIGS} --threads {threads} > {log} 2>&1"
 
@@ -90,26 +98,80 @@ if V0_HARVEST is not None:
             "{SPARSERL} v0-harvest-run --config {CONFIGS} --policy {wildcards.policy} "
             "--threads {threads} > {log} 2>&1"
 
-    rule v0_harvest_values:
-        input:
-            final=str(P.harvest_run("{policy}") / "final"),
-            rollouts=str(P.harvest_run("{policy}") / "rollouts.parquet"),
-            benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
-        output:
-            str(P.harvest("{policy}")),
-        wildcard_constraints:
-            policy="[^/@]+",
-        params:
-            key=cfg_key("v0", "evaluation", "rollout"),
-        priority: 5
-        log:
-            str(P.stage("logs", "v0_harvest_values_{policy}.log")),
-        threads: T("rollout")
-        resources:
-            **R("rollout"),
-        shell:
-            "{SPARSERL} v0-harvest-values --config {CONFIGS} --policy {wildcards.policy} "
-            "--threads {threads} > {log} 2>&1"
+    import re
+
+    from sparserl.engines.harvest import harvest_shard_path
+
+    V0_SHARDS = harvest_settings(CFG)["shards"]
+    V0_POLICY_RE = "|".join(re.escape(p) for p in V0_POLICIES)
+
+    def v0_harvest_values_input(w):
+        return dict(final=str(P.harvest_run(w.policy) / "final"),
+                    rollouts=str(P.harvest_run(w.policy) / "rollouts.parquet"),
+                    benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS])
+
+    if V0_SHARDS == 1:
+        rule v0_harvest_values:
+            input:
+                unpack(v0_harvest_values_input),
+            output:
+                str(P.harvest("{policy}")),
+            wildcard_constraints:
+                policy=V0_POLICY_RE,
+            params:
+                key=cfg_key("v0", "evaluation", "rollout"),
+            priority: 5
+            log:
+                str(P.stage("logs", "v0_harvest_values_{policy}.log")),
+            threads: T("rollout")
+            resources:
+                **R("rollout"),
+            shell:
+                "{SPARSERL} v0-harvest-values --config {CONFIGS} --policy {wildcards.policy} "
+                "--threads {threads} > {log} 2>&1"
+    else:
+        # v0.harvest.shards jobs per policy, each avg@k of checkpoints shard, shard + N, ...:
+        # paper: 201 checkpoints x 1,577 queries x k 10 = 3.17M rollouts per policy, ~4k tokens
+        # each at ~20k tokens/s on one GPU = 180 GPU-h; 48 shards of <= 5 checkpoints = 4.5 h each
+        # (sizing.v0_rule_estimates), inside resources.rollout's 8 h
+        rule v0_harvest_values_shard:
+            input:
+                unpack(v0_harvest_values_input),
+            output:
+                harvest_shard_path(P.harvest("{policy}"), "{shard}", V0_SHARDS),
+            wildcard_constraints:
+                policy=V0_POLICY_RE,
+                shard=r"\d+",
+            params:
+                key=cfg_key("v0", "evaluation", "rollout"),
+            priority: 5
+            log:
+                str(P.stage("logs", "v0_harvest_values_{policy}_shard{shard}.log")),
+            threads: T("rollout")
+            resources:
+                **R("rollout"),
+            shell:
+                "{SPARSERL} v0-harvest-shard --config {CONFIGS} --policy {wildcards.policy} "
+                "--shard {wildcards.shard} --threads {threads} > {log} 2>&1"
+
+        rule v0_harvest_merge:
+            # the table v0_harvest_values writes in one job: the shards' rows plus the on-policy rows
+            input:
+                shards=lambda w: [harvest_shard_path(P.harvest(w.policy), i, V0_SHARDS)
+                                  for i in range(V0_SHARDS)],
+                rollouts=str(P.harvest_run("{policy}") / "rollouts.parquet"),
+            output:
+                str(P.harvest("{policy}")),
+            wildcard_constraints:
+                policy=V0_POLICY_RE,
+            params:
+                key=cfg_key("v0", "evaluation", "rollout"),
+            log:
+                str(P.stage("logs", "v0_harvest_merge_{policy}.log")),
+            resources:
+                **R("cpu_small"),
+            shell:
+                "{SPARSERL} v0-harvest-merge --config {CONFIGS} --policy {wildcards.policy} > {log} 2>&1"
 
     rule v0_harvest:
         input:
@@ -129,6 +191,7 @@ if V0_HARVEST is not None:
         # run side by side would each embed them again
         input:
             str(P.harvest_table()),
+            model_inputs("v0.embedder"),
         output:
             V0_EMBEDDINGS,
         params:
@@ -136,9 +199,11 @@ if V0_HARVEST is not None:
         priority: 5
         log:
             str(P.stage("logs", "v0_embeddings.log")),
-        threads: T("cpu_small", 1)
+        threads: T("v0_embed", 1)
         resources:
-            **R("cpu_small"),
+            # paper: ~19k prompts (pool + 1,577 held-out) x <= 1024 tokens, ~22 min on a GPU;
+            # 19k x 1024 x 1024 x 2 B = 37 GB of states, twice while assembled: ~126 GB
+            **R("v0_embed"),
         shell:
             "{SPARSERL} v0-embed --config {CONFIGS} --threads {threads} > {log} 2>&1"
 
@@ -147,6 +212,7 @@ if V0_HARVEST is not None:
         input:
             str(P.harvest_table()),
             V0_EMBEDDINGS,
+            model_inputs("v0.head"),
         output:
             str(P.value_eval("v0_{protocol}")),
             str(P.value_eval("v0_{protocol}_predictions")),
@@ -160,9 +226,11 @@ if V0_HARVEST is not None:
             str(P.stage("logs", "v0_table_{protocol}.log")),
         # one thread unless the cluster says otherwise: a 2-thread job on 2 cores waits until both
         # are free, which the one-thread RL and critique jobs never leave (it ran 12 minutes late)
-        threads: T("cpu_small", 1)
+        threads: T("v0_train", 1)
         resources:
-            **R("cpu_small"),
+            # paper: 10 epochs x <= 475k train rows / 8 = 594k episodes x ~0.04 s on a GPU = 6.6 h;
+            # the 37 GB table in host memory (copied to the GPU when it fits)
+            **R("v0_train"),
         shell:
             "{SPARSERL} v0-table --config {CONFIGS} --protocol {wildcards.protocol} "
             "--threads {threads} > {log} 2>&1"
@@ -174,6 +242,7 @@ if V0_HARVEST is not None:
             harvest=str(P.harvest_table()),
             embeddings=V0_EMBEDDINGS,
             base=str(P.value_eval("v0_strict_predictions")),
+            models=model_inputs("v0.head"),
         output:
             str(P.value_eval("v0_ablations")),
         params:
@@ -181,9 +250,10 @@ if V0_HARVEST is not None:
         priority: 5
         log:
             str(P.stage("logs", "v0_ablations.log")),
-        threads: T("cpu_small", 1)
+        threads: T("v0_ablations", 1)
         resources:
-            **R("cpu_small"),
+            # paper: five retrained variants of v0_table's training, 5 x 6.6 h
+            **R("v0_ablations"),
         shell:
             "{SPARSERL} v0-ablations --config {CONFIGS} --protocol strict --seed 0 "
             "--base-predictions {input.base} --threads {threads} > {log} 2>&1"
@@ -200,7 +270,8 @@ if V0_HARVEST is not None:
         log:
             str(P.stage("logs", "v0_routing.log")),
         resources:
-            **R("cpu_small"),
+            # no GPU: mean-pools the 37 GB table and fits a small matrix factorisation
+            **R("v0_cpu"),
         shell:
             "{SPARSERL} v0-routing --config {CONFIGS} > {log} 2>&1"
 

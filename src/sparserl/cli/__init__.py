@@ -103,7 +103,18 @@ def cmd_eval_summary(args):
 def cmd_mc_values(args):
     from sparserl.values.mcvalues import mc_values
     cfg = _cfg(args)
-    mc_values(cfg, args.policy, args.n, args.out, threads=args.threads, seed_offset=args.seed_offset)
+    mc_values(cfg, args.policy, args.n, args.out, threads=args.threads, seed_offset=args.seed_offset,
+              job_shard=(args.shard, args.shards) if args.shards > 1 else None)
+
+
+def cmd_fetch_models(args):
+    from sparserl.data.hub_models import fetch_models
+    fetch_models(_cfg(args))
+
+
+def cmd_mc_values_merge(args):
+    from sparserl.values.mcvalues import merge_mc_values
+    merge_mc_values(_cfg(args), args.policy, args.n, args.parts, args.out)
 
 
 def cmd_rl_train(args):
@@ -152,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("validate-config", cmd_validate, "validate config files against the schema")
     add("make-tasks", cmd_make_tasks, "generate the procedural training pool, corpus and benchmarks")
     add("fetch-data", cmd_fetch_data, "download (or copy local) paper-scale datasets and benchmarks")
+    add("fetch-models", cmd_fetch_models, "download every hub model the config names into models/ "
+        "(rule fetch_models, on a machine with internet)")
     add("train-tokenizer", cmd_train_tokenizer, "train the tiny BPE tokenizer offline")
     add("pretrain", cmd_pretrain, "pre-train a tiny policy (resumable)", policy=True, threads=True)
     add("passrate", cmd_passrate, "pass rates of a policy on the training pool", policy=True, threads=True)
@@ -168,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, required=True, help="rollouts per prompt")
     p.add_argument("--out", required=True, help="output parquet")
     p.add_argument("--seed-offset", type=int, default=0)
+    p.add_argument("--shard", type=int, default=0, help="this job's shard (0..shards-1)")
+    p.add_argument("--shards", type=int, default=1, help="jobs the prompts are split over (basis.reference_shards)")
+    p = add("mc-values-merge", cmd_mc_values_merge, "join the shards of `mc-values --shards K` into one "
+            "table (rule reference_cache)", policy=True)
+    p.add_argument("--n", type=int, required=True, help="rollouts per prompt")
+    p.add_argument("--out", required=True, help="output parquet")
+    p.add_argument("parts", nargs="+", help="the shard parquets, 0..K-1")
     for name, fn, doc in (("rl-train", cmd_rl_train, "one local RL run (resumable)"),
                           ("rl-eval", cmd_rl_eval, "evaluate a run's final and intermediate checkpoints")):
         p = add(name, fn, doc, threads=True)

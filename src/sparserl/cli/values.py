@@ -45,6 +45,18 @@ def cmd_v0_harvest_values(args):
     harvest_values(load_config(args.config), args.policy, threads=args.threads)
 
 
+def cmd_v0_harvest_shard(args):
+    from sparserl.core.config import load_config
+    from sparserl.engines.harvest import harvest_values_shard
+    harvest_values_shard(load_config(args.config), args.policy, args.shard, threads=args.threads)
+
+
+def cmd_v0_harvest_merge(args):
+    from sparserl.core.config import load_config
+    from sparserl.engines.harvest import harvest_merge
+    harvest_merge(load_config(args.config), args.policy)
+
+
 def cmd_v0_harvest_all(args):
     from sparserl.core.config import load_config
     from sparserl.engines.harvest import harvest_all
@@ -102,6 +114,11 @@ def register(sub, add):
     add("v0-harvest-values", cmd_v0_harvest_values, "V0 harvest: avg@k of the policy and each of its "
         "harvest checkpoints on the held-out queries, plus its on-policy rollouts (one long table)",
         policy=True, threads=True)
+    p = add("v0-harvest-shard", cmd_v0_harvest_shard, "V0 harvest, sharded: avg@k of checkpoints "
+            "shard, shard + N, ... (N = v0.harvest.shards) on the held-out queries", policy=True, threads=True)
+    p.add_argument("--shard", type=int, required=True, help="0 .. v0.harvest.shards - 1")
+    add("v0-harvest-merge", cmd_v0_harvest_merge, "V0 harvest, sharded: the shards' avg@k rows plus the "
+        "on-policy rollouts, as one table (what v0-harvest-values writes)", policy=True)
     add("v0-harvest-all", cmd_v0_harvest_all, "V0 harvest: one long table of every harvested policy")
     p = add("v0-embed", cmd_v0_embed, "V0's embedder over every harvest prompt, once (the token "
             "states Tables 1, 2 and 6 and routing read), or with --pool over the RL pool (V0's prior)",

@@ -222,6 +222,12 @@ def _check_semantics(cfg: dict, layers) -> None:
         if name not in cfg["policies"] and "@" not in name:
             raise ConfigError(f"{_origin(['evaluation', 'policies'], layers)}: evaluation.policies "
                               f"names '{name}', which is not under 'policies'")
+    harvest = (cfg.get("v0") or {}).get("harvest") or {}
+    unknown = [p for p in harvest.get("policies") or [] if p not in cfg["policies"]]
+    if unknown:  # at load time, not when a workflow file is parsed (an overlay on the wrong scale)
+        raise ConfigError(f"{_origin(['v0', 'harvest', 'policies'], layers)}: v0.harvest.policies names "
+                          f"{unknown}, not under 'policies' ({', '.join(cfg['policies'])}); list only those, "
+                          "or layer the overlay on the scale it was written for")
     for key in ("study_reference", "study_oracle"):
         ref = cfg.get("basis", {}).get(key)
         if ref:

@@ -18,6 +18,17 @@ def snapshot_tag(fraction: float) -> str:
     return f"p{round(fraction * 100):02d}"
 
 
+MODELS_DIR = "models"  # hub models, fetched on the submit host (rule fetch_models), relative to the workdir
+
+
+def hub_model_dir(hf_name: str, root: str | Path = ".") -> Path:
+    """The local copy of hub model `hf_name` (rule fetch_models): compute jobs read it with
+    HF_HUB_OFFLINE=1 instead of each downloading the weights into a shared cache."""
+    if not hf_name or hf_name.startswith(("/", ".")) or ".." in Path(hf_name).parts:
+        raise ValueError(f"hub model name {hf_name!r} is not an 'org/name' id")
+    return Path(root) / MODELS_DIR / hf_name
+
+
 def rl_engine(cfg: dict) -> str:
     """Which engine trains RL runs: 'local' (the CPU trainer) with an in-process rollout backend
     (`cpu` or `hf`), 'openrlhf' (vLLM + OpenRLHF on SLURM) with `vllm`."""
@@ -132,15 +143,35 @@ class Paths:
     def tokenizer(self) -> Path:
         return self.stage("tokenizer")
 
-    def policy(self, ref: str) -> str | Path:
-        """Checkpoint directory of a policy ref, or its hub name for hub policies."""
+    def policy(self, ref: str) -> Path:
+        """Checkpoint directory of a policy ref: pre-trained ones under the stage, hub ones their
+        local copy (`hub_model_dir`, rule fetch_models)."""
         name, snap = split_policy(ref)
         pol = self.cfg["policies"][name]
         if pol["source"] == "hub":
             if snap:
                 raise ValueError(f"policy ref {ref!r}: hub policies have no snapshots")
-            return pol["hf_name"]
+            return hub_model_dir(pol["hf_name"], self.root)
         return self.stage("policies", ref)
+
+    def hub_models(self) -> dict[str, Path]:
+        """Every hub model the config names -> its local directory: the policies with source hub,
+        Le Critique's hub policies (critique.policy_hub and the experiments' own) and the extra
+        models of `models.hub` (e.g. V0's embedder, at the path v0.embedder.path names)."""
+        out: dict[str, Path] = {}
+        names = [p["hf_name"] for p in self.cfg["policies"].values() if p["source"] == "hub"]
+        c = self.cfg.get("critique") or {}
+        names += [c.get("policy_hub")] + [e.get("policy_hub") for e in (c.get("experiments") or {}).values()]
+        for n in names:
+            if n:
+                out.setdefault(n, hub_model_dir(n, self.root))
+        for m in (self.cfg.get("models") or {}).get("hub", []):
+            out[m["hf_name"]] = self.root / m["path"] if m.get("path") else hub_model_dir(m["hf_name"], self.root)
+        return out
+
+    def reference_cache_shard(self, ref: str, shard: int | str, shards: int | str) -> Path:
+        """Job `shard` of `shards` of the reference cache (rule reference_cache_shard)."""
+        return self.stage("basis", "reference", "shards", ref, f"{shard}-of-{shards}.parquet")
 
     def pretrain_state(self, name: str) -> Path:
         return self.stage("policies", "_state", name)

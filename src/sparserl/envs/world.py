@@ -115,12 +115,13 @@ class CritiquePaths:
         return self.world.tokenizer()
 
     def policy(self, exp: str | None = None):
-        """Policy c's checkpoint dir (tiny/small), or the hub name at paper scale
+        """Policy c's checkpoint dir (tiny/small), or the hub model's local copy at paper scale
         (`critique.policy_hub`, or experiment `exp`'s own `policy_hub`)."""
         if exp is not None:
             own = experiment(self.cfg, exp).policy_hub
-            if own:
-                return own
+            if own:  # its local copy (rule fetch_models), as the world's own hub policy
+                from sparserl.core.paths import hub_model_dir
+                return hub_model_dir(own)
         return self.world.policy(WORLD_POLICY)
 
     def run(self, exp: str, method: str, seed) -> RunPaths:

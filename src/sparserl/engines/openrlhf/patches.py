@@ -107,6 +107,8 @@ def install_patches() -> list[tuple[str, str]]:
 
 def worker_process_setup() -> None:
     """Ray's worker_process_setup_hook (runs at the start of every worker of the job)."""
+    from sparserl.engines.openrlhf import cpu_shims
+    cpu_shims.install_if_flagged()  # CUDA shims first, only when the driver found no GPU
     install_patches()
 
 

@@ -12,7 +12,8 @@ stopping rule Theorem 3.6, workflow Section 4.1.3). Priors p come from the metho
 (``prior.kind: constant``) or from each prompt's JSON label ("prior"), see `experience`.
 
 Dispatch padding (the paper pads each cluster dispatch to a multiple of 32): every dispatch,
-round 0 included, is padded up to a multiple of ``osla.pad_multiple`` WITH EXTRA SAMPLES OF THE
+round 0 included, is padded up to a multiple of `dispatch_multiple` (``osla.pad_multiple`` and the
+actor ranks' micro-batches, so every rank gets the same number of full micro-batches) WITH EXTRA SAMPLES OF THE
 PROMPTS IN THAT DISPATCH (round-robin in batch order, so extras go to prompts that still want
 more). Padding rollouts are real rollouts of their prompt and ARE TRAINED ON (the estimator
 groups by uid and handles the larger groups), but the stopping rule does not see them: run_osla
@@ -28,6 +29,7 @@ dispatch sizes are kept in ``self.last_osla`` / ``self.last_dispatches`` for log
 from __future__ import annotations
 
 import itertools
+import math
 from typing import List
 
 import numpy as np
@@ -54,6 +56,26 @@ def pad_allocation(counts, multiple: int | None) -> np.ndarray:
     extra += need // len(counts)
     extra[: need % len(counts)] += 1
     return extra
+
+
+def dispatch_multiple(args, pad_multiple: int | None) -> int:
+    """The multiple every OSLA dispatch is padded to: lcm of ``osla.pad_multiple``,
+    rollout.micro_batch_size x R, train.micro_batch_size x R and train.batch_size, with R the
+    actor's data-parallel ranks (num_nodes x num_gpus_per_node / (ring_attn_size x tp)).
+
+    Why: OpenRLHF splits a step's rollouts into chunks of rollout.micro_batch_size and hands
+    each rank ceil(chunks / R) of them (`async_run_method_batch`); 224 rollouts in chunks of 8 on
+    8 ranks give 28 chunks, 4 per rank, and rank 7 none. A rank with fewer forward or backward
+    calls than the others hangs ZeRO-3's collectives. Equal full chunks per rank need the count to
+    be a multiple of micro_batch_size x R; a multiple of train.batch_size keeps whole optimizer steps."""
+    def get(section, name, default=1):
+        return int(getattr(getattr(args, section, None), name, None) or default)
+
+    ranks = (get("actor", "num_nodes") * get("actor", "num_gpus_per_node")
+             // max(1, get("ds", "ring_attn_size") * get("ds", "tensor_parallel_size")))
+    ranks = max(1, ranks)
+    return math.lcm(int(pad_multiple or 1), get("rollout", "micro_batch_size") * ranks,
+                    get("train", "micro_batch_size") * ranks, get("train", "batch_size"))
 
 
 def osla_priors(labels, spec: MethodSpec, args=None) -> np.ndarray:
@@ -105,7 +127,7 @@ class OslaSamplesGenerator(SamplesGenerator):
         images = list(images) if images is not None else [None] * len(prompts)
         per_prompt: list[list] = [[] for _ in prompts]
         dispatches: list[dict] = []
-        pad = o.pad_multiple
+        pad = dispatch_multiple(self.args, o.pad_multiple)
 
         def sample_fn(idx, counts):
             idx = np.asarray(idx, dtype=np.int64)
@@ -152,4 +174,4 @@ class OslaSamplesGenerator(SamplesGenerator):
         return out
 
 
-__all__ = ["OslaSamplesGenerator", "binary_reward", "osla_priors", "pad_allocation"]
+__all__ = ["OslaSamplesGenerator", "binary_reward", "dispatch_multiple", "osla_priors", "pad_allocation"]

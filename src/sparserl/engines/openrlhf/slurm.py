@@ -4,12 +4,15 @@ Inside an allocation (``SLURM_JOB_NODELIST`` set; Snakemake's SLURM executor run
 command there), the nodes are ``scontrol show hostnames $SLURM_JOB_NODELIST``; the first is the
 head. Ray is started as in Ray's SLURM guide, one ``srun`` step per node:
 
-    srun --nodes=1 --ntasks=1 --overlap -w <head> ray start --head --node-ip-address=<ip>
-         --port=<port> [--num-gpus=G] [--num-cpus=C] --block            (background)
-    srun --nodes=1 --ntasks=1 --overlap -w <node_i> ray start --address=<ip>:<port> ... --block
+    srun --nodes=1 --ntasks=1 --overlap [--cpus-per-task=C] [--gpus=G] -w <head>
+         ray start --head --node-ip-address=<ip> --port=<port> [--num-gpus=G] [--num-cpus=C] --block
+    srun ... -w <node_i> ray start --address=<ip>:<port> ... --block                  (background)
 
 ``--overlap`` lets the steps share the resources of the step that runs the driver (the job's
-command itself may be an srun step). The head address is the head's IP from
+command itself may be an srun step). Without ``--cpus-per-task`` / ``--gpus`` a step gets one CPU
+and no GPU on clusters that confine steps with cgroups (TaskPlugin=task/cgroup), and the raylet,
+with every worker it forks, is pinned to that CPU; so the node's CPUs and GPUs of this job are
+given to srun and, as the same numbers, to ``ray start``. The head address is the head's IP from
 ``srun -w <head> hostname --ip-address`` (first address), or its hostname if that fails. The
 driver (this process, on the first node) then joins with ``ray.init(address=<ip>:<port>)``.
 Outside an allocation `plan_from_env` returns None and the launcher starts a local Ray.
@@ -64,8 +67,13 @@ def expand_nodes(nodes_expr: str, run: Callable = subprocess.run) -> list[str]:
     return nodes
 
 
-def _srun(node: str) -> list[str]:
-    return ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", node]
+def _srun(node: str, gpus: int | None = None, cpus: int | None = None) -> list[str]:
+    out = ["srun", "--nodes=1", "--ntasks=1", "--overlap"]
+    if cpus is not None:
+        out.append(f"--cpus-per-task={int(cpus)}")
+    if gpus:
+        out.append(f"--gpus={int(gpus)}")
+    return out + ["-w", node]
 
 
 def head_ip_command(head: str) -> list[str]:
@@ -87,9 +95,10 @@ def ray_start_commands(nodes: Sequence[str], head_ip: str, *, port: int = 6379, 
     if not nodes:
         raise ValueError("no nodes")
     res = _resources(gpus_per_node, cpus_per_node)
-    head = _srun(nodes[0]) + ["ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={int(port)}",
-                              *res, "--block"]
-    workers = [_srun(n) + ["ray", "start", f"--address={head_ip}:{int(port)}", *res, "--block"]
+    head = _srun(nodes[0], gpus_per_node, cpus_per_node) + [
+        "ray", "start", "--head", f"--node-ip-address={head_ip}", f"--port={int(port)}", *res, "--block"]
+    workers = [_srun(n, gpus_per_node, cpus_per_node) + ["ray", "start", f"--address={head_ip}:{int(port)}",
+                                                         *res, "--block"]
                for n in nodes[1:]]
     return head, workers
 
@@ -117,7 +126,8 @@ def plan_from_env(env: Mapping[str, str] | None = None, run: Callable = subproce
                   gpus_per_node: int | None = None, cpus_per_node: int | None = None) -> RayCluster | None:
     """The Ray cluster for the current SLURM allocation, or None outside one.
 
-    GPUs/CPUs per node: the arguments, else SLURM_GPUS_ON_NODE / SLURM_CPUS_ON_NODE (when set).
+    GPUs/CPUs per node: the arguments, else the job's: SLURM_GPUS_ON_NODE (SLURM_GPUS_PER_NODE,
+    SLURM_GPUS_PER_TASK) and SLURM_CPUS_PER_TASK (the rule's cpus_per_task; SLURM_CPUS_ON_NODE).
     """
     env = os.environ if env is None else env
     expr = nodelist(env)
@@ -125,9 +135,9 @@ def plan_from_env(env: Mapping[str, str] | None = None, run: Callable = subproce
         return None
     nodes = expand_nodes(expr, run)
     if gpus_per_node is None:
-        gpus_per_node = _int_env(env, "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE")
+        gpus_per_node = _int_env(env, "SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK")
     if cpus_per_node is None:
-        cpus_per_node = _int_env(env, "SLURM_CPUS_ON_NODE")
+        cpus_per_node = _int_env(env, "SLURM_CPUS_PER_TASK", "SLURM_CPUS_ON_NODE")
     head_ip = None
     try:
         out = run(head_ip_command(nodes[0]), capture_output=True, text=True, check=True, timeout=120).stdout.split()

@@ -59,6 +59,6 @@ class ResidualQueryAdapter(nn.Module):
         q = self.static.expand(B, -1, -1)
         if self.connector == "residual":
             last = (m.cumsum(1) * m).argmax(1)  # the last real token, whichever side the padding is
-            q = q + self.generator(h[torch.arange(B), last]).view(B, self.n_static, -1)
+            q = q + self.generator(h[torch.arange(B, device=h.device), last]).view(B, self.n_static, -1)
         o, _ = self.attn(q, h, h, key_padding_mask=~mask.bool(), need_weights=False)
         return self.proj(self.norm(o)).flatten(1)

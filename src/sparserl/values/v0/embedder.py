@@ -36,13 +36,14 @@ class Embedder(Protocol):
     dim: int
 
     def encode(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (states (N, T, dim) float32, mask (N, T) bool)."""
+        """-> (states (N, T, dim) float32, mask (N, T) bool), on the CPU whatever runs the model."""
 
 
 class HFEmbedder:
     """A transformers model from a local directory, frozen, in eval mode."""
 
-    def __init__(self, path: str | Path, *, max_length: int = 256, name: str | None = None):
+    def __init__(self, path: str | Path, *, max_length: int = 256, name: str | None = None,
+                 device: str | torch.device = "cpu"):
         from transformers import AutoModel, AutoTokenizer
         path = Path(path)
         if not (path / "config.json").is_file():
@@ -53,7 +54,8 @@ class HFEmbedder:
         # right padding: EmbeddingTable keeps each prompt's states from position 0 (Qwen3-Embedding
         # ships padding_side='left' for its own last-token pooling; with the mask both are the same)
         self.tokenizer.padding_side = "right"
-        self.model = AutoModel.from_pretrained(str(path)).eval()
+        self.device = torch.device(device)
+        self.model = AutoModel.from_pretrained(str(path)).eval().to(self.device)
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.max_length, self.name = int(max_length), name or path.name
@@ -63,21 +65,24 @@ class HFEmbedder:
     def encode(self, texts):
         enc = self.tokenizer(list(texts), padding=True, truncation=True,
                              max_length=self.max_length, return_tensors="pt")
-        out = self.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
-        return out.last_hidden_state.float(), enc["attention_mask"].bool()
+        out = self.model(input_ids=enc["input_ids"].to(self.device),
+                         attention_mask=enc["attention_mask"].to(self.device))
+        return out.last_hidden_state.float().cpu(), enc["attention_mask"].bool()
 
 
 class PolicyEmbedder:
     """The frozen transformer base of a tiny policy (`models.qwen3.Qwen3LM`): its final hidden states."""
 
-    def __init__(self, policy_dir: str | Path, *, name: str | None = None):
+    def __init__(self, policy_dir: str | Path, *, name: str | None = None,
+                 device: str | torch.device = "cpu"):
         from sparserl.models.qwen3 import Qwen3LM
         from sparserl.rollout.cpu_engine import load_tokenizer
         policy_dir = Path(policy_dir)
         if not (policy_dir / "config.json").is_file():
             raise FileNotFoundError(f"policy embedder: {policy_dir} is not a policy checkpoint (no "
                                     "config.json); build it first (rule pretrain_policy)")
-        self.lm = Qwen3LM.from_dir(policy_dir).eval()
+        self.device = torch.device(device)
+        self.lm = Qwen3LM.from_dir(policy_dir).eval().to(self.device)
         for p in self.lm.parameters():
             p.requires_grad_(False)
         self.tokenizer = load_tokenizer(policy_dir)
@@ -93,7 +98,7 @@ class PolicyEmbedder:
         for r, i in enumerate(ids):  # right padding: a causal model's states never see the pads
             x[r, :len(i)] = torch.tensor(i, dtype=torch.long)
             mask[r, :len(i)] = True
-        return self.lm.hidden(x, mask).float(), mask
+        return self.lm.hidden(x.to(self.device), mask.to(self.device)).float().cpu(), mask
 
 
 @dataclass
@@ -116,19 +121,33 @@ class EmbeddingTable:
         except KeyError as e:
             raise KeyError(f"no embedding for prompt id {e.args[0]!r} ({self.embedder})") from None
 
-    def get(self, prompt_ids: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
-        r = torch.from_numpy(self.rows(prompt_ids))
+    def get(self, prompt_ids: Sequence, device: torch.device | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(states float32, mask) of these prompts, cut to their longest; on `device` if given
+        (moved as float16, half the transfer)."""
+        r = torch.from_numpy(self.rows(prompt_ids)).to(self.mask.device)
         m = self.mask[r]
         t = int(m.sum(1).max()) if len(r) else 0
-        return self.states[r, :t].float(), m[:, :t]
+        h, m = self.states[r, :t], m[:, :t]
+        if device is not None:
+            h, m = h.to(device), m.to(device)
+        return h.float(), m
+
+    def to(self, device) -> "EmbeddingTable":
+        """The same table with its states on `device` (training gathers each episode's prompts
+        there instead of copying them from host memory every step)."""
+        return EmbeddingTable(self.ids, self.states.to(device), self.mask.to(device), self.embedder)
 
     def pooled(self, kind: str = "mean") -> np.ndarray:
         """One vector per prompt (kNN and outcome baselines): masked mean or last-token states."""
+        if kind == "mean":  # in row blocks: a float32 copy of the whole table is twice its size (~72 GB at paper scale)
+            out = []
+            for s in range(0, len(self.ids), 1024):
+                m = self.mask[s:s + 1024].float()
+                out.append((self.states[s:s + 1024].float() * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1))
+            return torch.cat(out).cpu().numpy() if out else np.zeros((0, self.states.shape[-1]), np.float32)
         m = self.mask.float()
-        if kind == "mean":
-            return ((self.states.float() * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1)).numpy()
         last = (m.cumsum(1) * m).argmax(1)
-        return self.states[torch.arange(len(self.ids)), last].float().numpy()
+        return self.states[torch.arange(len(self.ids), device=last.device), last].float().cpu().numpy()
 
     def save(self, path: str | Path) -> None:
         from sparserl.core.artifacts import atomic_torch_save

@@ -21,7 +21,7 @@ from sparserl.values.v0.baselines import KNNContextual, OutcomeModel
 from sparserl.values.v0.embedder import EmbeddingTable, embed_texts
 from sparserl.values.v0.model import V0, save_v0
 from sparserl.values.v0.protocols import PROTOCOLS
-from sparserl.values.v0.settings import make_embedder, v0_settings
+from sparserl.values.v0.settings import make_embedder, v0_device, v0_settings
 from sparserl.values.v0.train import GROUP, draw_context, fit_v0, predict_v0
 from sparserl.core.logs import get_logger
 
@@ -45,10 +45,26 @@ def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=None) -> Em
     return t
 
 
-def harvest_texts(cfg: dict, harvest: pd.DataFrame) -> dict:
-    """Each harvest query's prompt as the policies read it, by query id."""
+def query_text(cfg: dict, problem: str) -> str:
+    """What V0's embedder reads for a problem: the prompt without any policy's chat template.
+
+    V0 is policy-agnostic (the policy enters only through its context set C_pi): one query id has
+    one embedding, paired with contexts of every harvested policy and, as the prior, with the RL
+    policy's. The paper's released sample embeds the bare problem text. Under `tasks.chat_template` each
+    policy wraps the prompt in its own template (four different ones at paper scale), so V0 embeds
+    the user message they share (the text OpenRLHF's dataset hands to `apply_chat_template`).
+    Without a chat template this is `format_prompt`'s text, as before."""
     from sparserl.tasks import format_prompt
-    return {q: format_prompt(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
+    from sparserl.tasks.prompts import PAPER_INSTRUCTION
+    t = cfg["tasks"]
+    if t.get("chat_template"):
+        return t["prompt_template"].format(problem=problem, instruction=PAPER_INSTRUCTION)
+    return format_prompt(cfg, problem)
+
+
+def harvest_texts(cfg: dict, harvest: pd.DataFrame) -> dict:
+    """Each harvest query's prompt as V0 reads it (`query_text`), by query id."""
+    return {q: query_text(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
 
 
 def harvest_embeddings(cfg: dict, s: dict | None = None, texts: dict | None = None,
@@ -79,6 +95,20 @@ def knn_predictions(timeline: pd.DataFrame, pooled: np.ndarray, table: Embedding
     return pd.concat(out)
 
 
+def _on_device(table: EmbeddingTable, dev: torch.device, log) -> EmbeddingTable:
+    """The table on the GPU when it fits in half of the free memory (paper scale: ~36 GB of
+    float16 states on an 80 GB GPU); else it stays in host memory and each episode is copied."""
+    if dev.type != "cuda":
+        return table
+    free, _ = torch.cuda.mem_get_info(dev)
+    need = table.states.element_size() * table.states.numel()
+    if need > free // 2:
+        log(f"V0: token states {need / 2**30:.1f} GiB > half of the {free / 2**30:.1f} GiB free on {dev}; "
+            "they stay in host memory (slower episodes)")
+        return table
+    return table.to(dev)
+
+
 def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log):
     """What every V0 experiment on the harvest starts from: settings, harvest, the protocol's
     timeline, prompt texts, their embeddings, each query's mean value over the history, the test rows."""
@@ -90,7 +120,7 @@ def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log):
     harvest = read_table(P.harvest_table())
     tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
     texts = harvest_texts(cfg, harvest)
-    table = harvest_embeddings(cfg, s, texts, log=log)
+    table = _on_device(harvest_embeddings(cfg, s, texts, log=log), v0_device(s), log)
     hist = harvest.groupby("query_id")["value"].mean()
     return P, s, harvest, tl, texts, table, hist, tl[tl["role"] == "test"]
 
@@ -103,7 +133,7 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
     out_dir = P.value_model("v0")
     preds = {}
     torch.manual_seed(seed)
-    model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
+    model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder).to(v0_device(s))
     preds["v0_untrained"] = predict_v0(model, table, tl, test, s, seed)
     history = fit_v0(model, table, tl, s, seed, log=log)
     save_v0(model, out_dir / f"v0.{protocol}.seed{seed}.pt", extra={"protocol": protocol,
@@ -182,7 +212,7 @@ def run_ablations(cfg: dict, protocol: str = "strict", *, seed: int = 0, threads
             pred = _table_predictions(Path(base_predictions), protocol, seed)
         else:
             torch.manual_seed(seed)
-            model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
+            model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder).to(v0_device(s))
             fit_v0(model, table, tl, s, seed, log=log)
             pred = predict_v0(model, table, tl, test, s, seed)
         rows.append({"protocol": protocol, "variant": name, "seed": seed, "head": s["head"]["kind"],

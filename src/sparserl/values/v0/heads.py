@@ -50,12 +50,12 @@ class GPHead(nn.Module):
         a, b = (ctx_x - mu) / sd, (qry_x - mu) / sd
         d_cc = torch.cdist(a, a).pow(2) / a.shape[1]
         d_qc = torch.cdist(b, a).pow(2) / a.shape[1]
-        off = d_cc[~torch.eye(len(a), dtype=torch.bool)]
-        ell2 = off.detach().median().clamp(min=1e-6) if off.numel() else torch.tensor(1.0)
+        off = d_cc[~torch.eye(len(a), dtype=torch.bool, device=a.device)]
+        ell2 = off.detach().median().clamp(min=1e-6) if off.numel() else torch.tensor(1.0, device=a.device)
         ell2 = ell2 * torch.exp(2 * self.log_ell)
         y = ctx_y.to(a.dtype)
         m0 = (y.sum() + 1) / (len(y) + 2)
-        K = torch.exp(-0.5 * d_cc / ell2) + torch.exp(self.log_noise) * torch.eye(len(a), dtype=a.dtype)
+        K = torch.exp(-0.5 * d_cc / ell2) + torch.exp(self.log_noise) * torch.eye(len(a), dtype=a.dtype, device=a.device)
         k = torch.exp(-0.5 * d_qc / ell2)
         L = torch.linalg.cholesky(K)
         alpha = torch.cholesky_solve((y - m0)[:, None], L)

@@ -39,11 +39,17 @@ class V0(nn.Module):
             for p in self.head.parameters():
                 p.requires_grad_(False)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters live (`v0.device`; `.to(device)` moves it)."""
+        p = next(self.parameters(), None)
+        return p.device if p is not None else torch.device("cpu")
+
     def features(self, states, mask) -> torch.Tensor:
         return self.adapter(states, mask)
 
     def predict_from_features(self, ctx_f, ctx_values, qry_f) -> torch.Tensor:
-        labels = (torch.as_tensor(ctx_values, dtype=ctx_f.dtype) >= 0.5).to(ctx_f.dtype)
+        labels = (torch.as_tensor(ctx_values, dtype=ctx_f.dtype, device=ctx_f.device) >= 0.5).to(ctx_f.dtype)
         return self.head(ctx_f, labels, qry_f)
 
     def forward(self, ctx_states, ctx_mask, ctx_values, qry_states, qry_mask) -> torch.Tensor:
@@ -59,17 +65,20 @@ def _pad(x: torch.Tensor, t: int) -> torch.Tensor:
         return x
     shape = list(x.shape)
     shape[1] = t - x.shape[1]
-    return torch.cat([x, torch.zeros(shape, dtype=x.dtype)], dim=1)
+    return torch.cat([x, torch.zeros(shape, dtype=x.dtype, device=x.device)], dim=1)
 
 
 def save_v0(model: V0, path: str | Path, extra: dict | None = None) -> Path:
     from sparserl.core.artifacts import atomic_torch_save
-    return atomic_torch_save({"config": model.config, "adapter": model.adapter.state_dict(),
-                              "head": model.head.state_dict() if model.tune_head else None,
+
+    def cpu(sd):  # a file trained on a GPU loads anywhere
+        return {k: v.cpu() for k, v in sd.items()}
+    return atomic_torch_save({"config": model.config, "adapter": cpu(model.adapter.state_dict()),
+                              "head": cpu(model.head.state_dict()) if model.tune_head else None,
                               "extra": extra or {}}, path)
 
 
-def load_v0(path: str | Path) -> V0:
+def load_v0(path: str | Path, device: str | torch.device = "cpu") -> V0:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no V0 model at {path}; train it first (rule v0_train)")
@@ -79,4 +88,4 @@ def load_v0(path: str | Path) -> V0:
     model.adapter.load_state_dict(d["adapter"])
     if d.get("head") is not None:
         model.head.load_state_dict(d["head"])
-    return model.eval()
+    return model.to(device).eval()

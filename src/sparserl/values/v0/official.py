@@ -30,7 +30,7 @@ from sparserl.values.v0 import metrics
 from sparserl.values.v0.baselines import KNNContextual, OutcomeModel
 from sparserl.values.v0.embedder import EmbeddingTable, embed_texts
 from sparserl.values.v0.model import V0, save_v0
-from sparserl.values.v0.settings import make_embedder
+from sparserl.values.v0.settings import make_embedder, v0_device
 from sparserl.values.v0.train import GROUP, draw_context, fit_v0, predict_v0
 from sparserl.core.logs import get_logger
 
@@ -108,9 +108,9 @@ class _Pooled:
     def __init__(self, table: EmbeddingTable):
         self.t, self.p = table, torch.from_numpy(table.pooled("mean"))
 
-    def get(self, ids):
+    def get(self, ids, device=None):
         r = torch.from_numpy(self.t.rows(ids))
-        return self.p[r][:, None, :], torch.ones((len(r), 1), dtype=torch.bool)
+        return self.p[r][:, None, :].to(device), torch.ones((len(r), 1), dtype=torch.bool, device=device)
 
 
 class _Identity(torch.nn.Module):
@@ -124,6 +124,7 @@ def run_official(sample: str | Path, out_dir: str | Path, s: dict, *, seeds=(0, 
     models under out_dir and returns the metrics table (one row per method and seed)."""
     from sparserl.core.artifacts import write_table
     torch.set_num_threads(threads)
+    dev = v0_device(s)
     out_dir = Path(out_dir)
     tl, prompts = load_sample(sample)
     emb_file = out_dir / f"embeddings.{s['embedder']['kind']}.pt"
@@ -150,12 +151,12 @@ def run_official(sample: str | Path, out_dir: str | Path, s: dict, *, seeds=(0, 
 
     for seed in seeds:
         torch.manual_seed(seed)
-        model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
+        model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder).to(dev)
         add("v0_untrained", seed, predict_v0(model, table, tl, test, s, seed))
         hist = fit_v0(model, table, tl, s, seed, log=log)
         save_v0(model, out_dir / f"v0.seed{seed}.pt", extra={"sample": str(sample), "history": hist.to_dict("records")})
         add("v0", seed, predict_v0(model, table, tl, test, s, seed))
-        head_only = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder)
+        head_only = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder).to(dev)
         head_only.adapter = _Identity()
         add("head_only", seed, predict_v0(head_only, _Pooled(table), tl, test, s, seed))
         for name, pred in _baselines(tl, table, s, seed).items():

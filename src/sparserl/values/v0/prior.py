@@ -32,7 +32,7 @@ class V0Prior:
         missing = list(dict.fromkeys(i for i in ids if i not in self._feat))
         for s in range(0, len(missing), self.batch):
             chunk = missing[s:s + self.batch]
-            f = self.model.features(*self.table.get(chunk))
+            f = self.model.features(*self.table.get(chunk, device=self.model.device))
             self._feat.update(zip(chunk, f))
         return torch.stack([self._feat[i] for i in ids]) if len(ids) else torch.zeros(0)
 
@@ -45,8 +45,8 @@ class V0Prior:
         cids, rewards = zip(*pairs)
         cf = self.features(list(cids))
         qf = self.features(ids)
-        logits = self.model.predict_from_features(cf, torch.tensor(rewards, dtype=cf.dtype), qf)
-        return torch.sigmoid(logits).double().numpy()
+        logits = self.model.predict_from_features(cf, torch.tensor(rewards, dtype=cf.dtype, device=cf.device), qf)
+        return torch.sigmoid(logits).double().cpu().numpy()
 
     def __repr__(self) -> str:
         return f"V0Prior({self.model.config['embedder']}, head {self.model.config['head'].get('kind')})"
@@ -57,26 +57,25 @@ def pool_embeddings(cfg: dict, s: dict | None = None, path: Path | None = None, 
     v0_pool_embeddings; loaded when its prompts are the pool's)."""
     from sparserl.core.artifacts import read_table
     from sparserl.core.paths import Paths
-    from sparserl.tasks import format_prompt
-    from sparserl.values.v0.experiments import embedding_table
+    from sparserl.values.v0.experiments import embedding_table, query_text
     from sparserl.values.v0.settings import v0_settings
     P = Paths(cfg)
     s = s or v0_settings(cfg)
     pool = read_table(P.train_pool())
-    texts = {i: format_prompt(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
+    texts = {i: query_text(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
     path = path or P.v0_pool_embeddings(s["embedder"]["kind"])
     return embedding_table(cfg, s, texts, path, log=log)
 
 
 def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, **_) -> V0Prior:
     from sparserl.core.paths import Paths
-    from sparserl.values.v0.settings import v0_settings
+    from sparserl.values.v0.settings import v0_device, v0_settings
     if cfg is None:
         raise ValueError("the v0 prior needs the run's config (cfg=...) to find the trained V0")
     P = Paths(cfg)
     path = Path((spec or {}).get("model") or P.v0_prior_model())
-    model = load_v0(path)
     s = v0_settings(cfg)
+    model = load_v0(path, device=v0_device(s))
     table = pool_embeddings(cfg, s, path.with_name(P.v0_pool_embeddings(s["embedder"]["kind"]).name))
     if table.embedder != model.config["embedder"]:
         raise ValueError(f"{path} was trained on {model.config['embedder']} embeddings but v0.embedder "

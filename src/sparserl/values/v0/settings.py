@@ -3,7 +3,8 @@
 Defaults are the paper's (V0 §4.1): 168 static queries x 6 numbers, 3 heads, AdamW 2e-4, context
 256, query batch 8, batch 2, alpha 0.25. The tiny-scale head is the offline GP (`gp`); the paper's
 is TabPFN-v2.5 (`tabpfn`, `head.model_path`). The embedder is MiniLM from its PyPI package at
-tiny scale, Qwen3-Embedding-0.6B from `embedder.path` at paper scale.
+tiny scale, Qwen3-Embedding-0.6B from `embedder.path` at paper scale. `device` places the
+embedder and V0 (`v0_device`); token-state tables stay in host memory.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ DEFAULTS = {
     "train": {"lr": 2e-4, "weight_decay": 0.01, "epochs": 10, "context": 256, "query_batch": 8,
               "batch_size": 2, "alpha": 0.25, "loss": "both", "val_fraction": 0.0, "patience": 10},
     "official_sample": None,
+    "device": "auto",
 }
+DEVICES = "auto, cpu, cuda or cuda:<index>"
 
 
 def v0_settings(cfg: dict | None = None, **overrides) -> dict:
@@ -32,19 +35,41 @@ def v0_settings(cfg: dict | None = None, **overrides) -> dict:
     return out
 
 
+def v0_device(s: dict):
+    """`v0.device` as a torch.device: 'auto' is the first CUDA device when CUDA is available,
+    else the CPU; 'cuda' / 'cuda:N' must exist (a job without a GPU fails at once, not hours in)."""
+    import re
+    import torch
+    from sparserl.core.config import ConfigError
+    d = s.get("device", "auto")
+    if not isinstance(d, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", d):
+        raise ConfigError(f"v0.device is {d!r}; use {DEVICES}")
+    if d == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(d)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"v0.device is {d!r} but torch sees no CUDA device here; run the job on "
+                              "a GPU node (the rule's `gpu` resource) or set v0.device: auto / cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"v0.device is {d!r} but torch sees {torch.cuda.device_count()} CUDA "
+                              "device(s); use cuda or a smaller index")
+    return dev
+
+
 def make_embedder(s: dict, policy_dir=None):
     """The embedder `s['embedder']` names ('minilm', 'hf' + path, 'policy' + a policy directory)."""
     from sparserl.values.v0.embedder import HFEmbedder, PolicyEmbedder, minilm_path
-    e = s["embedder"]
+    e, dev = s["embedder"], v0_device(s)
     if e["kind"] == "minilm":
-        return HFEmbedder(minilm_path(), max_length=e["max_length"], name="all-MiniLM-L6-v2")
+        return HFEmbedder(minilm_path(), max_length=e["max_length"], name="all-MiniLM-L6-v2", device=dev)
     if e["kind"] == "hf":
         if not e.get("path"):
             raise ValueError("v0.embedder.kind 'hf' needs v0.embedder.path (a local model directory, "
                              "e.g. Qwen3-Embedding-0.6B)")
-        return HFEmbedder(e["path"], max_length=e["max_length"])
+        return HFEmbedder(e["path"], max_length=e["max_length"], device=dev)
     if e["kind"] == "policy":
         if policy_dir is None:
             raise ValueError("v0.embedder.kind 'policy' needs a policy checkpoint (v0.embedder.path: a policy ref)")
-        return PolicyEmbedder(policy_dir)
+        return PolicyEmbedder(policy_dir, device=dev)
     raise ValueError(f"v0.embedder.kind must be minilm, hf or policy, got {e['kind']!r}")

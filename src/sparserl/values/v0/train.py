@@ -65,6 +65,7 @@ def fit_v0(model: V0, table, timeline: pd.DataFrame, s: dict, seed: int, log=Non
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=t["lr"], weight_decay=t["weight_decay"])
     hist, step, t0 = [], 0, time.time()
+    dev = model.device
     best, best_state, since = float("inf"), None, 0
     val = timeline[timeline.role == "val"]
     if not (timeline.role == "train").any():
@@ -83,10 +84,10 @@ def fit_v0(model: V0, table, timeline: pd.DataFrame, s: dict, seed: int, log=Non
                 if key not in pools:
                     raise ValueError(f"checkpoint {key} has train queries but no context pool rows")
                 c = draw_context(pools[key], int(t["context"]), rng)
-                cs, cm = table.get(c["query_id"].tolist())
-                qs, qm = table.get(q["query_id"].tolist())
-                logits = model(cs, cm, torch.tensor(c["value"].to_numpy(), dtype=torch.float32), qs, qm)
-                losses.append(v0_loss(logits, torch.tensor(q["value"].to_numpy(), dtype=torch.float32),
+                cs, cm = table.get(c["query_id"].tolist(), device=dev)
+                qs, qm = table.get(q["query_id"].tolist(), device=dev)
+                logits = model(cs, cm, torch.tensor(c["value"].to_numpy(), dtype=torch.float32, device=dev), qs, qm)
+                losses.append(v0_loss(logits, torch.tensor(q["value"].to_numpy(), dtype=torch.float32, device=dev),
                                       t["alpha"], t["loss"]))
             loss = torch.stack(losses).mean()
             loss.backward()
@@ -127,17 +128,19 @@ def predict_v0(model: V0, table, timeline: pd.DataFrame, queries: pd.DataFrame, 
     rng = np.random.default_rng([seed, 7])
     pools = _groups(timeline[timeline.role == "context"])
     model.eval()
+    dev = model.device
     out = []
     for key, g in _groups(queries).items():
         if key not in pools:
             raise ValueError(f"checkpoint {key} has queries but no context pool rows")
         c = draw_context(pools[key], int(t["context"]), rng)
-        cf = model.features(*table.get(c["query_id"].tolist()))
-        cv = torch.tensor(c["value"].to_numpy(), dtype=torch.float32)
+        cf = model.features(*table.get(c["query_id"].tolist(), device=dev))
+        cv = torch.tensor(c["value"].to_numpy(), dtype=torch.float32, device=dev)
         p = []
         for s0 in range(0, len(g), int(t["query_batch"])):
             q = g.iloc[s0:s0 + int(t["query_batch"])]
-            p.append(torch.sigmoid(model.predict_from_features(cf, cv, model.features(*table.get(q["query_id"].tolist())))))
-        out.append(g.assign(p=torch.cat(p).numpy().astype(np.float64),
+            p.append(torch.sigmoid(model.predict_from_features(
+                cf, cv, model.features(*table.get(q["query_id"].tolist(), device=dev)))))
+        out.append(g.assign(p=torch.cat(p).cpu().numpy().astype(np.float64),
                             context_mean=float((c["value"] >= 0.5).mean())))
     return pd.concat(out).loc[queries.index]

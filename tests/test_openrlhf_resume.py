@@ -1,0 +1,214 @@
+"""A killed-and-retried OpenRLHF run writes the artifacts of an uninterrupted one: the harvest keeps
+its rows up to the checkpoint the run resumes from and the step counter continues after it, later
+TensorBoard sessions replace the steps they log again, and a checkpoint a kill left incomplete is
+not resumed. OpenRLHF's real classes on CPU (tests/openrlhf_stubs.py), no Ray or vLLM.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import openrlhf_stubs
+
+openrlhf_stubs.skip_without_openrlhf()
+
+import torch  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def orl():
+    yield from openrlhf_stubs.imported({
+        "exp": "openrlhf.trainer.ppo_utils.experience",
+        "plugin_exp": "sparserl.engines.openrlhf.experience",
+        "launcher": "sparserl.engines.openrlhf.launcher",
+    })
+
+
+class _ActorGroup:
+    """`RayActorGroup` stand-in: `get_checkpoint_states` answers what the actors loaded."""
+
+    def __init__(self, states):
+        self.states, self.calls = states, []
+
+    def async_run_method(self, method_name):
+        self.calls.append(method_name)
+        return [self.states]
+
+
+def _maker(orl, run_dir: Path, *, load_enable: bool, loaded_step: int | None):
+    """A GRPO experience maker as OpenRLHF's PPOTrainer holds it, built the way OpenRLHF's own tests
+    build it (__new__ plus an args namespace); `loaded_step` is the global_step of the DeepSpeed
+    checkpoint the actor group loaded (None: no checkpoint folder)."""
+    cls = orl.plugin_exp.SparseRLExperienceMaker
+    ckpt = run_dir / "ckpt"
+    if loaded_step is not None:
+        (ckpt / "_actor").mkdir(parents=True, exist_ok=True)
+    m = cls.__new__(cls)
+    m.advantage_estimator = "grpo"
+    m.kl_ctl = SimpleNamespace(value=0.0)
+    m.actor_model_group = _ActorGroup({} if loaded_step is None else
+                                      {"episode": 0, "global_step": loaded_step, "total_consumed_prompts": 0})
+    m.strategy = SimpleNamespace(args=SimpleNamespace(
+        rollout=SimpleNamespace(n_samples_per_prompt=4, max_new_tokens=8),
+        reward=SimpleNamespace(clip_range=(-10, 10)),
+        data=SimpleNamespace(max_len=64),
+        algo=SimpleNamespace(advantage=SimpleNamespace(estimator="grpo")),
+        ckpt=SimpleNamespace(load_enable=load_enable, path=str(ckpt)),
+        sparserl=SimpleNamespace(spec=None, run_dir=str(run_dir)),
+    ))
+    return m
+
+
+def _step_batch(orl, seed: int):
+    """One step's experiences: 2 prompts x 4 rollouts, rewards and lengths drawn from `seed`."""
+    from sparserl.engines.openrlhf.experience import encode_label
+    rng = np.random.default_rng(seed)
+    rewards = rng.integers(0, 2, size=8).astype(float)
+    lengths = rng.integers(1, 6, size=8)
+    mask = torch.arange(6)[None, :] < torch.from_numpy(lengths)[:, None]
+    uids = [f"q{seed}a"] * 4 + [f"q{seed}b"] * 4
+    return [orl.exp.Experience(
+        rewards=torch.tensor(rewards), action_mask=mask, kl=torch.zeros(8, 6),
+        prompts=[f"prompt {u}" for u in uids], labels=[encode_label(u, "1") for u in uids],
+        response_length=torch.tensor(lengths, dtype=torch.float32), info={})]
+
+
+def _harvest(run_dir: Path):
+    from sparserl.engines.openrlhf.metrics import harvested_rollouts
+    return harvested_rollouts(run_dir / "openrlhf")
+
+
+@pytest.fixture(autouse=True)
+def _ray_get(monkeypatch):
+    import ray
+    monkeypatch.setattr(ray, "get", lambda refs: refs)  # the stand-in group returns values, not refs
+
+
+def test_resumed_run_harvests_what_an_uninterrupted_run_does(orl, tmp_path):
+    """Steps 1-4 uninterrupted; against: killed after step 3 with a checkpoint at step 2, retried.
+    The retry's step 3 differs from the killed run's (nondeterminism): the killed run's step-3
+    rows must go, its steps 1-2 stay, and the retry's rows are numbered 3 and 4."""
+    whole = _maker(orl, tmp_path / "whole", load_enable=True, loaded_step=None)
+    for s in (1, 2, 3, 4):
+        whole.compute_advantages_and_returns(_step_batch(orl, s))
+
+    killed = _maker(orl, tmp_path / "retried", load_enable=True, loaded_step=None)
+    for s in (1, 2, 33):  # 33: the killed run's own step 3
+        killed.compute_advantages_and_returns(_step_batch(orl, s))
+    retry = _maker(orl, tmp_path / "retried", load_enable=True, loaded_step=2)
+    for s in (3, 4):
+        retry.compute_advantages_and_returns(_step_batch(orl, s))
+
+    assert retry.actor_model_group.calls == ["get_checkpoint_states"] and retry._step == 4
+    got, want = _harvest(tmp_path / "retried"), _harvest(tmp_path / "whole")
+    assert got["step"].tolist() == [1] * 8 + [2] * 8 + [3] * 8 + [4] * 8
+    assert got.equals(want)
+
+
+def test_start_without_a_resume_drops_every_earlier_row(orl, tmp_path):
+    """A run that starts over (a critic run: no --ckpt.load_enable; or no checkpoint yet) keeps no
+    row of the attempt before it, and counts from step 1."""
+    old = _maker(orl, tmp_path, load_enable=True, loaded_step=None)
+    for s in (1, 2):
+        old.compute_advantages_and_returns(_step_batch(orl, s))
+    critic_like = _maker(orl, tmp_path, load_enable=False, loaded_step=5)  # a checkpoint exists, unused
+    critic_like.compute_advantages_and_returns(_step_batch(orl, 7))
+    got = _harvest(tmp_path)
+    assert critic_like.actor_model_group.calls == []
+    assert got["step"].tolist() == [1] * 8 and got["prompt_id"].str.startswith("q7").all()
+
+
+def _events(path: Path, points, t0: float):
+    """One TensorBoard session (one event file, as one OpenRLHF process writes) in `path`."""
+    from torch.utils.tensorboard import SummaryWriter
+    w = SummaryWriter(log_dir=str(path))
+    for i, (tag, step, value) in enumerate(points):
+        w.add_scalar(tag, value, step, walltime=t0 + i)
+    w.close()
+
+
+def test_tensorboard_resumed_session_replaces_the_steps_it_logs_again(tmp_path):
+    """The killed session logged steps 1-4 (its step 4 twice, the later value counts); the resumed
+    one (same folder, a new event file) logs 3-5: steps 3 on are the resumed session's alone, a
+    tag only the killed session logged at step 4 included."""
+    from sparserl.engines.openrlhf.metrics import metrics_from_tensorboard
+    run = tmp_path / "tb" / "grpo_seed0"
+    killed = [("train/rollout/reward_mean", s, 0.1 * s) for s in (1, 2, 3, 4)]
+    _events(run, killed + [("train/rollout/reward_mean", 4, 0.45), ("train/kl", 4, 9.0), ("train/kl", 2, 2.0)],
+            t0=1000.0)
+    _events(run, [("train/rollout/reward_mean", s, 1.0 + s) for s in (3, 4, 5)], t0=2000.0)
+    df = metrics_from_tensorboard(tmp_path / "tb").set_index("step")
+    assert df.index.tolist() == [1, 2, 3, 4, 5]
+    assert df["reward_mean"].tolist() == pytest.approx([0.1, 0.2, 4.0, 5.0, 6.0])
+    assert df["kl"].iloc[1] == 2.0 and df["kl"].drop(index=2).isna().all()
+
+
+def test_tensorboard_run_started_over_replaces_everything(tmp_path):
+    from sparserl.engines.openrlhf.metrics import metrics_from_tensorboard
+    run = tmp_path / "tb" / "x"
+    _events(run, [("train/rollout/reward_mean", s, 0.5) for s in (1, 2, 3)] + [("eval/acc", 3, 0.7)], t0=10.0)
+    _events(run, [("train/rollout/reward_mean", s, 0.25) for s in (1, 2)], t0=20.0)
+    df = metrics_from_tensorboard(tmp_path / "tb")
+    assert df["step"].tolist() == [1, 2] and df["reward_mean"].tolist() == [0.25, 0.25]
+    assert "eval_acc" not in df.columns
+
+
+def _ds_checkpoint(actor: Path, tag: str, *, latest: str | None, files=("mp_rank_00_model_states.pt",)):
+    (actor / tag).mkdir(parents=True, exist_ok=True)
+    for f in files:
+        (actor / tag / f).write_bytes(b"x")
+    if latest is not None:
+        (actor / "latest").write_text(latest)
+
+
+@pytest.mark.parametrize("tag,latest,files,step", [
+    ("global_step4", "global_step4", ("zero_pp_rank_0_mp_rank_00_model_states.pt",), 4),  # ZeRO-3's name
+    ("best_global_step6", "best_global_step6", ("mp_rank_00_model_states.pt",), 6),
+    ("global_step8", None, ("mp_rank_00_model_states.pt",), 0),  # killed before `latest` was written
+    ("global_step8", "global_step4", ("mp_rank_00_model_states.pt",), 0),  # latest's tag already pruned
+    ("global_step4", "global_step4", (), 0),  # latest names a folder with no model states
+])
+def test_resume_checkpoint_only_trusts_a_complete_latest(orl, tmp_path, tag, latest, files, step):
+    """OpenRLHF loads <ckpt.path>/_actor whenever it exists and crashes on one without a loadable
+    checkpoint; the launcher resumes a complete one and removes an incomplete one."""
+    actor = tmp_path / "ckpt" / "_actor"
+    _ds_checkpoint(actor, tag, latest=latest, files=files)
+    logs = []
+    assert orl.launcher.resume_checkpoint(actor, log=logs.append) == step
+    assert actor.exists() == bool(step)
+    assert bool(logs) != bool(step)
+    assert orl.launcher.resume_checkpoint(tmp_path / "none" / "_actor", log=logs.append) == 0
+
+
+def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monkeypatch):
+    """`run` must not delete rollouts.jsonl before training: a resumed run's rows up to its
+    checkpoint are the V0 harvest's product (the experience maker cuts the rest)."""
+    from sparserl.engines.openrlhf import launcher
+    from sparserl.engines.openrlhf.flags import run_files
+    from sparserl.methods.spec import load_method
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps({"results_dir": str(tmp_path / "results")}))
+    out = tmp_path / "results" / "runs" / "final"
+    rp = run_files(load_method("grpo_g16"), 0, out)
+    rows = rp.openrlhf / "rollouts.jsonl"
+    rows.parent.mkdir(parents=True)
+    rows.write_text(json.dumps({"prompt_id": "a", "step": 1, "reward": 1.0, "length": 3}) + "\n")
+    seen = {}
+
+    def stop(argv, over, log=print):
+        seen["rows"] = rows.read_text()
+        raise SystemExit("stop before training")
+    monkeypatch.setattr(launcher, "load_config", lambda paths: {"rl": {"policy": "m"}})
+    monkeypatch.setattr(launcher, "openrlhf_argv", lambda *a, **k: ["--ckpt.load_enable"])
+    monkeypatch.setattr(launcher, "parse_args", lambda argv: SimpleNamespace(
+        ckpt=SimpleNamespace(load_enable=True, path=str(rp.checkpoints))))
+    monkeypatch.setattr(launcher, "write_json", lambda *a, **k: None)
+    monkeypatch.setattr("sparserl.engines.openrlhf.dataset.build_prompt_dataset", lambda *a, **k: None)
+    monkeypatch.setattr(launcher, "train_with_ray", stop)
+    with pytest.raises(SystemExit):
+        launcher.run([str(cfg)], "grpo_g16", 0, out, log=lambda *_: None)
+    assert '"step": 1' in seen["rows"]
