@@ -491,3 +491,18 @@ def test_table_6_reads_its_base_row_from_the_tables_predictions_of_the_same_prot
     old = write_table(preds, tmp_path / "old_predictions.parquet")  # written before the manifest said
     with pytest.raises(ValueError, match=r"protocol None, seed None"):
         _table_predictions(old, "strict", 0)
+
+
+def test_support_context_is_drawn_once_per_step():
+    """OSLA's allocation and the fusion estimator of one step see one context: the sample is
+    redrawn only after the step's outcomes arrive."""
+    from sparserl.values.support import SupportBuffer
+    rng = np.random.default_rng(0)
+    buf = SupportBuffer(512, 4, rng)
+    buf.extend((f"q{i}", float(i % 2)) for i in range(50))
+    first = buf.context()
+    state = rng.bit_generator.state
+    assert len(first) == 4 and buf.context() == first and rng.bit_generator.state == state  # no new draw
+    buf.extend([("new", 1.0)])
+    second = buf.context()
+    assert rng.bit_generator.state != state and len(second) == 4 and buf.context() == second

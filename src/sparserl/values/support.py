@@ -14,26 +14,32 @@ import numpy as np
 
 
 class SupportBuffer:
-    """The `size` most recent (prompt id, reward) pairs; `context()` samples `context` of them."""
+    """The `size` most recent (prompt id, reward) pairs; `context()` samples `context` of them,
+    once per step: the sample stays until the step's outcomes arrive (`extend`), so OSLA's
+    allocation and the fusion estimator of one step condition on the same context (V0.5,
+    arXiv 2603.10848, the RL workflow's Step 1: the prior is queried once per prompt, before any
+    rollout). The OpenRLHF engine asks twice a step, the local trainer once."""
 
     def __init__(self, size: int, context: int, rng: np.random.Generator):
         if size < 1 or context < 1:
             raise ValueError(f"support buffer size and context must be >= 1, got {size}, {context}")
         self.pairs: deque = deque(maxlen=int(size))
         self.n_context, self.rng = int(context), rng
+        self._context: list | None = None
 
     def __len__(self) -> int:
         return len(self.pairs)
 
     def extend(self, pairs: Iterable[tuple[Any, float]]) -> None:
         self.pairs.extend(pairs)
+        self._context = None
 
     def context(self) -> list:
-        n = min(self.n_context, len(self.pairs))
-        if n == 0:
-            return []
-        pick = self.rng.choice(len(self.pairs), n, replace=False)
-        return [self.pairs[i] for i in pick]
+        if self._context is None:
+            n = min(self.n_context, len(self.pairs))
+            pick = self.rng.choice(len(self.pairs), n, replace=False) if n else []
+            self._context = [self.pairs[i] for i in pick]
+        return list(self._context)
 
 
 class LivePrior:
