@@ -61,7 +61,9 @@ def test_load_keeps_common_prompts_and_checks_lengths(tmp_path):
     o.to_parquet(tmp_path / "o2.parquet")
     d = load_study_data(tmp_path / "r.parquet", tmp_path / "o2.parquet")
     assert d.ids.tolist() == ["t/1", "t/2"] and d.p.tolist() == [0.25, 0.75] and d.oracle.shape == (2, 256)
-    o.loc[o.index[0], "rewards"] = [1, 0]
+    rewards = list(o["rewards"])
+    rewards[0] = [1, 0]  # one cell holds a list: assign the column (pandas 2 and 3 agree on this)
+    o = o.assign(rewards=rewards)
     o.to_parquet(tmp_path / "o3.parquet")
     with pytest.raises(ValueError, match="different numbers"):
         load_study_data(tmp_path / "r.parquet", tmp_path / "o3.parquet")
