@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import openrlhf_stubs
+from v0_toys import toy_v0  # tests/v0_toys.py
 
 openrlhf_stubs.skip_without_openrlhf()
 
@@ -985,19 +986,6 @@ def test_paper_runs_resume_and_write_hf_checkpoints_only_where_evaluated(orl, re
 
 # --------------------------------------------------------------------------- V0 as the live prior
 
-def _toy_v0(tmp_path):
-    """A small trained-shaped V0 and an EmbeddingTable of prompts 'a', 'b', 'c' on disk."""
-    import torch
-    from sparserl.values.v0.embedder import EmbeddingTable
-    from sparserl.values.v0.model import V0, save_v0
-    torch.manual_seed(0)
-    model = V0(16, {"n_static": 12, "d_attn": 24, "d_residual": 16}, {"kind": "gp"}, "toy")
-    states = torch.randn(3, 4, 16)
-    states[0, :, :4] += 3
-    states[1, :, 4:8] += 3
-    states[2, :, :4] += 3
-    EmbeddingTable(["a", "b", "c"], states.half(), torch.ones(3, 4, dtype=torch.bool), "toy").save(tmp_path / "emb.pt")
-    return str(save_v0(model, tmp_path / "v0.pt")), str(tmp_path / "emb.pt")
 
 
 def test_v0_method_flags_name_the_model_and_the_config(orl, tmp_path):
@@ -1024,7 +1012,7 @@ def test_v0_prior_server_answers_like_the_in_process_prior(orl, tmp_path):
     from sparserl.values.v0.embedder import EmbeddingTable
     from sparserl.values.v0.model import load_v0
     from sparserl.values.v0.prior import V0Prior
-    model, emb = _toy_v0(tmp_path)
+    model, emb = toy_v0(tmp_path)
     server = V0PriorServer(model, embeddings=emb)
     ctx = [["a", 1.0], ["b", 0.0], ["a", 1.0], ["b", 0.0]]
     local = V0Prior(load_v0(model), EmbeddingTable.load(emb))
@@ -1039,7 +1027,7 @@ def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_pa
     class FakeHandle:  # stands in for the Ray actor handle: .predict.remote(...) -> the server's answer
         def __init__(self, server):
             self.predict = SimpleNamespace(remote=lambda ids, ctx: calls.append((ids, ctx)) or server.predict(ids, ctx))
-    model, emb = _toy_v0(tmp_path)
+    model, emb = toy_v0(tmp_path)
     monkeypatch.setattr(v0_server, "v0_server", lambda m, c, gpus, embeddings: FakeHandle(
         v0_server.V0PriorServer(m, embeddings=embeddings)))
     import ray
@@ -1068,7 +1056,7 @@ def test_v0_prior_server_as_a_real_ray_actor(orl, tmp_path):
     if ray.is_initialized():
         pytest.skip("Ray already initialised by another test")
     import os
-    model, emb = _toy_v0(tmp_path)
+    model, emb = toy_v0(tmp_path)
     path = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     try:

@@ -13,18 +13,7 @@ import pytest
 
 from sparserl.engines.openrlhf import cpu_shims, v0_server
 
-
-def _toy_v0(tmp_path):
-    import torch
-    from sparserl.values.v0.embedder import EmbeddingTable
-    from sparserl.values.v0.model import V0, save_v0
-    torch.manual_seed(0)
-    model = V0(16, {"n_static": 12, "d_attn": 24, "d_residual": 16}, {"kind": "gp"}, "toy")
-    states = torch.randn(3, 4, 16)
-    states[0, :, :4] += 3
-    states[1, :, 4:8] += 3
-    EmbeddingTable(["a", "b", "c"], states.half(), torch.ones(3, 4, dtype=torch.bool), "toy").save(tmp_path / "emb.pt")
-    return str(save_v0(model, tmp_path / "v0.pt")), str(tmp_path / "emb.pt")
+from v0_toys import toy_v0  # tests/v0_toys.py
 
 
 class _Recorder:
@@ -62,7 +51,7 @@ def test_the_v0_actor_asks_for_no_gpu_under_the_cpu_profile(monkeypatch, capsys,
 
 
 def test_each_v0_query_is_logged_with_its_context_and_p(tmp_path, capsys):
-    model, emb = _toy_v0(tmp_path)
+    model, emb = toy_v0(tmp_path)
     server = v0_server.V0PriorServer(model, embeddings=emb)
     assert "[v0-prior] serving V0Prior(toy, head gp) on cpu" in capsys.readouterr().err
     assert server.predict(["a", "c"], []) == [0.5, 0.5]
