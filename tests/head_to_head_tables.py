@@ -24,6 +24,15 @@ def problems(benchmarks=BENCHMARKS) -> pd.DataFrame:
     return df
 
 
+def _sharpening(pp: pd.DataFrame) -> pd.DataFrame:
+    """The per-problem `pass` and `greedy` columns of `sparserl rl-eval`: greedy right when p > 1/2."""
+    return pp.assign(**{"pass": (pp["p"] > 0).astype(float), "greedy": (pp["p"] > 0.5).astype(float)})
+
+
+def _sharpening_row(d: pd.DataFrame) -> dict:
+    return {"pass_metric": "pass@16", "pass_at_k": float(d["pass"].mean()), "greedy_accuracy": float(d["greedy"].mean())}
+
+
 def default_lift(method: str, seed: int, methods: list[str]) -> float:
     """A final-checkpoint lift of the score: methods apart by 0.05 in list order, seeds by 0.01."""
     return 0.05 * (len(methods) - methods.index(method)) + 0.01 * seed
@@ -54,22 +63,26 @@ def write_runs(cfg: dict, lift: Callable[[str, int], float] | None = None,
             write_table(pd.DataFrame({"step": steps, "reward_mean": 0.3 + 0.01 * steps,
                                       "rollouts_total": per * steps, "rollouts_trained": per,
                                       "rollouts_per_prompt_mean": float(spec.group_size),
-                                      "wall_time_s": 0.25 * (1 + methods.index(m))}), run.metrics, cfg=cfg)
+                                      "wall_time_s": 0.25 * (1 + methods.index(m)),
+                                      "entropy": 1.0 - 0.5 * steps / n}), run.metrics, cfg=cfg)
             rows = []
             for label, step in [(run.checkpoint_label(s), s) for s in snapshot_steps(rl, spec)] + [("final", n)]:
                 if label == "final" and scores is not None:
                     p = np.asarray(scores(m, seed, p0), dtype=float)
                 else:
                     p = np.clip(p0 + step / n * lift(m, seed), 0, 1)
-                pp = probs[["benchmark", "id"]].assign(p=p)
+                pp = _sharpening(probs[["benchmark", "id"]].assign(p=p))
                 write_table(pp, run.eval_dir / f"{label}_per_problem.parquet", cfg=cfg)
                 for b, d in pp.groupby("benchmark", sort=False):
                     rows.append({"policy": f"{m}/seed{seed}/{label}", "method": m, "seed": seed, "checkpoint": label,
-                                 "benchmark": b, "problems": len(d), "accuracy": float(d["p"].mean())})
+                                 "benchmark": b, "problems": len(d), "accuracy": float(d["p"].mean()),
+                                 **_sharpening_row(d)})
             write_table(pd.DataFrame(rows), run.eval, cfg=cfg)
-    start = [{"policy": rl["policy"], "benchmark": b, "accuracy": float(d["p0"].mean())}
-             for b, d in probs.groupby("benchmark", sort=False)]
+    pp0 = _sharpening(probs[["benchmark", "id"]].assign(p=p0))
+    start = [{"policy": rl["policy"], "benchmark": b, "accuracy": float(d["p"].mean()), **_sharpening_row(d)}
+             for b, d in pp0.groupby("benchmark", sort=False)]
     write_table(pd.DataFrame(start), P.eval_table(rl["policy"]), cfg=cfg)
+    write_table(pp0, P.stage("eval", rl["policy"], "eval_per_problem.parquet"), cfg=cfg)
     return probs
 
 

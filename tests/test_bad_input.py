@@ -328,6 +328,9 @@ def test_shipped_budgets_are_whole_groups_for_every_method(repo, name):
     cfg = load_config(repo / f"configs/{name}.yaml")
     for method in cfg["rl"]["methods"]:
         m = load_method(method)
+        if m.prompts_per_step is not None:  # the matched-prompts protocol: its own prompts, any budget
+            assert prompts_per_step(m, cfg["rl"]["rollouts_per_step"]) == m.prompts_per_step
+            continue
         assert prompts_per_step(m, cfg["rl"]["rollouts_per_step"]) * m.group_size == cfg["rl"]["rollouts_per_step"]
 
 

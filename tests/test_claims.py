@@ -360,3 +360,26 @@ def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monke
     gone.unlink()
     with pytest.raises(SystemExit, match="v05_k4/seed0/eval/final_per_problem.parquet"):
         main(["claims", "--config", str(cfg_path)])
+
+
+def test_rl_rows_carry_greedy_pass_and_greedy_wrong_as_context(repo, tmp_path, monkeypatch):
+    """Issue 28: an RL row's detail gives each arm's greedy accuracy, pass@k and greedy-wrong scores
+    from runs.parquet; the status still reads mean@k alone (no paper reports the others)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(repo, critique=False)
+    _write_rl(cfg)
+    runs = pd.read_parquet(Paths(cfg).rl_runs())
+    before = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
+    assert "greedy" not in before.detail  # runs evaluated without them
+    extra = {"eval_greedy_final": {"v05_osla": 0.61, "grpo_g16": 0.58},
+             "eval_pass_final": {"v05_osla": 0.8, "grpo_g16": 0.9},
+             "eval_greedy_wrong_final": {"v05_osla": 0.2, "grpo_g16": 0.1},
+             "eval_greedy_wrong_greedy_final": {"v05_osla": 0.05, "grpo_g16": np.nan}}
+    for col, by in extra.items():
+        runs[col] = runs["method"].map(by)
+    runs["pass_metric"] = "pass@16"
+    write_table(runs, Paths(cfg).rl_runs())
+    iv = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
+    assert "; greedy 0.610 vs 0.580; pass@16 0.800 vs 0.900; greedy-wrong mean@k 0.200 vs 0.100" in iv.detail
+    assert "greedy-wrong greedy" not in iv.detail  # an arm without it
+    assert (iv.value, iv.lo, iv.hi) == (before.value, before.lo, before.hi)

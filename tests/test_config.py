@@ -28,7 +28,8 @@ def test_small_v0_overlay_extends_the_small_stage(repo):
     cfg = load_config([repo / "configs/small.yaml", repo / "configs/overlays/small_v0.yaml"])
     n = len(small["rl"]["methods"])
     assert cfg["rl"]["methods"][:n] == small["rl"]["methods"]
-    assert set(cfg["rl"]["methods"][n:]) == {"v05_osla_v0", "grpo_budget_v0", "grpo_budget_oracle"}
+    assert set(cfg["rl"]["methods"][n:]) == {"v05_osla_v0", "v05_k1_v0", "v05_k2_v0", "grpo_budget_v0",
+                                             "grpo_budget_oracle"}
     assert cfg["v0"]["harvest"]["policies"] == ["s", "m", "l"] and "v0" not in small
     assert cfg["basis"]["study"]["v05"]["B"] == small["basis"]["study"]["v05"]["B"]  # merged, not replaced
 

@@ -2,7 +2,9 @@
 run's checkpoints grades as a fresh one per checkpoint does, and each manifest counts its own."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.core.config import load_config
@@ -38,3 +40,73 @@ def test_a_shared_verifier_grades_alike_and_counts_each_checkpoint_alone(tmp_pat
             read_manifest(tmp_path / f"alone{i}.parquet")["verifier"]
     counts = [read_manifest(tmp_path / f"shared{i}.parquet")["verifier"]["items"] for i in range(2)]
     assert counts[0] > 0 and sum(counts) == total
+
+
+class _ParityVerifier:
+    """Grades a response correct when its characters' code points sum to a multiple of 3: a
+    random toy policy then scores about a third of its samples, so pass@k, mean@k and greedy
+    differ, and any change in a sampled text shows in the scores."""
+
+    def __init__(self):
+        self.items = 0
+
+    def score(self, texts, gold):
+        self.items += len(texts)
+        return [float(sum(map(ord, t)) % 3 == 0) for t in texts]
+
+    def timeout_counts(self):
+        return {"items": self.items}
+
+
+def _hand_greedy(model, tok, prompt: str, max_new_tokens: int) -> str:
+    """Argmax decoding one token at a time, without the backend (no batching, no cache)."""
+    import torch
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    out = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            t = int(model(input_ids=torch.tensor([ids + out])).logits[0, -1].argmax())
+            out.append(t)
+            if t == tok.eos_token_id:
+                break
+    return tok.decode([t for t in out if t != tok.eos_token_id], skip_special_tokens=True)
+
+
+def test_pass_at_k_and_greedy_beside_an_unchanged_mean_at_k(tmp_path, tiny_lm, repo):
+    """Issue 28 item 2: pass@k and a greedy pass per benchmark; the greedy pass runs after the
+    sampled rollouts, so mean@k and its per-problem scores are those of an evaluation without it."""
+    from sparserl.models.policies import save_hf
+    from sparserl.tasks import format_prompt
+    cfg = load_config(repo / "configs/smoke.yaml")
+    cfg["results_dir"] = str(tmp_path / "results")
+    cfg["rollout"]["max_new_tokens"] = 4
+    cfg["evaluation"]["default"] = {"protocol": "mean_at_k", "k": 4, "temperature": 1.0, "top_p": 1.0}
+    cfg["evaluation"]["overrides"] = {}
+    P = Paths(cfg)
+    benches = procedural.make_benchmarks(cfg)
+    for name, df in benches.items():
+        write_table(df, P.benchmark(name))
+    model, tok = tiny_lm
+    save_hf(model, tok, P.policy("s"), {"test": True})
+
+    with_g = evaluate_checkpoint(cfg, str(P.policy("s")), tmp_path / "g.parquet", "s", verifier=_ParityVerifier())
+    cfg_off = {**cfg, "evaluation": {**cfg["evaluation"], "greedy": False}}
+    without = evaluate_checkpoint(cfg_off, str(P.policy("s")), tmp_path / "n.parquet", "s", verifier=_ParityVerifier())
+    old = ["policy", "benchmark", "protocol", "metric", "k", "problems", "accuracy", "stderr", "mean_response_tokens"]
+    pd.testing.assert_frame_equal(with_g[old], without[old])
+    assert without["greedy_accuracy"].isna().all()
+    pp, pp_off = pd.read_parquet(tmp_path / "g_per_problem.parquet"), pd.read_parquet(tmp_path / "n_per_problem.parquet")
+    pd.testing.assert_frame_equal(pp[["benchmark", "id", "p", "pass"]], pp_off[["benchmark", "id", "p", "pass"]])
+
+    assert (with_g["pass_metric"] == "pass@4").all()
+    assert ((with_g["pass_at_k"] >= with_g["accuracy"]) & (with_g["accuracy"] >= 0)).all()
+    assert (with_g["pass_at_k"] > with_g["accuracy"]).any()  # a third correct: some problems mixed
+    assert ((pp["pass"] == 1) == (pp["p"] > 0)).all()
+    # the greedy column is argmax decoding of each problem, graded, and its mean the benchmark's row
+    for name, df in benches.items():
+        got = pp[pp["benchmark"] == name].set_index("id")["greedy"]
+        want = [float(sum(map(ord, _hand_greedy(model, tok, format_prompt(cfg, q, tok), 4))) % 3 == 0)
+                for q in df["problem"]]
+        assert got.loc[df["id"]].tolist() == want, name
+        row = with_g[with_g["benchmark"] == name].iloc[0]
+        assert row["greedy_accuracy"] == pytest.approx(np.mean(want))

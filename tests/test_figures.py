@@ -31,7 +31,8 @@ STUDY_FIGURES = {
     "v05/stat_bias_by_k": "bias_mse_by_k", "v05/stat_mse_by_k": "bias_mse_by_k", "v05/stat_budget_by_offset": "budget_by_offset",
     "v05/stat_c_sweep": "c_sweep", "v05/stat_stopping_hist": "stopping_hist",
 }
-RL_FIGURES = ["head_to_head/learning_curves", "head_to_head/final_accuracy"] + ["head_to_head/" + n for n in ("accuracy_vs_rollouts", "accuracy_vs_wall_time", "ranking")]
+RL_FIGURES = ["head_to_head/learning_curves", "head_to_head/final_accuracy"] + ["head_to_head/" + n for n in ("accuracy_vs_rollouts", "accuracy_vs_wall_time", "ranking",
+                                                                                                     "sharpening_curves")]
 V0_FIGURES = ["v0/t1_sequential", "v0/t2_strict", "v0/f3_tracking", "v0/f4_robustness",
               "v0/t6_ablations", "v0/f5_routing"]  # smoke and tiny have v0.harvest
 LE_CRITIQUE_FIGURES = ["le_critique/" + n for n in ("f3_pvf_rewards", "f5_tether_rewards", "f6_tether_rho",
@@ -43,6 +44,7 @@ TINY_ONLY = ({"head_to_head/grpo_vs_v05_k", "basis/t2_ood", "basis/t1_policy_opt
               "basis/f6_training_curves", "basis/f8_beta_t"}
              | {f"v05/{n}" for n in ("f1_accuracy_curves", "f3_grad_norm", "f4_entropy", "f5_fixed_k")}
              | set(basis_checkpoints.FIGURES))
+WORLD2_ONLY = {"world/start_policy"}  # world 2.0 only (tasks.world; tests/test_world2.py draws it)
 
 
 @pytest.fixture
@@ -117,7 +119,7 @@ def write_v0_tables(cfg) -> None:
     """V0's metrics and predictions tables (`sparserl v0-table`), two policies, three checkpoints."""
     P = Paths(cfg)
     rng = np.random.default_rng(0)
-    methods = ["v0", "knn_contextual", "outcome_model"]
+    methods = ["v0", "knn_contextual", "outcome_model", "oracle_p", "level_only"]  # references drawn hatched
     for protocol in ("sequential", "strict"):
         metrics = pd.DataFrame([{"protocol": protocol, "method": m, "model": pol, "intra_auc": 0.6 + 0.05 * i,
                                  "calibration_mse": 0.1, "head": "gp", "embedder": "toy"}
@@ -166,7 +168,8 @@ def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
                                                       for m in METHODS for s in SEEDS]
     assert figs["head_to_head/final_accuracy"].tables(cfg) == [Path("results/smoke/rl/runs.parquet")]
     # v0/f5_budget needs the budget runs, Le Critique's figures a critique section (smoke has neither)
-    assert {f.id for f in registered()} == set(figs) | {"v0/f5_budget"} | set(LE_CRITIQUE_FIGURES) | TINY_ONLY
+    assert {f.id for f in registered()} == (set(figs) | {"v0/f5_budget"} | set(LE_CRITIQUE_FIGURES) | TINY_ONLY
+                                            | WORLD2_ONLY)
 
 
 def test_figures_follow_the_config(cfg):

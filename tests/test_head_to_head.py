@@ -196,6 +196,39 @@ def test_three_seeds_give_t_intervals_over_seeds(repo, tmp_path, monkeypatch):
     assert fin["seeds"] == 3 and (fin["ci_lo"], fin["ci_hi"]) == pytest.approx(h2h.t_interval(base + np.array(lifts["grpo_g8"]))[1:])
 
 
+def test_ranking_and_curves_carry_greedy_pass_and_the_greedy_wrong_split(repo, tmp_path, monkeypatch):
+    """Issue 28: greedy accuracy and pass@k beside mean@k, and mean@k and greedy on the problems the
+    start policy answers wrong greedily (the helper's greedy is right when p > 1/2, pass when p > 0)."""
+    monkeypatch.chdir(tmp_path)
+    cfg = make_cfg(repo, ["grpo_g8", "rloo_g8"], seeds=(0, 1))
+    final = {"grpo_g8": lambda p0: np.where(p0 <= 0.5, 0.75, 0.0), "rloo_g8": lambda p0: np.full_like(p0, 0.25)}
+    t = write_head_to_head_tables(cfg, n_boot=200, scores=lambda m, s, p0: final[m](p0))
+    p0 = problems()
+    bench, start = p0["benchmark"].to_numpy(), p0["p0"].to_numpy()
+    wrong = start <= 0.5                        # the start's greedy is wrong there
+    r = t["ranking"].set_index("method")
+    assert r.loc["grpo_g8", "greedy_wrong_share"] == pytest.approx(wrong.mean())
+    # grpo_g8 learns exactly the start's greedy-wrong problems and forgets the others
+    g = final["grpo_g8"](start)
+    assert r.loc["grpo_g8", "greedy_accuracy"] == pytest.approx(h2h.accuracy(g > 0.5, bench))
+    assert r.loc["grpo_g8", "pass_at_k"] == pytest.approx(h2h.accuracy(g > 0, bench))
+    assert r.loc["grpo_g8", "greedy_wrong_accuracy"] == 0.75 and r.loc["grpo_g8", "greedy_wrong_greedy"] == 1.0
+    # rloo_g8 sharpens nothing and answers no problem greedily, but every one at least once in k
+    assert r.loc["rloo_g8", "greedy_accuracy"] == 0.0 and r.loc["rloo_g8", "pass_at_k"] == 1.0
+    assert r.loc["rloo_g8", "greedy_wrong_accuracy"] == 0.25 and r.loc["rloo_g8", "greedy_wrong_greedy"] == 0.0
+    assert (r["pass_metric"] == "pass@16").all()
+    assert (r["pass_at_k"] >= r["accuracy"]).all() and (r["accuracy"] >= 0).all()
+    c = t["curves"]
+    c0 = c[c["checkpoint"] == "start"].iloc[0]
+    assert c0["greedy_accuracy"] == pytest.approx(h2h.accuracy(start > 0.5, bench))
+    assert c0["pass_at_k"] == pytest.approx(h2h.accuracy(start > 0, bench))
+    s = h2h.curve_summary(c).set_index(["method", "checkpoint"])
+    assert s.loc[("rloo_g8", "final"), "greedy_accuracy"] == 0.0
+    # a band over the 2 seeds (equal here: zero width)
+    assert s.loc[("rloo_g8", "final"), ["greedy_accuracy_ci_lo", "greedy_accuracy_ci_hi"]].tolist() == [0.0, 0.0]
+    assert {"pass_at_k_ci_lo", "pass_at_k_ci_hi"} <= set(s.columns)
+
+
 def test_runs_on_other_problems_or_inconsistent_tables_are_refused(cfg):
     write_runs(cfg)
     run = Paths(cfg).run("rloo_g8", 0)
@@ -315,3 +348,41 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     assert (bars.loc["v05_k4", "vs_grpo_ci_lo"], bars.loc["v05_k4", "vs_grpo_ci_hi"]) == \
         pytest.approx((-want["ci_hi"], -want["ci_lo"]))
     assert np.isnan(bars.loc["grpo_g8", "vs_grpo_diff"])
+
+
+def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo, tmp_path, monkeypatch):
+    """Issue 28 item 6: per method, entropy per training step (metrics.parquet) and greedy accuracy and
+    pass@k at every evaluated checkpoint, the start policy at step 0; a scale without entropy in its
+    metrics still draws the other two."""
+    monkeypatch.chdir(tmp_path)
+    cfg = make_cfg(repo, ["grpo_g8", "rloo_g8"], seeds=(0, 1))
+    t = write_head_to_head_tables(cfg, n_boot=200)
+    f = get_figure("head_to_head/sharpening_curves")
+    assert f.id in {x.id for x in list_figures(cfg)} and f.bars
+    tables = f.tables(cfg)
+    assert tables[0] == Paths(cfg).head_to_head("curves") and len(tables) == 1 + 2 * 2
+    data = f.read(cfg, tables)
+    fig, axes = f.layout(data)
+    f.draw(data, axes)
+    ent_ax, g_ax, p_ax, _ = axes
+    c = t["curves"]
+    for ax, col in ((g_ax, "greedy_accuracy"), (p_ax, "pass_at_k")):
+        line = {ln.get_label(): ln for ln in ax.lines}["rloo_g8"]
+        want = c[c["method"] == "rloo_g8"].groupby("step")[col].mean()
+        np.testing.assert_allclose(line.get_xdata(), want.index)
+        np.testing.assert_allclose(line.get_ydata(), want.to_numpy())
+        assert line.get_xdata()[0] == 0  # the start policy
+    assert len(ent_ax.lines) == 2 and len(ent_ax.lines[0].get_xdata()) == 4  # every training step
+    pyplot().close(fig)
+    out = make_figure(f.id, cfg)
+    assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000
+    csv = pd.read_csv(out.with_suffix(".csv"))
+    assert set(csv["part"]) == {"checkpoints", "entropy per step"}
+    # OpenRLHF's metrics log no entropy: the panel says so, the others are drawn
+    for m in ("grpo_g8", "rloo_g8"):
+        for s in (0, 1):
+            p = Paths(cfg).run(m, s).metrics
+            pd.read_parquet(p).drop(columns="entropy").to_parquet(p)
+    data = f.read(cfg, tables)
+    assert data["entropy"] is None
+    assert make_figure(f.id, cfg).exists()

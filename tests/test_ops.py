@@ -336,3 +336,62 @@ def test_summary_reads_gains_over_the_start_policy(tmp_path):
     assert agg["eval_gain_harder"] == pytest.approx(0.15 - 0.1)
     assert agg["train_reward_gain"] == pytest.approx(0.6 - 0.2)   # last fifth - first tenth
     assert agg["eval_accuracy_se"] == pytest.approx(0.05)          # s.e. over the two seeds
+
+
+def test_summary_reports_greedy_pass_and_the_greedy_wrong_split(tmp_path, monkeypatch):
+    """Issue 28 item 2: final greedy accuracy and pass@k beside mean@k, and mean@k and greedy on the
+    held-out problems whose start-policy greedy answer is wrong (chosen from the start's `greedy`
+    column, not the run's), with the start's values, the gains and the split's share."""
+    from sparserl.core.paths import Paths
+    from sparserl.engines import report
+    from sparserl.engines.report import summarize_runs
+    cfg = {"scale": "smoke", "results_dir": str(tmp_path), "rollout": {"backend": "cpu"},
+           "rl": {"policy": "s", "methods": ["grpo_g8"], "seeds": [0, 1], "steps": 10, "rollouts_per_step": 16}}
+    P = Paths(cfg)
+    ids = ["a/0", "a/1", "a/2", "b/0"]
+    bench = ["a", "a", "a", "b"]
+    # the start: greedy wrong on a/1 and b/0 (half of the held-out problems)
+    write_table(pd.DataFrame({"benchmark": ["a", "b"], "accuracy": [0.5, 0.25], "pass_at_k": [1.0, 0.5],
+                              "pass_metric": "pass@16", "greedy_accuracy": [2 / 3, 0.0]}), P.eval_table("s"))
+    write_table(pd.DataFrame({"benchmark": bench, "id": ids, "p": [0.75, 0.25, 0.5, 0.25],
+                              "pass": 1.0, "greedy": [1.0, 0.0, 1.0, 0.0]}),
+                P.stage("eval", "s", "eval_per_problem.parquet"))
+    finals = {0: ([0.5, 0.5, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]), 1: ([1.0, 0.75, 0.5, 0.5], [1.0, 1.0, 0.0, 1.0])}
+    for seed, (p, g) in finals.items():
+        run = P.run("grpo_g8", seed)
+        write_table(pd.DataFrame({"step": range(1, 11), "rollouts_generated": 16,
+                                  "rollouts_total": np.arange(1, 11) * 16, "rollouts_per_prompt_mean": 8.0,
+                                  "reward_mean": 0.3, "wall_time_s": 1.0}), run.metrics)
+        pp = pd.DataFrame({"benchmark": bench, "id": ids, "p": p, "pass": [float(x > 0) for x in p], "greedy": g})
+        write_table(pp, run.eval_dir / "final_per_problem.parquet")
+        by = pp.groupby("benchmark", sort=True)
+        write_table(pd.DataFrame({"checkpoint": "final", "benchmark": ["a", "b"], "accuracy": by["p"].mean().values,
+                                  "pass_at_k": by["pass"].mean().values, "pass_metric": "pass@16",
+                                  "greedy_accuracy": by["greedy"].mean().values}), run.eval)
+    agg = summarize_runs(cfg).set_index("method").loc["grpo_g8"]
+    assert agg["greedy_wrong_share"] == 0.5 and agg["greedy_wrong_problems"] == 2
+    assert agg["start_eval_greedy_wrong"] == pytest.approx((0.25 + 0.25) / 2)
+    assert agg["start_eval_greedy_wrong_greedy"] == 0.0
+    # seed 0 on {a/1, b/0}: p (0.5, 0.0), greedy (1, 0); seed 1: p (0.75, 0.5), greedy (1, 1)
+    assert agg["eval_greedy_wrong_final"] == pytest.approx((0.25 + 0.625) / 2)
+    assert agg["eval_greedy_wrong_greedy_final"] == pytest.approx(0.75)
+    assert agg["eval_greedy_wrong_gain"] == pytest.approx(0.4375 - 0.25)
+    assert agg["eval_greedy_wrong_greedy_gain"] == pytest.approx(0.75)
+    # over benchmarks: seed 0 greedy (2/3, 0), seed 1 (2/3, 1); start (2/3, 0)
+    assert agg["eval_greedy_final"] == pytest.approx((1 / 3 + 5 / 6) / 2)
+    assert agg["eval_greedy_gain"] == pytest.approx((1 / 3 + 5 / 6) / 2 - 1 / 3)
+    assert agg["eval_pass_final"] == pytest.approx((0.5 + 1.0) / 2) and agg["start_eval_pass"] == 0.75
+    assert agg["eval_pass_final"] >= agg["eval_accuracy"] >= 0
+    assert agg["pass_metric"] == "pass@16" and agg["protocol"] == "matched rollouts"
+    assert {"rollouts_total", "wall_time_s"} <= set(agg.index)
+    # a method spec with prompts_per_step (the matched-prompts protocol) says so
+    class MatchedPrompts:  # the spec, with its prompts per step fixed
+        def __init__(self, spec):
+            self.spec, self.prompts_per_step = spec, 4
+
+        def __getattr__(self, name):
+            return getattr(self.spec, name)
+
+    load = report.load_method
+    monkeypatch.setattr(report, "load_method", lambda m: MatchedPrompts(load(m)))
+    assert summarize_runs(cfg).set_index("method").loc["grpo_g8", "protocol"] == "matched prompts"

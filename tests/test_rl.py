@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from sparserl.core.artifacts import read_table, write_table
-from sparserl.core.config import load_config
 from sparserl.estimators import EstimatorContext, get_estimator
 from sparserl.core.paths import Paths
 from sparserl.engines.local.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
@@ -17,6 +16,7 @@ from sparserl.engines.local.trainer import Trainer, overlong_penalty, train
 from sparserl.methods.sampling import Sampled
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import procedural
+from rl_worlds import rl_world  # tests/rl_worlds.py
 
 
 # losses --------------------------------------------------------------------------------------
@@ -126,7 +126,8 @@ def test_every_method_loads_and_matches_the_rollout_budget():
     assert len(names) >= 26
     for n in names:
         m = load_method(n)
-        assert prompts_per_step(m, 512) * m.group_size == 512
+        if m.prompts_per_step is None:  # the matched-prompts arms: tests/test_matched_prompts.py
+            assert prompts_per_step(m, 512) * m.group_size == 512
     assert load_method("v05_osla").osla.k_max == 16
     assert load_method("basis_grid_gspo_g1_basis").steps_factor == 0.5
 
@@ -141,24 +142,7 @@ def test_the_math_trainer_trains_a_critic_for_a_critic_method(world):
 # a trainer wired to a tiny world in tmp_path ------------------------------------------------
 @pytest.fixture()
 def world(tmp_path, tiny_lm, repo):
-    from sparserl.models.policies import save_hf
-    cfg = load_config(repo / "configs/smoke.yaml")
-    cfg["results_dir"] = str(tmp_path / "results")
-    cfg["rl"] = {"policy": "s", "methods": ["grpo_g4"], "seeds": [0], "steps": 8,
-                 "rollouts_per_step": 16, "lr": 1e-4, "checkpoint_every": 2, "eval_fractions": [0.5],
-                 "mini_batches": 2}
-    cfg["rollout"]["max_new_tokens"] = 8
-    P = Paths(cfg)
-    pool = procedural.make_train_pool(cfg)
-    write_table(pool, P.train_pool())
-    model, tok = tiny_lm
-    save_hf(model, tok, P.policy("s"), {"test": True})
-    rng = np.random.default_rng(0)
-    phat = rng.uniform(0, 1, len(pool)).round(3)
-    write_table(pd.DataFrame({"prompt_id": pool["id"], "n": 64, "successes": (phat * 64).astype(int),
-                              "phat": phat, "rewards": [[0] * 64] * len(pool)}),
-                P.reference_cache("s"))
-    return cfg
+    return rl_world(tmp_path, tiny_lm, repo)
 
 
 def _fixed_batch(n_prompts, G, seed=0):

@@ -3,6 +3,7 @@ import pandas as pd
 
 from sparserl.core.config import load_config
 from sparserl.tasks import format_prompt, format_target, procedural
+from split_checks import assert_split_guarantees  # tests/split_checks.py
 
 
 def test_procedural_split_is_disjoint_and_deterministic(repo):
@@ -43,15 +44,7 @@ def _three_way(cfg, rate=0.4):
 
 def test_three_way_split_keeps_the_pool_out_of_pretraining(repo):
     """Issue 11: the RL pool is never seen in pre-training, as DAPO-Math-17k is not SFT data."""
-    cfg = _three_way(load_config(repo / "configs/smoke.yaml"))
-    pool = procedural.make_train_pool(cfg)
-    corpus = procedural.make_pretrain_corpus(cfg)
-    benches = procedural.make_benchmarks(cfg)
-    held = set(pd.concat(benches.values())["problem"])
-    assert not set(pool["problem"]) & set(corpus["problem"])
-    assert not held & set(pool["problem"]) and not held & set(corpus["problem"])
-    sides = {procedural.split_of(p, procedural.task_split(cfg["tasks"])) for p in pool["problem"]}
-    assert sides == {"rl"}
+    assert_split_guarantees(_three_way(load_config(repo / "configs/smoke.yaml")))
     # the two-way split of the first world: the pool shares the corpus' side
     two = load_config(repo / "configs/smoke.yaml")
     assert {procedural.split_of(p, procedural.task_split(two["tasks"]))

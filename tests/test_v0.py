@@ -344,6 +344,136 @@ def test_strict_generalisation_never_trains_on_a_test_query():
     assert (tl["split"] == "heldout").all()
 
 
+# reference rows of Tables 1 and 2 (values.v0.references) -----------------------------------------
+
+LEVELS = ("lv0", "lv1", "lv2", "lv3")
+
+
+def _level_harvest(seed=0, queries=40, steps=(0, 4, 8)):
+    """A harvest whose pass rates follow the level and rise with the step: n-sample labels of
+    held-out queries (benchmark = level) at each checkpoint and on-policy groups of the pool."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m, base in (("s", 0.1), ("m", 0.3)):
+        for st in steps:
+            for q in range(queries):
+                p = min(0.95, base + 0.2 * (q % 4) + 0.02 * st)
+                rows.append((m, st, f"b{q}", f"{q} + 1", rng.binomial(10, p) / 10, 10, "heldout", LEVELS[q % 4]))
+        for st in range(max(steps) + 2):
+            for q in range(6):
+                p = min(0.95, base + 0.2 * (q % 4) + 0.02 * st)
+                rows.append((m, st, f"p{q}", f"{q} + 2", rng.binomial(16, p) / 16, 16, "onpolicy", None))
+    return pd.DataFrame(rows, columns=["model", "step", "query_id", "problem", "value", "n", "split", "benchmark"])
+
+
+def _with_levels(tl):
+    """The pool's levels of p0..p5 and the benchmark of each held-out query (`query_levels`'s result)."""
+    lv = {f"p{q}": LEVELS[q % 4] for q in range(6)} | {f"b{q}": LEVELS[q % 4] for q in range(40)}
+    return tl.assign(level=tl["query_id"].map(lv))
+
+
+def test_oracle_reference_reaches_the_metrics_ceiling_under_both_protocols():
+    from sparserl.values.v0.protocols import PROTOCOLS
+    from sparserl.values.v0.references import oracle_predictions
+    for protocol, make in PROTOCOLS.items():
+        tl = make(_level_harvest())
+        pred = oracle_predictions(tl[tl.role == "test"])
+        score = metrics.score_table(pred)
+        assert score["intra_auc"] == 1.0 and score["calibration_mse"] == 0.0, protocol
+        assert score["pairwise_acc"] == 1.0 and score["pairs"] > 0, protocol
+
+
+def test_resampled_oracle_scores_the_true_rate_against_an_n_sample_label():
+    """The ceiling of a predictor of p: its MSE is the label noise mean p(1 - p) / n, its AUC below 1."""
+    from sparserl.values.v0.references import resampled_oracle_predictions
+    rng = np.random.default_rng(3)
+    test = pd.DataFrame({"model": "s", "step": np.repeat(np.arange(10), 400),
+                         "query_id": [f"q{i}" for i in range(4000)], "value": rng.integers(0, 11, 4000) / 10, "n": 10})
+    pred = resampled_oracle_predictions(test, seed=0)
+    assert (pred["p"] == test["value"]).all() and np.allclose(pred["value"] * 10, np.round(pred["value"] * 10))
+    want = float(np.mean(test["value"] * (1 - test["value"]) / 10))
+    assert metrics.calibration_mse(pred) == pytest.approx(want, rel=0.1)
+    assert 0.8 < metrics.intra_context_auc(pred) < 1.0
+    assert pred["value"].equals(resampled_oracle_predictions(test, seed=0)["value"])  # seeded
+    with pytest.raises(ValueError, match=r"columns \['n'\]"):
+        resampled_oracle_predictions(test.drop(columns="n"), seed=0)
+
+
+def test_level_only_reference_reads_only_the_policys_past_context_rows():
+    from sparserl.values.v0.protocols import sequential_alignment
+    from sparserl.values.v0.references import level_only_predictions
+    tl = _with_levels(sequential_alignment(_level_harvest()))
+    test = tl[tl.role == "test"]
+    pred = level_only_predictions(tl, test)
+    ctx = tl[tl.role == "context"]
+    want = ctx.groupby(["model", "step", "level"])["value"].mean()
+    for _, r in pred.iterrows():
+        assert r["p"] == pytest.approx(want[(r["model"], r["step"], r["level"])])
+    # the future (later checkpoints), the test labels and the balanced train rows change nothing
+    later = tl.copy()
+    touched = (later["step"] > 4) | (later["role"] != "context")
+    later.loc[touched, "value"] = 1.0 - later.loc[touched, "value"]
+    past = test.index[test["step"] <= 4]
+    assert set(test.loc[past, "step"]) == {0, 4}
+    again = level_only_predictions(later, later[later.role == "test"])
+    assert np.allclose(again.loc[past, "p"], pred.loc[past, "p"])
+    assert not np.allclose(again["p"], pred["p"])  # the step-8 rows do move
+    # a level without rows at its checkpoint takes the latest earlier one, then the checkpoint's mean
+    gone = tl.drop(ctx.index[(ctx["model"] == "s") & (ctx["step"] == 4) & (ctx["level"] == "lv1")])
+    p = level_only_predictions(gone, test).loc[(test.model == "s") & (test.step == 4)]
+    assert (p.loc[p.level == "lv1", "p"] == want[("s", 0, "lv1")]).all()
+    unknown = level_only_predictions(tl, test.assign(level="lv9"))
+    g = ctx[(ctx.model == "m") & (ctx.step == 4)]
+    assert np.allclose(unknown.loc[(test.model == "m") & (test.step == 4), "p"], g["value"].mean())
+    with pytest.raises(ValueError, match=r"columns \['level'\]"):
+        level_only_predictions(tl.drop(columns="level"), test)
+
+
+def test_tables_1_and_2_carry_the_reference_rows(tmp_path, monkeypatch):
+    """run_protocol scores the references on V0's test rows: oracle at the ceiling, level only from
+    the pool's `source` (on-policy rows) and the benchmark (held-out rows)."""
+    from sparserl.core.artifacts import read_table, write_table
+    from sparserl.core.config import load_config
+    from sparserl.core.paths import Paths
+    from sparserl.values.v0 import experiments
+
+    class Embedder:
+        name, dim = "toy", 4
+
+        def encode(self, texts):
+            h = torch.tensor([[float(hash(t) % 97), len(t), 1.0, 0.0] for t in texts])[:, None, :]
+            return h, torch.ones(len(texts), 1, dtype=torch.bool)
+    repo = Path(__file__).resolve().parents[1]
+    cfg = load_config(repo / "configs/tiny.yaml", overrides={"results_dir": str(tmp_path / "results"),
+                                                             "v0": {"train": {"epochs": 1, "context": 16}}})
+    monkeypatch.setattr(experiments, "make_embedder", lambda s, policy_dir=None: Embedder())
+    P = Paths(cfg)
+    write_table(pd.DataFrame({"id": [f"p{q}" for q in range(6)], "problem": [f"{q} + 2" for q in range(6)],
+                              "source": [LEVELS[q % 4] for q in range(6)]}), P.train_pool())
+    write_table(_level_harvest(queries=16).assign(domain="in-domain"), P.harvest_table())
+    for protocol in ("sequential", "strict"):
+        res = experiments.run_protocol(cfg, protocol, threads=1, coupled=False, log=lambda *a: None)
+        got = res[res.model == "all"].set_index("method")
+        assert {"oracle_p", "oracle_p_resampled", "level_only"} <= set(got.index), protocol
+        assert got.loc["oracle_p", "intra_auc"] == 1.0 and got.loc["oracle_p", "calibration_mse"] == 0.0
+        assert got.loc["oracle_p", "rows"] == got.loc["v0", "rows"] == got.loc["level_only", "rows"]
+        assert set(res.loc[res.method == "level_only", "model"]) == {"all", "s", "m"}
+        pred = read_table(P.value_eval(f"v0_{protocol}_predictions"))
+        lv = pred[pred.method == "level_only"]
+        assert lv["level"].notna().all() and lv["p"].nunique() > 2  # levels found, not one fallback
+
+
+def test_small_v0_overlay_harvests_thirty_checkpoint_contexts_per_policy():
+    """Sequential alignment needs a history: >= 30 checkpoints (the start policy's beside them) per
+    policy at small scale; tiny keeps its short harvest."""
+    from sparserl.core.config import load_config
+    from sparserl.engines.harvest import checkpoint_steps, harvest_settings
+    repo = Path(__file__).resolve().parents[1]
+    small = harvest_settings(load_config([repo / "configs/small.yaml", repo / "configs/overlays/small_v0.yaml"]))
+    assert len(checkpoint_steps(small)) >= 30 and small["policies"] == ["s", "m", "l"]
+    assert len(checkpoint_steps(harvest_settings(load_config(repo / "configs/tiny.yaml")))) < 30
+
+
 def test_harvest_settings_checkpoints_and_config():
     from sparserl.core.config import ConfigError
     from sparserl.engines.harvest import checkpoint_steps, harvest_config, harvest_settings

@@ -30,6 +30,7 @@ if RL:
         rule rl_train:
             input:
                 rl_inputs,
+                tuned_lr=lr_tuning_inputs,  # rl.lr_tuning's chosen rates (workflow/rules/tuning.smk)
             output:
                 metrics=str(RUN.metrics),
                 rollouts=str(RUN.rollouts),

@@ -213,6 +213,9 @@ if V0_HARVEST is not None:
             str(P.harvest_table()),
             V0_EMBEDDINGS,
             model_inputs("v0.head"),
+            # the level-only reference row reads each query's level (values/v0/references.py)
+            str(P.train_pool()),
+            [str(P.benchmark(b)) for b in P.benchmark_names()],
         output:
             str(P.value_eval("v0_{protocol}")),
             str(P.value_eval("v0_{protocol}_predictions")),

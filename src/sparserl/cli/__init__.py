@@ -50,13 +50,12 @@ def cmd_fetch_data(args):
 def cmd_train_tokenizer(args):
     import pandas as pd
     from sparserl.core.paths import Paths
-    from sparserl.tasks import format_prompt, format_target
+    from sparserl.tasks import corpus_targets, format_prompt
     from sparserl.models.tokenizer import train_tokenizer
     cfg = _cfg(args)
     P = Paths(cfg)
     corpus = pd.read_parquet(P.pretrain_corpus())
-    texts = [format_prompt(cfg, p) + format_target(cfg, a)
-             for p, a in zip(corpus["problem"], corpus["answer"])]
+    texts = [format_prompt(cfg, p) + t for p, t in zip(corpus["problem"], corpus_targets(cfg, corpus))]
     tok = train_tokenizer(texts, cfg["tokenizer"]["vocab_size"], P.tokenizer(),
                           cfg["tokenizer"]["max_length"])
     log.info(f"tokenizer ({len(tok)} tokens) -> {P.tokenizer()}")
@@ -208,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.critique import register as register_critique
     register_critique(sub, add)
     from sparserl.cli.ood import register as register_ood; register_ood(sub, add)
+    from sparserl.cli.lr_tuning import register as register_lr_tuning; register_lr_tuning(sub, add)
     from sparserl.cli.head_to_head import register as register_head_to_head; register_head_to_head(sub, add)
     from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
     from sparserl.cli.show import register as register_show; register_show(sub, add)

@@ -133,6 +133,15 @@ class Paths:
     def benchmark(self, name: str) -> Path:
         return self.stage("tasks", "benchmarks", f"{name}.parquet")
 
+    def validation_split(self) -> Path:
+        """Pool-side problems in neither the pool, the corpus nor a benchmark: the split the
+        learning rates are tuned on (`sparserl make-validation`, rl.lr_tuning)."""
+        return self.stage("tasks", "validation.parquet")
+
+    def tuning(self, *parts: str) -> Path:
+        """The learning-rate tuning's runs and tables (`sparserl.engines.lr_tuning`), never under rl/."""
+        return self.stage("tuning", *parts)
+
     def benchmark_names(self) -> list[str]:
         out = []
         for b in self.cfg["tasks"].get("benchmarks", []):

@@ -83,7 +83,8 @@ def harvest_config(cfg: dict, policy: str) -> dict:
               rollouts_per_step=h["rollouts_per_step"],
               eval_fractions=[s / n for s in checkpoint_steps(h) if s < n])
     out["rl"] = rl
-    out["evaluation"] = {"policies": [policy], "overrides": {},
+    # avg@k only: V0's labels need no greedy pass (`evaluation.greedy`), which would add a rollout per query
+    out["evaluation"] = {"policies": [policy], "overrides": {}, "greedy": False,
                          "default": {"protocol": "avg_at_k", "k": int(h["k"]),
                                      "temperature": float(h["temperature"]), "top_p": float(h["top_p"])}}
     return out

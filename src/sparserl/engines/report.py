@@ -78,11 +78,18 @@ def log_evaluation(cfg: dict, method: str, seed: int, ev: pd.DataFrame) -> None:
 
 
 def rollouts_note(steps: float, steps_nominal: int, per_step: int, generated: float,
-                  trained: float, osla_rounds: float | None = None) -> str:
+                  trained: float, osla_rounds: float | None = None, method: str | None = None) -> str:
     """Why a method's rollout total differs from `rl.steps x rl.rollouts_per_step`, read off its
     metrics: fewer steps (BASIS's grid trains for a fraction), rollouts generated but not trained
-    (DAPO's dynamic sampling drops all-equal groups), or adaptive group sizes (OSLA's rounds)."""
+    (DAPO's dynamic sampling drops all-equal groups), adaptive group sizes (OSLA's rounds), or
+    the matched-prompts protocol (the method's `prompts_per_step` x its group size)."""
     parts = []
+    spec = load_method(method) if method else None
+    if spec is not None and spec.prompts_per_step is not None:
+        if spec.prompts_per_step * spec.group_size != per_step:
+            parts.append(f"matched prompts: {spec.prompts_per_step} prompts x group size "
+                         f"{spec.group_size} a step instead of {per_step} rollouts")
+        per_step = spec.prompts_per_step * spec.group_size
     if steps < steps_nominal:
         parts.append(f"{steps:g} of {steps_nominal} steps (method steps_factor)")
     if generated > trained + 0.5:
@@ -108,13 +115,94 @@ def _groups(ev: pd.DataFrame, in_dist: dict[str, bool]) -> dict:
 
 def _start_accuracy(cfg: dict, in_dist: dict[str, bool]) -> dict:
     """The RL start policy's evaluation (results/<scale>/eval/<policy>/eval.parquet), if the DAG
-    evaluates it: eval_accuracy and the group means."""
+    evaluates it: eval_accuracy and the group means, greedy accuracy and pass@k."""
     policy = cfg["rl"].get("policy")
     path = Paths(cfg).eval_table(policy) if policy else None
     if path is None or not path.exists():
         return {}
     ev = read_table(path)
-    return {"eval_accuracy": float(ev["accuracy"].mean()), **_groups(ev, in_dist)}
+    return {"eval_accuracy": float(ev["accuracy"].mean()), **_groups(ev, in_dist), **greedy_and_pass(ev, path)}
+
+
+_warned: set = set()
+
+
+def _warn_once(path, what: str, fix: str) -> None:
+    if str(path) not in _warned:
+        _warned.add(str(path))
+        log.warning(f"{path}: no {what} (written before they existed); its columns are NaN here: {fix}")
+
+
+def greedy_and_pass(ev: pd.DataFrame, path) -> dict:
+    """Mean over benchmarks of greedy accuracy and of pass@k (`evaluate_checkpoint`'s columns);
+    NaN where the table predates them or ran without the greedy pass."""
+    if not {"greedy_accuracy", "pass_at_k"} <= set(ev.columns):
+        _warn_once(path, "greedy_accuracy / pass_at_k columns",
+                   "delete it and rerun its evaluation (`sparserl rl-eval` / `sparserl evaluate`)")
+        return {"eval_greedy": np.nan, "eval_pass": np.nan}
+    return {"eval_greedy": float(ev["greedy_accuracy"].mean(skipna=False)),
+            "eval_pass": float(ev["pass_at_k"].mean())}
+
+
+def pass_metric(ev: pd.DataFrame) -> str:
+    """The name(s) of an evaluation's pass@k (pass@16), '' for a table that predates it."""
+    return "/".join(sorted(set(ev["pass_metric"]))) if "pass_metric" in ev else ""
+
+
+def greedy_wrong_split(cfg: dict) -> pd.DataFrame | None:
+    """The greedy-wrong split (issue 28): the held-out problems (benchmark, id) whose greedy answer
+    by the RL start policy (`rl.policy`) is wrong, read from its per-problem evaluation beside
+    `Paths.eval_table`; None when the DAG does not evaluate it or the table has no greedy column."""
+    from sparserl.evaluation.evaluate import per_problem_path
+    policy = cfg["rl"].get("policy")
+    if not policy or not Paths(cfg).eval_table(policy).exists():
+        return None
+    path = per_problem_path(Paths(cfg).eval_table(policy))
+    pp = read_table(path) if path.exists() else pd.DataFrame()
+    if "greedy" not in pp or pp["greedy"].isna().any():
+        _warn_once(path, "table or greedy column (or NaN greedy scores)", "the greedy-wrong split needs "
+                   f"evaluation.greedy: true; delete it and rerun `sparserl evaluate --policy {policy}`")
+        return None
+    split = pp.loc[pp["greedy"] == 0, ["benchmark", "id", "p", "greedy"]].reset_index(drop=True)
+    split.attrs["held_out"] = len(pp)
+    return split
+
+
+def on_split(pp: pd.DataFrame, split: pd.DataFrame, path) -> dict:
+    """mean@k and greedy accuracy of one per-problem table on the split's problems, pooled over
+    the problems (a benchmark may hold few of them)."""
+    d = split[["benchmark", "id"]].merge(pp, on=["benchmark", "id"], how="left", validate="one_to_one")
+    if d["p"].isna().any():
+        raise ValueError(f"{path}: {int(d['p'].isna().sum())} problems of the greedy-wrong split are not in it; it "
+                         "was evaluated on other benchmarks than the start policy: rerun its evaluation")
+    if "greedy" not in d:
+        _warn_once(path, "greedy column", "delete the run's eval.parquet and rerun `sparserl rl-eval`")
+    greedy = float(d["greedy"].mean(skipna=False)) if "greedy" in d else np.nan
+    return {"eval_greedy_wrong": float(d["p"].mean()), "eval_greedy_wrong_greedy": greedy}
+
+
+def _protocol(method: str) -> str:
+    """Matched prompts when the method spec fixes its prompts per step, else today's matched rollouts."""
+    return "matched prompts" if getattr(load_method(method), "prompts_per_step", None) else "matched rollouts"
+
+
+SPLIT_COLUMNS = ("eval_greedy_final", "eval_pass_final", "eval_greedy_wrong_final", "eval_greedy_wrong_greedy_final",
+                 "start_eval_greedy", "start_eval_pass", "start_eval_greedy_wrong", "start_eval_greedy_wrong_greedy",
+                 "eval_greedy_gain", "eval_pass_gain", "eval_greedy_wrong_gain", "eval_greedy_wrong_greedy_gain",
+                 "greedy_wrong_problems", "greedy_wrong_share")
+
+
+def _split_columns(run, split: pd.DataFrame | None) -> dict:
+    """A run's final mean@k and greedy accuracy on the greedy-wrong split, and the split's size."""
+    if split is None:
+        return {}
+    from sparserl.evaluation.evaluate import per_problem_path
+    path = per_problem_path(run.eval_dir / "final.parquet")
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing beside {run.eval} (`sparserl rl-eval` writes both): delete "
+                                f"{run.eval} and rerun `sparserl rl-eval --method {run.method} --seed {run.seed}`")
+    return {**{f"{k}_final": v for k, v in on_split(read_table(path), split, path).items()},
+            "greedy_wrong_problems": len(split), "greedy_wrong_share": len(split) / split.attrs["held_out"]}
 
 
 def summarize_runs(cfg: dict) -> pd.DataFrame:
@@ -124,6 +212,9 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
     rl = cfg["rl"]
     in_dist = in_distribution(cfg)
     start = _start_accuracy(cfg, in_dist)
+    split = greedy_wrong_split(cfg)
+    if split is not None:
+        start.update(on_split(split, split, "the start policy's per-problem table"))
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:
@@ -148,16 +239,26 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
                          if "osla_rounds" in met else np.nan,
                          "run": run.method,
                          "train_reward_first10pct": float(head["reward_mean"].mean()),
-                         **_groups(fin, in_dist), **{f"start_{k}": v for k, v in start.items()}})
+                         **_groups(fin, in_dist), **{f"start_{k}": v for k, v in start.items()},
+                         **{f"{k}_final": v for k, v in greedy_and_pass(fin, run.eval).items()},
+                         **_split_columns(run, split), "pass_metric": pass_metric(fin),
+                         "protocol": _protocol(method),
+                         # the learning rate the run trained at: rl.lr, or its family's tuned one
+                         "lr": float(met["lr"].iloc[-1]) if "lr" in met else float(rl.get("lr", np.nan)),
+                         "lr_source": str(met["lr_source"].iloc[-1]) if "lr_source" in met else "fixed"})
     runs = pd.DataFrame(rows)
     if start:  # gains over the policy RL starts from, on the same benchmarks and protocol
         runs["eval_gain"] = runs["eval_accuracy_final"] - runs["start_eval_accuracy"]
         for g in ("in_distribution", "harder"):
             if f"eval_{g}" in runs and f"start_eval_{g}" in runs:
                 runs[f"eval_gain_{g}"] = runs[f"eval_{g}"] - runs[f"start_eval_{g}"]
+    for g in ("greedy", "pass", "greedy_wrong", "greedy_wrong_greedy"):  # the same over the split
+        if f"start_eval_{g}" in runs:
+            runs[f"eval_{g}_gain"] = runs[f"eval_{g}_final"] - runs[f"start_eval_{g}"]
     runs["train_reward_gain"] = runs["train_reward_last20pct"] - runs["train_reward_first10pct"]
     notes = [rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
-                           r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)
+                           r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean,
+                           r.method)
              for r in runs.itertuples()]
     runs["rollouts_note"] = notes
     write_table(runs, P.rl_runs(), cfg=cfg)
@@ -172,11 +273,15 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
         rollouts_trained=("rollouts_trained", "mean"),
         osla_rounds_mean=("osla_rounds_mean", "mean"), run=("run", "first"),
         **{c: (c, "mean") for c in ("eval_gain", "eval_gain_in_distribution", "eval_gain_harder",
-                                    "train_reward_gain", "start_eval_accuracy") if c in runs}).reset_index()
+                                    "train_reward_gain", "start_eval_accuracy") if c in runs},
+        # issue 28: greedy, pass@k and the greedy-wrong split beside mean@k, with the start's and the gains
+        **{c: (c, "mean") for c in SPLIT_COLUMNS if c in runs},
+        **{c: (c, "first") for c in ("pass_metric", "protocol", "lr", "lr_source") if c in runs}).reset_index()
     agg["eval_accuracy_se"] = agg["eval_accuracy_sd"] / np.sqrt(agg["seeds"])  # over seeds
     agg["rollouts_note"] = [
         rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
-                      r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean)
+                      r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean,
+                      r.method)
         for r in agg.itertuples()]
     agg = agg.drop(columns="osla_rounds_mean")
     write_table(agg, P.rl_summary(), cfg=cfg)

@@ -5,6 +5,10 @@ Protocols (config `evaluation.default` / `evaluation.overrides.<benchmark>`):
 - `avg_at_k`: BASIS's avg@32 for AIME/AMC/HMMT (same estimator, its own name and settings).
 - `greedy`: BASIS's single greedy rollout for MATH-500, Minerva and OlympiadBench.
 Accuracy is the mean reward over all (problem, sample) pairs; the standard error is over problems.
+Beside it, for every benchmark: `pass_at_k` (the share of problems with at least one correct of
+the k samples; `pass_metric` names it, e.g. pass@16) and `greedy_accuracy` (one greedy rollout per
+problem, rolled out after every sampled one so those keep their seeds and outputs; off with
+`evaluation.greedy: false`). The per-problem table has `p`, `pass` and `greedy` per problem.
 """
 from __future__ import annotations
 
@@ -141,26 +145,38 @@ def protocol_for(cfg: dict, bench: str) -> dict:
     return spec
 
 
+def per_problem_path(path: Path) -> Path:
+    """The per-problem table `evaluate_checkpoint` writes beside its evaluation table `path`."""
+    path = Path(path)
+    return path.with_name(path.stem + "_per_problem.parquet")
+
+
 def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
     P = Paths(cfg)
     return evaluate_checkpoint(cfg, str(P.policy(ref)), P.eval_table(ref), ref, threads=threads)
 
 
 def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: int = 1,
-                        extra_cols: dict | None = None, verifier=None) -> pd.DataFrame:
+                        extra_cols: dict | None = None, verifier=None,
+                        benchmarks: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
     """Evaluate one checkpoint (dir or hub name) on every benchmark; write `path` (+ per problem).
     `verifier`: an open one to share across checkpoints (its workers start once); the manifest
-    counts this checkpoint's items only."""
+    counts this checkpoint's items only. `benchmarks`: name -> problems to score instead of the
+    config's benchmarks (the lr tuning's validation split), each under `protocol_for` its name."""
     if verifier is None:
         with open_verifier(cfg) as ver:
-            return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver)
+            return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver, benchmarks)
     ver, before = verifier, verifier.timeout_counts()
     P = Paths(cfg)
     backend = make_backend(cfg, model, threads=threads)
     rows, per_problem = [], []
-    benches = [(b, read_table(P.benchmark(b)), protocol_for(cfg, b)) for b in P.benchmark_names()]
+    tables = benchmarks if benchmarks is not None else {b: read_table(P.benchmark(b)) for b in P.benchmark_names()}
+    benches = [(b, df, protocol_for(cfg, b)) for b, df in tables.items()]
     ks = [1 if spec.get("protocol") == "greedy" else spec.get("k", 16) for _, _, spec in benches]
-    total = sum(len(df) * k for (_, df, _), k in zip(benches, ks))
+    # one greedy rollout per problem of each sampled benchmark (a greedy protocol already is one)
+    extra_greedy = [bool(cfg["evaluation"].get("greedy", True)) and spec.get("protocol") != "greedy"
+                    for _, _, spec in benches]
+    total = sum(len(df) * (k + g) for (_, df, _), k, g in zip(benches, ks, extra_greedy))
     with rollout_progress(backend, total, f"evaluate {label}", log):
         for bi, ((bench, df, spec), k) in enumerate(zip(benches, ks)):
             greedy = spec.get("protocol") == "greedy"
@@ -180,15 +196,30 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
                 "stderr": float(p.std(ddof=1) / np.sqrt(len(p))) if len(p) > 1 else 0.0,
                 "mean_response_tokens": float(batch.response_lengths().mean()),
                 "scale": cfg["scale"],
+                # added after the columns above, which keep their values
+                "pass_metric": f"pass@{k}", "pass_at_k": float((succ > 0).mean()),
+                "greedy_accuracy": float(p.mean()) if greedy else np.nan,
             })
-            per_problem.append(pd.DataFrame({"benchmark": bench, "id": df["id"], "p": p}))
+            per_problem.append(pd.DataFrame({"benchmark": bench, "id": df["id"], "p": p,
+                                             "pass": (succ > 0).astype(np.float64),
+                                             "greedy": p if greedy else np.nan}))
+        # after every sampled rollout: the greedy pass changes none of their seeds or outputs
+        for bi, ((bench, df, spec), g) in enumerate(zip(benches, extra_greedy)):
+            if not g:
+                continue
+            params = SamplingParams(greedy=True, max_new_tokens=rollout_max_new_tokens(cfg))
+            batch = rollout(backend, _prompts(cfg, df, backend), list(df["answer"]), 1, params,
+                            cfg["seed"] + 7 * bi, ver)
+            succ, _ = per_prompt_rates(batch, len(df))
+            rows[bi]["greedy_accuracy"] = float(succ.mean())
+            per_problem[bi]["greedy"] = succ.astype(np.float64)
     out = pd.DataFrame(rows)
     path = Path(path)
-    write_table(pd.concat(per_problem, ignore_index=True),
-                path.with_name(path.stem + "_per_problem.parquet"), cfg=cfg)
+    write_table(pd.concat(per_problem, ignore_index=True), per_problem_path(path), cfg=cfg)
     counts = {k: v - before.get(k, 0) for k, v in ver.timeout_counts().items()}
     write_table(out, path, cfg=cfg, extra={"policy": label, "verifier": counts})
-    log.info(f"{label}:\n" + out[["benchmark", "metric", "problems", "accuracy"]].to_string(index=False))
+    log.info(f"{label}:\n" + out[["benchmark", "metric", "problems", "accuracy", "pass_metric", "pass_at_k",
+                                    "greedy_accuracy"]].to_string(index=False))
     return out
 
 

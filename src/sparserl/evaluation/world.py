@@ -9,6 +9,11 @@ and the overlap between the pre-training corpus, the RL pool and the benchmarks 
 shared, corpus rows that are pool problems). The gap between greedy and sampled accuracy on the
 held-out problems is the room that RL's sharpening has; a pool inside the corpus means RL
 rehearses what pre-training already taught.
+
+It also reports the share of held-out problems whose greedy answer is wrong (`greedy_wrong`;
+in world 2.0, `tasks.world`, split by slip and other templates, sparserl.tasks.worked) and the
+answer lengths in tokens, EOS included: the corpus targets per level (`corpus_answer_tokens`) and
+the sampled responses (`mean_response_tokens` per set).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from sparserl.core.paths import Paths
 from sparserl.evaluation.evaluate import per_prompt_rates, protocol_for
 from sparserl.grading.verifier import open_verifier
 from sparserl.rollout import SamplingParams, make_backend, rollout
-from sparserl.tasks import format_prompt
+from sparserl.tasks import corpus_targets, format_prompt, worked
 
 log = get_logger(__name__)
 
@@ -52,12 +57,57 @@ def overlap(cfg: dict) -> dict:
     return out
 
 
-def _accuracy(backend, cfg, df, params, k, seed, ver) -> tuple[float, float]:
-    """(mean reward, mean response tokens) of k rollouts per problem."""
+def _rates(backend, cfg, df, params, k, seed, ver) -> tuple[np.ndarray, float]:
+    """(pass rate per problem, mean response tokens) of k rollouts per problem."""
     prompts = [format_prompt(cfg, p, getattr(backend, "tokenizer", None)) for p in df["problem"]]
     batch = rollout(backend, prompts, list(df["answer"]), k, params, seed, ver)
     succ, n = per_prompt_rates(batch, len(df))
-    return float((succ / n).mean()), float(batch.response_lengths().mean())
+    return succ / n, float(batch.response_lengths().mean())
+
+
+def _accuracy(backend, cfg, df, params, k, seed, ver) -> tuple[float, float]:
+    """(mean reward, mean response tokens) of k rollouts per problem."""
+    rates, tokens = _rates(backend, cfg, df, params, k, seed, ver)
+    return float(rates.mean()), tokens
+
+
+def corpus_answer_tokens(cfg: dict) -> dict:
+    """Tokens of the pre-training targets (EOS included) per level: mean, min, max; and in world
+    2.0 the share of rows that carry their template's slip and that are of a slip template."""
+    P = Paths(cfg)
+    if not (P.pretrain_corpus().exists() and (P.tokenizer() / "tokenizer.json").exists()):
+        return {}
+    from sparserl.evaluation.ood import load_fast_tokenizer
+    corpus = read_table(P.pretrain_corpus())
+    tok = load_fast_tokenizer(P.tokenizer())
+    n = np.array([len(e.ids) + 1 for e in tok.encode_batch(corpus_targets(cfg, corpus),
+                                                           add_special_tokens=False)])
+    df = corpus.assign(tokens=n)
+    out = {}
+    for level, g in df.groupby("source"):
+        row = {"rows": int(len(g)), "mean": float(g["tokens"].mean()), "min": int(g["tokens"].min()),
+               "max": int(g["tokens"].max())}
+        if "slip" in g.columns:
+            row.update(slip_rows=float(g["slip"].mean()), slip_template_rows=float(g["slip_template"].mean()))
+        out[level] = row
+    out["all"] = {"rows": int(len(df)), "mean": float(n.mean()), "min": int(n.min()), "max": int(n.max())}
+    return out
+
+
+def greedy_wrong(cfg: dict, held: dict[str, tuple[pd.DataFrame, np.ndarray]]) -> dict:
+    """Share of held-out problems whose greedy answer is wrong; in world 2.0 also over the
+    problems of slip templates and of the others (`held`: set -> (problems, greedy rate))."""
+    probs = pd.concat([df.assign(greedy=g) for df, g in held.values()], ignore_index=True)
+    wrong = probs["greedy"] < 0.5
+    out = {"problems": int(len(probs)), "heldout": float(wrong.mean())}
+    w = worked.settings(cfg["tasks"])
+    if w is not None:
+        slip = np.array([worked.is_slip_template(worked.template(p), w["slip_share"], w["salt"])
+                         for p in probs["problem"]])
+        out.update(slip_problems=int(slip.sum()),
+                   slip_templates=float(wrong[slip].mean()) if slip.any() else None,
+                   other_templates=float(wrong[~slip].mean()) if (~slip).any() else None)
+    return out
 
 
 def policy_room(cfg: dict, ref: str, threads: int = 1, model: str | None = None) -> dict:
@@ -77,18 +127,23 @@ def policy_room(cfg: dict, ref: str, threads: int = 1, model: str | None = None)
     T = rollout_max_new_tokens(cfg)
     greedy = SamplingParams(greedy=True, max_new_tokens=T)
     sampled = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=T)
-    rows = {}
+    rows, held_sets = {}, {}
     with open_verifier(cfg) as ver:
         for si, (name, df, spec) in enumerate(sets):
             seed = cfg["seed"] + 104_729 * (si + 1)
-            g, _ = _accuracy(backend, cfg, df, greedy, 1, seed, ver)
+            g_rates, _ = _rates(backend, cfg, df, greedy, 1, seed, ver)
+            g = float(g_rates.mean())
             s, tokens = _accuracy(backend, cfg, df, sampled, k, seed + 1, ver)
             row = {"problems": len(df), "greedy": g, f"sampled_t1_k{k}": s, "room": g - s,
-                   "mean_response_tokens": tokens}
+                   "greedy_wrong": float((g_rates < 0.5).mean()), "mean_response_tokens": tokens}
+            if name != "rl_pool":
+                held_sets[name] = (df, g_rates)
             if spec is not None and spec.get("protocol") != "greedy":
                 ep = SamplingParams(temperature=spec.get("temperature", 1.0),
                                     top_p=spec.get("top_p", 1.0), max_new_tokens=T)
-                row["eval_protocol"], _ = _accuracy(backend, cfg, df, ep, k, seed + 2, ver)
+                # the sampled score's settings already: the same number, not a second estimate
+                same = (ep.temperature, ep.top_p) == (sampled.temperature, sampled.top_p)
+                row["eval_protocol"] = s if same else _accuracy(backend, cfg, df, ep, k, seed + 2, ver)[0]
                 row["eval_protocol_name"] = (f"T={ep.temperature:g}, top-p {ep.top_p:g}, "
                                              f"{k} samples")
             rows[name] = row
@@ -96,8 +151,8 @@ def policy_room(cfg: dict, ref: str, threads: int = 1, model: str | None = None)
     held = [r for n, r in rows.items() if n != "rl_pool"]
     out = {"policy": ref, "samples": k, "sets": rows,
            "heldout_mean": {key: float(np.mean([r[key] for r in held]))
-                            for key in ("greedy", f"sampled_t1_k{k}", "room")},
-           "verifier": timeouts}
+                            for key in ("greedy", f"sampled_t1_k{k}", "room", "mean_response_tokens")},
+           "greedy_wrong": greedy_wrong(cfg, held_sets), "verifier": timeouts}
     return out
 
 
@@ -108,6 +163,7 @@ def world_report(cfg: dict, out_path=None, threads: int = 1,
     P = Paths(cfg)
     models = checkpoints or {ref: None for ref in P.world_policies()}
     report = {"scale": cfg["scale"], "overlap": overlap(cfg),
+              "corpus_answer_tokens": corpus_answer_tokens(cfg),
               "policies": {ref: policy_room(cfg, ref, threads=threads, model=d)
                            for ref, d in models.items()}}
     path = out_path or P.world_report()
@@ -119,5 +175,6 @@ def world_report(cfg: dict, out_path=None, threads: int = 1,
     for ref, r in report["policies"].items():
         table = pd.DataFrame(r["sets"]).T.drop(columns=["eval_protocol_name"], errors="ignore")
         log.info(f"{ref}:\n{table.round(3).to_string()}")
+        log.info(f"{ref}: greedy-wrong held-out problems {r['greedy_wrong']}")
     log.info(f"world report -> {path}")
     return report

@@ -1,8 +1,9 @@
 """The head-to-head figures (issue 14), drawn from the tables of `sparserl head-to-head` only
 (`results/{scale}/head_to_head/{ranking,pairs,curves}.parquet`; rules and CIs in
 `sparserl.studies.head_to_head`): accuracy against rollouts consumed and against training wall
-time, the ranking with its tie groups, and GRPO at G = 4, 8 beside V0.5 at k = 4, 8, the
-comparison the V0.5 analysis lists as missing (its Figure 5 sets k = 4, 8 against GRPO G = 16 only).
+time, the ranking with its tie groups, GRPO at G = 4, 8 beside V0.5 at k = 4, 8, the
+comparison the V0.5 analysis lists as missing (its Figure 5 sets k = 4, 8 against GRPO G = 16 only),
+and entropy, greedy accuracy and pass@k against the step (sharpening or learning, issue 28).
 Every method of `rl.methods` is drawn, in its colour (`style.method_color`)."""
 from __future__ import annotations
 
@@ -250,3 +251,108 @@ def _grpo_vs_v05_k(data, axes):
     cax.set_xlabel("rollouts consumed (generated, cumulative)")
     cax.set_title(f"Accuracy vs rollouts ({_seeds_note(curves)})")
     cax.legend(fontsize=7)
+
+
+# --- sharpening or learning (issue 28, item 6) ----------------------------------------------------
+
+SHARPENING_COLS = ("method", "seed", "checkpoint", "step", "rollouts", "wall_time_s", "accuracy",
+                   "greedy_accuracy", "pass_at_k")
+
+
+def _sharpening_tables(cfg: dict) -> list[Path]:
+    """The curves table, then each (method, seed)'s metrics.parquet (its owner's for an alias)."""
+    from sparserl.methods.spec import method_run
+    return [Paths(cfg).head_to_head("curves")] + [method_run(cfg, m, s).metrics
+                                                  for m in dict.fromkeys(cfg["rl"]["methods"]) for s in cfg["rl"]["seeds"]]
+
+
+def _read_sharpening(cfg: dict, tables: list[Path]) -> dict:
+    """Greedy accuracy and pass@k per evaluated checkpoint (the curves' seed means, t-bands), and the
+    policy entropy per training step, smoothed as the V0.5 entropy figure (None where a run's
+    metrics do not log it: OpenRLHF's do not)."""
+    from sparserl.figures.v05 import read_smoothed  # v05 registers its figures after these
+    curves_path, *metrics = tables
+    df = _need(read_table(curves_path), SHARPENING_COLS, curves_path)
+    if df["greedy_accuracy"].isna().all():
+        raise FigureError(f"{curves_path}: greedy_accuracy is NaN everywhere: the runs were evaluated without the "
+                          "greedy pass (evaluation.greedy: false, or before it existed); rerun `sparserl rl-eval`, "
+                          f"then {BUILT_BY}")
+    methods = list(dict.fromkeys(cfg["rl"]["methods"]))
+    try:
+        ent = read_smoothed(cfg, metrics, methods, "entropy")
+    except FigureError:
+        ent = None
+    return {"df": curve_summary(df), "entropy": None if ent is None else ent["df"],
+            "window": None if ent is None else ent["window"], "methods": methods,
+            "pass_metric": _pass_name(cfg)}
+
+
+def _pass_name(cfg: dict) -> str:
+    """pass@k's name from the evaluation protocol's k (mean@16 -> pass@16)."""
+    return f"pass@{int((cfg.get('evaluation') or {}).get('default', {}).get('k', 16))}"
+
+
+def _sharpening_frame(data) -> pd.DataFrame:
+    parts = [data["df"].assign(part="checkpoints")]
+    if data["entropy"] is not None:
+        parts.append(data["entropy"].assign(part="entropy per step"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _draw_checkpoints(ax, df: pd.DataFrame, col: str, styles: dict, methods: list[str]) -> None:
+    for m in methods:
+        d = df[df["method"] == m].sort_values("step")
+        if d.empty:
+            continue
+        ax.plot(d["step"].to_numpy(), d[col].to_numpy(), lw=1.2, ms=3.5, label=m, **styles[m])
+        lo, hi = d[f"{col}_ci_lo"].to_numpy(float), d[f"{col}_ci_hi"].to_numpy(float)
+        if np.isfinite(lo).all() and np.isfinite(hi).all():
+            ax.fill_between(d["step"].to_numpy(), lo, hi, color=styles[m]["color"], alpha=0.12, lw=0)
+
+
+@register_figure("head_to_head/sharpening_curves", tables=_sharpening_tables, read=_read_sharpening,
+                 layout=lambda data: pyplot().subplots(1, 4, figsize=(15, 4.6),
+                                                       gridspec_kw={"width_ratios": [1, 1, 1, 0.75]}),
+                 frame=_sharpening_frame, built_by=BUILT_BY + " and rule rl_train (metrics.parquet)",
+                 unavailable=_no_rl,
+                 bars="greedy and pass@k: 95% t-band over seeds (none with 1 seed); entropy: the seeds' min–max of "
+                      "the smoothed curves",
+                 caption="Sharpening or learning, per method of rl.methods: the policy's mean per-token entropy on "
+                         "each step's sampled responses (metrics.parquet, a centred rolling mean over about a twelfth "
+                         "of the run, seed mean), and at every evaluated checkpoint (the start policy at step 0, "
+                         "rl.eval_fractions, the final one) the greedy accuracy (one greedy rollout per held-out "
+                         "problem) and pass@k (share of problems with at least one correct of the k samples), each "
+                         "the mean over benchmarks. Sharpening lowers the entropy and raises mean@k while greedy stays "
+                         "flat and pass@k falls; learning raises greedy accuracy.")
+def _sharpening_curves(data, axes):
+    ent_ax, g_ax, p_ax, legend_ax = axes
+    df, methods = data["df"], data["methods"]
+    styles = _line_style(methods)
+    if data["entropy"] is not None:
+        e = data["entropy"]
+        for m in methods:
+            d = e[e["method"] == m].sort_values("step")
+            if d.empty:
+                continue
+            st = styles[m]
+            ent_ax.plot(d["step"].to_numpy(), d["smoothed"].to_numpy(), color=st["color"], ls=st["ls"], lw=1.2)
+            if (d["seeds"] > 1).any():
+                ent_ax.fill_between(d["step"].to_numpy(), d["lo"].to_numpy(), d["hi"].to_numpy(),
+                                    color=st["color"], alpha=0.12, lw=0)
+        ent_ax.set_title(f"Policy entropy (rolling mean over {data['window']} steps)")
+    else:
+        ent_ax.text(0.5, 0.5, "entropy not logged by these runs' metrics", ha="center", va="center",
+                    transform=ent_ax.transAxes, fontsize=8)
+        ent_ax.set_title("Policy entropy")
+    ent_ax.set_ylabel("entropy (nats per token)")
+    _draw_checkpoints(g_ax, df, "greedy_accuracy", styles, methods)
+    g_ax.set_ylabel("greedy accuracy (mean over benchmarks)")
+    g_ax.set_title(f"Greedy accuracy ({_seeds_note(df)})")
+    _draw_checkpoints(p_ax, df, "pass_at_k", styles, methods)
+    p_ax.set_ylabel(f"{data['pass_metric']} (mean over benchmarks)")
+    p_ax.set_title(data["pass_metric"])
+    for ax in (ent_ax, g_ax, p_ax):
+        ax.set_xlabel("RL step")
+    legend_ax.axis("off")
+    legend_ax.legend(*g_ax.get_legend_handles_labels(), loc="center left", fontsize=6, frameon=False,
+                     ncol=1 + len(methods) // 16)

@@ -14,9 +14,15 @@ from sparserl.figures.registry import pyplot, read_single, register_figure, row,
 from sparserl.figures.rl import seed_bars
 from sparserl.figures.style import method_color
 from sparserl.values.v0.metrics import auc
+from sparserl.values.v0.references import REFERENCES
 
+# the reference rows (values.v0.references) last: the ceiling and a difficulty-only guess
 ORDER = ["v0", "v0_untrained", "knn_contextual", "vanilla_value_model", "stepwise_retrain",
-         "outcome_model", "context_mean", "head_only"]
+         "outcome_model", "context_mean", "head_only"] + list(REFERENCES)
+
+
+def _label(method: str) -> str:
+    return REFERENCES.get(method, method)
 
 
 def head_note(cfg: dict) -> str:
@@ -49,10 +55,13 @@ def _table_figure(df: pd.DataFrame, axes, title: str) -> None:
     for ax, metric, label in zip(axes, ("intra_auc", "calibration_mse"), ("intra-context AUC", "calibration MSE")):
         for j, model in enumerate(models):
             d = df[df["model"] == model].set_index("method").reindex(methods)
-            ax.bar(np.arange(len(methods)) + (j - (len(models) - 1) / 2) * w, d[metric].to_numpy(), w,
-                   label=f"policy {model}" if model != "all" else "all policies", color=f"C{j}",
-                   alpha=0.9 if model == "all" else 0.6)
-        ax.set_xticks(np.arange(len(methods)), methods, rotation=40, ha="right", fontsize=7)
+            bars = ax.bar(np.arange(len(methods)) + (j - (len(models) - 1) / 2) * w, d[metric].to_numpy(), w,
+                          label=f"policy {model}" if model != "all" else "all policies", color=f"C{j}",
+                          alpha=0.9 if model == "all" else 0.6)
+            for b, m in zip(bars, methods):
+                if m in REFERENCES:
+                    b.set_hatch("//")
+        ax.set_xticks(np.arange(len(methods)), [_label(m) for m in methods], rotation=40, ha="right", fontsize=7)
         ax.set_ylabel(label)
         if metric == "intra_auc":
             ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
@@ -70,7 +79,10 @@ for _protocol, _name, _title in (("sequential", "t1_sequential", "Table 1: seque
         layout=row(2, (12, 4.6)), built_by=f"rule v0_table (`sparserl v0-table --protocol {_protocol}`)",
         unavailable=_no_v0, note=head_note,
         caption=f"{_title}: intra-context AUC (label = value >= 0.5, per checkpoint, averaged) and "
-                "calibration MSE against avg@k, per method and policy.")(_draw)
+                "calibration MSE against avg@k, per method and policy. Hatched: reference rows on the same "
+                "test rows: oracle p (the label itself: the metrics' ceiling), oracle p vs a resampled "
+                "Binomial(n, p) label (the ceiling of a predictor of the true pass rate under n-sample "
+                "labels), level only (the level's mean label at the latest checkpoint so far).")(_draw)
 
 
 def _auc_by(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
@@ -105,7 +117,8 @@ def _tracking(df, axes):
             continue
         for i, m in enumerate(_methods(g)):
             d = g[g["method"] == m].sort_values("step")
-            ax.plot(d["step"], d["auc"], marker=".", lw=1.2 if m == "v0" else 0.8, color=f"C{i}", label=m)
+            ax.plot(d["step"], d["auc"], marker=".", lw=1.2 if m == "v0" else 0.8, color=f"C{i}", label=_label(m),
+                    ls="--" if m in REFERENCES else "-")
         ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
         ax.set_title(f"policy {model}", fontsize=9)
         ax.set_xlabel("RL step of the checkpoint")
@@ -127,7 +140,9 @@ def _robustness(data, axes):
     mid = a.groupby("model")["step"].transform(lambda s: s.max() / 2)
     a["phase"] = np.where(a["step"] <= mid, "early", "late")
     # weak and strong: the policies with the lowest and highest held-out value at the start
-    start = strict[strict["step"] == strict["step"].min()].groupby("model")["value"].mean()
+    # the resampled oracle's rows carry a redrawn label: the others' values are the harvest's
+    own = strict[strict["method"] != "oracle_p_resampled"]
+    start = own[own["step"] == own["step"].min()].groupby("model")["value"].mean()
     weak, strong = (start.idxmin(), start.idxmax()) if len(start) else ("?", "?")
     ws = a[a["model"].isin([weak, strong])].assign(
         model=lambda d: d["model"].map({weak: f"weak ({weak})", strong: f"strong ({strong})"}))
@@ -144,7 +159,7 @@ def _robustness(data, axes):
         w = 0.8 / max(1, t.shape[1])
         for j, col in enumerate(t.columns):
             ax.bar(np.arange(len(t)) + (j - (t.shape[1] - 1) / 2) * w, t[col].to_numpy(), w, label=str(col), color=f"C{j}")
-        ax.set_xticks(np.arange(len(t)), t.index, rotation=40, ha="right", fontsize=7)
+        ax.set_xticks(np.arange(len(t)), [_label(m) for m in t.index], rotation=40, ha="right", fontsize=7)
         ax.axhline(0.5, color="0.5", lw=0.8, ls=":")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)

@@ -28,7 +28,15 @@ Stop reasons, decided at the round a prompt stops (first that applies):
   'test'    Delta2 == 0: the hypothesis test accepted the prior;
   'target'  k >= 1/sqrt(c) - 1/Delta2 (Theorem 3.6);
   'k_max'   the cap k_max = floor(1/sqrt(c)) (or the caller's k_max) was reached first;
-  'global'  the prompt still wanted more when the batch's global stop fired.
+  'global'  the prompt still wanted more when the batch's global stop fired;
+  'budget'  the prompt still wanted more when the batch's rollout cap (`max_rollouts`) was spent.
+
+`max_rollouts` [our choice, not the paper's]: a cap on the batch's rollouts, round 0 included, so
+OSLA can be compared at the fixed-k methods' budget. Counted as dispatched (padded up to
+`pad_multiple`, what the OpenRLHF engine trains on) when a pad is given, else as requested. A
+round that would pass it draws only what is left, k_step at a time to the prompts furthest below
+their target k first (largest k_target - k, then batch order); the prompts it leaves out stop
+with 'budget', and so does every prompt still wanting more once nothing is left.
 `stop_round[i]` is the round whose decision stopped prompt i (0 = right after the k_init draw);
 k[i] = k_init + the rollouts drawn in rounds 1..stop_round[i].
 """
@@ -44,7 +52,8 @@ from sparserl.estimators import osla_k_max, osla_round, pad_to_multiple, shrinka
 from sparserl.estimators.osla import C_PAPER, GLOBAL_STOP_PAPER, K_STEP_PAPER
 
 SampleFn = Callable[[np.ndarray, np.ndarray], Sequence[np.ndarray]]
-REASONS = ("test", "target", "k_max", "global")
+REASONS = ("test", "target", "k_max", "global")  # what the V0.5 study reports (no cap there)
+BUDGET = "budget"  # the stop reason of the rollout cap (`max_rollouts`)
 
 
 @dataclass
@@ -111,7 +120,7 @@ def _reasons(delta2, k_target, k, k_max) -> np.ndarray:
 
 def run_osla(sample_fn: SampleFn, prior_p, *, k_init: int = 4, k_step: int = K_STEP_PAPER, c: float = C_PAPER,
              k_max: int | None = None, global_stop: float = GLOBAL_STOP_PAPER, pad_multiple: int | None = None,
-             k_min: int | None = None, max_rounds: int = 10_000) -> OslaResult:
+             k_min: int | None = None, max_rounds: int = 10_000, max_rollouts: int | None = None) -> OslaResult:
     """Run the OSLA loop on one batch (see the module docstring).
 
     prior_p: prior success probabilities p in [0, 1] per prompt (V0.5 uses V = 2p - 1).
@@ -119,6 +128,8 @@ def run_osla(sample_fn: SampleFn, prior_p, *, k_init: int = 4, k_step: int = K_S
     k_max: cap per prompt, default floor(1/sqrt(c)) (16 for c = 0.0039).
     global_stop: the batch stops when the share of its prompts that want more is < this.
     pad_multiple: if given, each round's dispatch size is padded up to a multiple of it.
+    max_rollouts: cap on the batch's rollouts (see the module docstring); ValueError when round 0
+    alone passes it.
     """
     p = np.asarray(prior_p, dtype=np.float64).reshape(-1)
     if not np.isfinite(p).all() or (p < 0).any() or (p > 1).any():
@@ -133,6 +144,13 @@ def run_osla(sample_fn: SampleFn, prior_p, *, k_init: int = 4, k_step: int = K_S
     def dispatched(n):
         return None if pad_multiple is None else pad_to_multiple(n, pad_multiple)
 
+    def spent(n):  # what the cap counts of a round of n requested rollouts
+        return n if pad_multiple is None else pad_to_multiple(n, pad_multiple)
+
+    if max_rollouts is not None and B and spent(B * int(k_init)) > max_rollouts:
+        raise ValueError(f"max_rollouts {max_rollouts} is below round 0's {spent(B * int(k_init))} rollouts "
+                         f"({B} prompts x k_init {k_init}); raise it or draw fewer prompts")
+    used = spent(B * int(k_init)) if B else 0
     idx = np.arange(B)
     counts = np.full(B, int(k_init), dtype=np.int64)
     rewards = _draw(sample_fn, idx, counts) if B else []
@@ -168,6 +186,20 @@ def run_osla(sample_fn: SampleFn, prior_p, *, k_init: int = 4, k_step: int = K_S
             raise RuntimeError(f"OSLA loop exceeded {max_rounds} rounds")
         sel = np.flatnonzero(want)
         n_new = dec.n_new[sel].astype(np.int64)
+        if max_rollouts is not None:
+            room = max_rollouts - used
+            if pad_multiple is not None:  # the largest request whose padded dispatch still fits
+                room = room // pad_multiple * pad_multiple
+            if n_new.sum() > room:
+                sel, n_new = _within(sel, n_new, dec.k_target[sel] - k[sel], room)
+                left = want.copy()
+                left[sel] = False
+                reason[left] = BUDGET
+                stop_round[left] = r
+                active[left] = False
+                if not len(sel):
+                    break
+            used += spent(int(n_new.sum()))
         new = _draw(sample_fn, sel, n_new)
         for i, a in zip(sel, new):
             rewards[i] = np.concatenate([rewards[i], a])
@@ -184,6 +216,22 @@ def run_osla(sample_fn: SampleFn, prior_p, *, k_init: int = 4, k_step: int = K_S
     return OslaResult(rewards=rewards, k=k, stop_round=stop_round, stop_reason=reason.astype(str),
                       delta2=delta2, delta2_init=delta2_init, mu=mu, prior_v=v, rounds=rounds,
                       k_max=k_max, c=float(c))
+
+
+def _within(sel: np.ndarray, n_new: np.ndarray, need: np.ndarray, room: int) -> tuple[np.ndarray, np.ndarray]:
+    """The prompts of `sel` (and their counts) that draw in a round capped at `room` rollouts:
+    whole requests first to the largest `need` (ties: batch order), the last one cut to what is
+    left; prompts that get nothing are dropped."""
+    order = np.lexsort((sel, -need))
+    take = np.zeros(len(sel), dtype=np.int64)
+    left = int(max(room, 0))
+    for j in order:
+        take[j] = min(int(n_new[j]), left)
+        left -= take[j]
+        if not left:
+            break
+    keep = take > 0
+    return sel[keep], take[keep]
 
 
 def cached_sample_fn(reward_lists: Sequence[Sequence[int]], rng: np.random.Generator | int | None = None) -> SampleFn:

@@ -1,6 +1,6 @@
 """How a step samples its rollouts, chosen once per run from the method spec (`spec.sampler`):
 
-  plain             draw rollouts_per_step / G prompts, G rollouts each;
+  plain             draw rollouts_per_step / G prompts (or the method's prompts_per_step), G rollouts each;
   dynamic_sampling  DAPO: draw gen_batch_factor x the prompts, keep groups whose rewards differ,
                     repeat until the batch is full (at most 8 draws; a short batch trains as is);
   osla              V0.5: the prior before any rollout, then OSLA rounds (`osla_sampler.run_osla`).
@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from sparserl.methods.osla_sampler import run_osla
+from sparserl.methods.osla_sampler import BUDGET, REASONS, run_osla
 from sparserl.methods.spec import MethodSpec
 from sparserl.rollout.base import RolloutBatch
 
@@ -119,7 +119,7 @@ class OslaSampler(Sampler):
             return [b.rewards[b.prompt_index == pi] for pi in prompt_indices]
 
         res = run_osla(sample_fn, p, k_init=o.k_init, k_step=o.k_step, c=o.c, k_max=o.k_max,
-                       global_stop=o.global_stop, pad_multiple=o.pad_multiple)
+                       global_stop=o.global_stop, pad_multiple=o.pad_multiple, max_rollouts=o.max_rollouts_per_step)
         merged = RolloutBatch.concat(batches, [self.prompts[i] for i in idx])
         ks = np.bincount(merged.prompt_index, minlength=len(idx))
         info["rollouts_generated"] = len(merged)
@@ -129,7 +129,8 @@ class OslaSampler(Sampler):
         info["osla_dispatched"] = res.dispatched_rollouts or len(merged)
         info["osla_reject_rate"] = float(np.mean(res.delta2_init > 0))
         info["osla_stop_round_mean"] = float(res.stop_round.mean())
-        for r in ("test", "target", "k_max", "global"):
+        capped = (BUDGET,) if o.max_rollouts_per_step is not None else ()  # uncapped runs keep their columns
+        for r in REASONS + capped:
             info[f"osla_stop_{r}"] = float(np.mean(res.stop_reason == r))
         info["prior_mean"] = float(p.mean())
         return Sampled(idx, merged, dict(zip(pids, p)))

@@ -5,7 +5,10 @@ A method names an estimator from `sparserl.estimators`, its rollouts per prompt,
 and optional pieces (DAPO's dynamic sampling and overlong shaping, V0.5's prior and OSLA, BASIS's
 refinement). The scale config says how many rollouts a step consumes; prompts per step are
 `rollouts_per_step / group_size`, so every method sees the same rollout budget per step (the
-BASIS table's 512 = 64 x 8 = 512 x 1; V0.5's batch x k_init = GRPO-16's batch x 16).
+BASIS table's 512 = 64 x 8 = 512 x 1; V0.5's batch x k_init = GRPO-16's batch x 16). A method
+with `prompts_per_step: N` is on the matched-prompts protocol instead: N prompts a step whatever
+the scale's rollouts_per_step, so its rollouts grow with its group size (OSLA: N prompts, a
+variable number of rollouts each).
 
 What an engine does with a spec never depends on the method's name: the estimator's registered
 `needs` say which side data to build (`sparserl.methods.sidedata`), `spec.sampler` says how to
@@ -54,6 +57,7 @@ METHOD_SCHEMA = {
         "loss": _loss,
         "kl_coef": {"type": "number", "minimum": 0},
         "steps_factor": {"type": "number", "exclusiveMinimum": 0},
+        "prompts_per_step": {"type": "integer", "minimum": 1},
         "dynamic_sampling": {"type": "object", "additionalProperties": False, "properties": {
             "enabled": {"type": "boolean"}, "gen_batch_factor": {"type": "number", "minimum": 1}}},
         "overlong": {"type": "object", "additionalProperties": False, "properties": {
@@ -67,7 +71,8 @@ METHOD_SCHEMA = {
                      "c": {"type": "number", "exclusiveMinimum": 0},
                      "k_max": {"type": "integer", "minimum": 1},
                      "global_stop": {"type": "number", "minimum": 0, "maximum": 1},
-                     "pad_multiple": {"type": "integer", "minimum": 1}}},
+                     "pad_multiple": {"type": "integer", "minimum": 1},
+                     "max_rollouts_per_step": {"type": "integer", "minimum": 1}}},
         "prior": {"type": "object", "additionalProperties": False, "required": ["kind"], "properties": {
             "kind": {"type": "string"}, "p": {"type": "number", "minimum": 0, "maximum": 1},
             "offset": {"type": "number", "minimum": 0}, "pseudo_count": {"type": "number", "minimum": 0}}},
@@ -117,6 +122,9 @@ class OslaSpec:
     k_max: int = 0  # 0: floor(1 / sqrt(c)), resolved on load
     global_stop: float = OSLA_GLOBAL_STOP
     pad_multiple: int | None = None
+    # [our choice, not the paper's] a cap on a step's rollouts, round 0 included, so OSLA can be
+    # compared at the fixed-k methods' rollout budget (`osla_sampler.run_osla`'s max_rollouts)
+    max_rollouts_per_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +230,7 @@ class MethodSpec:
     loss: LossSpec
     kl_coef: float = 0.0
     steps_factor: float = 1.0
+    prompts_per_step: int | None = None  # matched-prompts protocol; None: rollouts_per_step / group_size
     dynamic_sampling: DynamicSamplingSpec = field(default_factory=DynamicSamplingSpec)
     overlong: OverlongSpec = field(default_factory=OverlongSpec)
     osla: OslaSpec | None = None
@@ -279,12 +288,14 @@ class MethodSpec:
 
     def to_dict(self) -> dict:
         """JSON-able, with every default filled in (OpenRLHF's --sparserl.spec, hashes). A method
-        without a budget allocation or a critic leaves the key out, so its hash is what it was
-        before they existed."""
+        without a budget allocation, a critic, a fixed prompt count or an OSLA rollout cap leaves
+        the key out, so its hash is what it was before they existed."""
         d = dataclasses.asdict(self)
-        for k in ("budget", "critic"):
+        for k in ("budget", "critic", "prompts_per_step"):
             if d[k] is None:
                 del d[k]
+        if d["osla"] is not None and d["osla"]["max_rollouts_per_step"] is None:
+            del d["osla"]["max_rollouts_per_step"]
         return d
 
     @classmethod
@@ -312,6 +323,7 @@ def _build(name: str, raw: dict) -> MethodSpec:
     return MethodSpec(
         name=name, estimator=raw["estimator"], group_size=int(raw["group_size"]), loss=LossSpec(**loss),
         kl_coef=float(raw.get("kl_coef", 0.0)), steps_factor=float(raw.get("steps_factor", 1.0)),
+        prompts_per_step=None if raw.get("prompts_per_step") is None else int(raw["prompts_per_step"]),
         dynamic_sampling=sub(DynamicSamplingSpec, "dynamic_sampling") or DynamicSamplingSpec(),
         overlong=sub(OverlongSpec, "overlong") or OverlongSpec(), osla=osla, prior=sub(PriorSpec, "prior"),
         support=sub(SupportSpec, "support") or SupportSpec(), basis=sub(BasisSpec, "basis") or BasisSpec(),
@@ -369,6 +381,7 @@ def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
         m.basis.fixed_beta()  # a bad beta fails here, not mid-run
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}; fix it in that file") from None
+    osla_cap_error(m, m.prompts_per_step, where)  # prompts_per_step itself: METHOD_SCHEMA (a positive integer)
     if m.osla is not None and m.osla.k_max < m.osla.k_init:
         raise ConfigError(f"{where}: osla: k_max {m.osla.k_max} (floor(1 / sqrt(c)) unless set) is below "
                           f"k_init {m.osla.k_init}; lower osla.c or raise osla.k_max")
@@ -420,11 +433,39 @@ def total_steps(rl: dict, method: MethodSpec) -> int:
     return max(1, round(n))
 
 
+def osla_round0(method: MethodSpec, n_prompts: int) -> int:
+    """Rollouts of OSLA's round 0 on n_prompts prompts, as the rollout cap counts them: padded up
+    to osla.pad_multiple when one is set (`osla_sampler.run_osla`)."""
+    from sparserl.estimators import pad_to_multiple
+    n = int(n_prompts) * method.osla.k_init
+    return pad_to_multiple(n, method.osla.pad_multiple) if method.osla.pad_multiple else n
+
+
+def osla_cap_error(method: MethodSpec, n_prompts: int | None, where: Any) -> None:
+    """ConfigError when OSLA's rollout cap cannot hold round 0 (k_init rollouts of every prompt):
+    the cap would bind before the rule's first decision. n_prompts None: one prompt."""
+    o = method.osla
+    if o is None or o.max_rollouts_per_step is None:
+        return
+    n = 1 if n_prompts is None else int(n_prompts)
+    need = osla_round0(method, n)
+    if o.max_rollouts_per_step < need:
+        raise ConfigError(f"{where}: key 'osla.max_rollouts_per_step': {o.max_rollouts_per_step} is below "
+                          f"round 0's {need} rollouts ({n} prompt(s) x k_init {o.k_init}"
+                          f"{', padded to osla.pad_multiple' if o.pad_multiple else ''}); raise it to at least "
+                          f"{need} or draw fewer prompts a step (prompts_per_step)")
+
+
 def prompts_per_step(method: MethodSpec, rollouts_per_step: int) -> int:
-    """Prompts a step samples: rollouts_per_step / group_size. A budget that is not a whole number
-    of groups is refused, never rounded: fewer rollouts than one group would run a step of
-    group_size rollouts, and flooring (12 with G=8 -> 8) would give this method a smaller budget
-    than the others, both budgets the config never asked for."""
+    """Prompts a step samples: the method's `prompts_per_step` (matched-prompts protocol), else
+    rollouts_per_step / group_size. A budget that is not a whole number of groups is refused,
+    never rounded: fewer rollouts than one group would run a step of group_size rollouts, and
+    flooring (12 with G=8 -> 8) would give this method a smaller budget than the others, both
+    budgets the config never asked for."""
+    where = f"configs/methods/{method.name}.yaml"
+    if method.prompts_per_step is not None:
+        osla_cap_error(method, method.prompts_per_step, where)
+        return int(method.prompts_per_step)
     G = method.group_size
     if rollouts_per_step < G:
         raise ConfigError(f"rl.rollouts_per_step = {rollouts_per_step} is below the group_size "
@@ -438,6 +479,7 @@ def prompts_per_step(method: MethodSpec, rollouts_per_step: int) -> int:
                           f"{lo} rollouts, not {rollouts_per_step}; set rl.rollouts_per_step to a multiple of {G} "
                           f"(nearest: {lo} or {lo + G}) that every method in rl.methods divides, "
                           f"or drop '{method.name}' from rl.methods")
+    osla_cap_error(method, rollouts_per_step // G, f"{where} (with rl.rollouts_per_step = {rollouts_per_step})")
     return rollouts_per_step // G
 
 
@@ -467,30 +509,37 @@ def study_snapshot_steps(cfg: dict, method: MethodSpec, seed: int | str) -> list
         # Snakemake asks every rl_train job's key
         same = {**load_method(sc["method"]).to_dict(), "name": None} == {**method.to_dict(), "name": None}
         methods = rl.get("methods", [])
-        if not same or sc["method"] not in methods or run_owners(methods)[sc["method"]] != method.name:
+        if not same or sc["method"] not in methods or run_owners(methods, rl.get("rollouts_per_step"))[sc["method"]] != method.name:
             return []
     n = total_steps(rl, method)
     # those rl.eval_fractions keeps anyway add nothing (and leave the run's keys as they were)
     return sorted({fraction_step(f, n) for f in sc.get("fractions", [])} - {n} - set(snapshot_steps(rl, method)))
 
 
-def run_owners(methods: list[str]) -> dict[str, str]:
+def run_owners(methods: list[str], rollouts_per_step: int | None = None) -> dict[str, str]:
     """Each listed method -> the first listed method with the same spec (every field but the
     name). Two such methods train the same run to the byte (no seed depends on a name), so the
     DAG trains the owner once and both names report it; e.g. BASIS's grid cell "GRPO, G=1,
-    vanilla" is `vanilla_g1`."""
+    vanilla" is `vanilla_g1`. Given `rl.rollouts_per_step`, a `prompts_per_step` equal to
+    rollouts_per_step / group_size is the default's and counts as unset (`grpo_g4_mp` at 256
+    rollouts a step is `grpo_g4`: the trainer draws the same prompts)."""
     # memoised on the method files' mtimes: a Snakemake parse asks it for every run of every figure
     stamp = (str(METHODS_DIR),) + tuple((q.name, q.stat().st_mtime_ns) for q in sorted(Path(METHODS_DIR).glob("*.yaml")))
-    return dict(_run_owners(tuple(methods), stamp))
+    return dict(_run_owners(tuple(methods), stamp, rollouts_per_step))
 
 
 @functools.lru_cache(maxsize=64)
-def _run_owners(methods: tuple[str, ...], stamp: tuple) -> tuple[tuple[str, str], ...]:
+def _run_owners(methods: tuple[str, ...], stamp: tuple,
+                rollouts_per_step: int | None = None) -> tuple[tuple[str, str], ...]:
     first: dict[str, str] = {}
     out = []
     for name in methods:
         d = load_method(name).to_dict()
         d.pop("name")
+        pps = d.get("prompts_per_step")
+        if pps is None or (rollouts_per_step and rollouts_per_step % d["group_size"] == 0
+                           and pps == rollouts_per_step // d["group_size"]):
+            d.pop("prompts_per_step", None)
         key = json.dumps(d, sort_keys=True)
         out.append((name, first.setdefault(key, name)))
     return tuple(out)
@@ -500,5 +549,6 @@ def method_run(cfg: dict, method: str, seed: int | str):
     """The `RunPaths` that hold `method`'s run: its owner's (`run_owners` over `rl.methods`)."""
     from sparserl.core.paths import Paths
     methods = cfg["rl"]["methods"]
-    owner = run_owners(methods).get(method, method) if method in methods else method
+    owner = (run_owners(methods, cfg["rl"].get("rollouts_per_step")).get(method, method)
+             if method in methods else method)
     return Paths(cfg).run(owner, seed)

@@ -20,7 +20,7 @@ import torch
 from sparserl.core.artifacts import atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths, snapshot_tag
-from sparserl.tasks import format_prompt, format_target
+from sparserl.tasks import corpus_targets, format_prompt
 
 
 def build_model(pol: dict, tokenizer, max_length: int):
@@ -42,7 +42,7 @@ def encode_corpus(cfg: dict, corpus, tokenizer, max_length: int):
     ids = np.full((n, max_length), tokenizer.pad_token_id, dtype=np.int64)
     mask = np.zeros((n, max_length), dtype=bool)
     prompts = [format_prompt(cfg, p) for p in corpus["problem"]]
-    targets = [format_target(cfg, a) for a in corpus["answer"]]
+    targets = corpus_targets(cfg, corpus)
     p_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     t_ids = tokenizer(targets, add_special_tokens=False)["input_ids"]
     too_long = 0

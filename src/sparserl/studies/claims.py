@@ -313,12 +313,32 @@ def rl_accuracy(ctx: Context, a: str, b: str | None = None) -> Interval:
     detail = f"{ra.mean():.3f}" + (f" vs {rb.mean():.3f}" if b else "")
     rollouts = runs.groupby("method")["rollouts_total"].mean()
     detail += " (rollouts " + " vs ".join(f"{rollouts[m]:.0f}" for m in (a, b) if m) + ")"
+    detail += sharpening_context(runs, [m for m in (a, b) if m])
     if len(seeds) >= 2:
         iv = seed_interval(ra, rb)
         return Interval(iv.value, iv.lo, iv.hi, iv.method, detail)
     s = seeds[0]
     m, lo, hi = stratified_bootstrap_diff(_per_problem(ctx, a, s), _per_problem(ctx, b, s) if b else None)
     return Interval(m, lo, hi, f"bootstrap over benchmark problems (1 seed, {BOOT}x, stratified, paired)", detail)
+
+
+# issue 28: context beside mean@k, which sharpening alone raises; no paper reports these, so they
+# take no part in a status
+CONTEXT = (("eval_greedy_final", "greedy"), ("eval_pass_final", "pass@k"),
+           ("eval_greedy_wrong_final", "greedy-wrong mean@k"), ("eval_greedy_wrong_greedy_final", "greedy-wrong greedy"))
+
+
+def sharpening_context(runs: pd.DataFrame, methods: list[str]) -> str:
+    """'; greedy .61 vs .58; pass@16 ...' from runs.parquet's seed means, for the columns it has
+    (runs evaluated before issue 28, or without a greedy pass, have none or NaN)."""
+    means = runs.groupby("method")[[c for c, _ in CONTEXT if c in runs]].mean()
+    name = "/".join(sorted(set(runs["pass_metric"]) - {""})) if "pass_metric" in runs else ""
+    parts = []
+    for col, label in CONTEXT:
+        if col in means and all(np.isfinite(means.loc[m, col]) for m in methods):
+            label = label.replace("pass@k", name or "pass@k")
+            parts.append(f"{label} " + " vs ".join(f"{means.loc[m, col]:.3f}" for m in methods))
+    return "; " + "; ".join(parts) if parts else ""
 
 
 def rl_diff(a: str, b: str):

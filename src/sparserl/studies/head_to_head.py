@@ -7,13 +7,15 @@ under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
 
   ranking.parquet  one row per method: family (the advantage estimator of its spec), loss, sampler,
                    prior, seeds, steps, rollouts per step / per prompt, rollouts consumed, training
-                   wall time, final accuracy with its 95% CI, rank, tie group, the methods it ties with
+                   wall time, final accuracy with its 95% CI, rank, tie group, the methods it ties with;
+                   beside it (issue 28) the seed means of greedy accuracy, pass@k and, on the greedy-wrong
+                   split (held-out problems the start policy answers wrong greedily), mean@k and greedy
   pairs.parquet    one row per pair of methods (a ranked above b): diff = acc_a - acc_b, its 95%
                    paired-bootstrap CI; with >= 2 seeds also the Welch t-interval over seeds;
                    separated (rule 3: the bootstrap with 1 seed, Welch with more)
   curves.parquet   one row per (method, seed, evaluated checkpoint): step, rollouts consumed and
-                   training wall time up to that step, eval accuracy (the start policy at step 0
-                   when the DAG evaluates it)
+                   training wall time up to that step, eval accuracy, greedy accuracy and pass@k (the
+                   start policy at step 0 when the DAG evaluates it)
 
 Accuracy is the RL summary's `eval_accuracy_final`: the mean over the benchmarks of the mean over
 each benchmark's problems of the per-problem score p (mean@k at tiny scale), read here from the
@@ -68,6 +70,7 @@ import pandas as pd
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
+from sparserl.engines.lr_tuning import lr_family
 from sparserl.methods.spec import load_method, method_run, run_owners
 from sparserl.studies.stats import LEVEL, t_interval, welch_interval
 
@@ -234,7 +237,8 @@ class Run:
     owner: str
     metrics: pd.DataFrame
     eval: pd.DataFrame
-    final: pd.DataFrame      # per problem: benchmark, id, p
+    final: pd.DataFrame      # per problem: benchmark, id, p (and pass, greedy when evaluated with them)
+    eval_path: Path | None = None
 
 
 def read_run(cfg: dict, method: str, seed: int) -> Run:
@@ -257,11 +261,13 @@ def read_run(cfg: dict, method: str, seed: int) -> Run:
         raise HeadToHeadError(f"{pp_path} (accuracy {a_pp:.6f}) disagrees with {run.eval} (final accuracy "
                               f"{a_ev:.6f}): the two come from different evaluations; rerun `sparserl rl-eval "
                               f"--method {run.method} --seed {seed}`")
-    return Run(method, int(seed), run.method, met.sort_values("step"), ev, pp)
+    return Run(method, int(seed), run.method, met.sort_values("step"), ev, pp, run.eval)
 
 
 def run_curve(r: Run) -> pd.DataFrame:
-    """One row per evaluated checkpoint of a run: step, rollouts and wall time up to it, accuracy."""
+    """One row per evaluated checkpoint of a run: step, rollouts and wall time up to it, accuracy,
+    greedy accuracy and pass@k (NaN for an evaluation without them)."""
+    from sparserl.engines.report import greedy_and_pass
     met = r.metrics
     last = int(met["step"].max())
     rows = []
@@ -273,8 +279,24 @@ def run_curve(r: Run) -> pd.DataFrame:
                                   f"which metrics.parquet (steps {int(met['step'].min())}-{last}) lacks")
         rows.append({"method": r.method, "seed": r.seed, "checkpoint": str(label), "step": step,
                      "rollouts": int(upto["rollouts_total"].iloc[-1]),
-                     "wall_time_s": float(upto["wall_time_s"].sum()), "accuracy": float(d["accuracy"].mean())})
+                     "wall_time_s": float(upto["wall_time_s"].sum()), "accuracy": float(d["accuracy"].mean()),
+                     **_sharpening(greedy_and_pass(d, r.eval_path))})
     return pd.DataFrame(rows).sort_values("step")
+
+
+def _sharpening(gp: dict) -> dict:
+    """`report.greedy_and_pass`'s means under this study's column names."""
+    return {"greedy_accuracy": gp["eval_greedy"], "pass_at_k": gp["eval_pass"]}
+
+
+def _split_scores(runs: list[Run], split: pd.DataFrame | None) -> dict:
+    """Seed means of each run's final mean@k and greedy accuracy on the greedy-wrong split."""
+    from sparserl.engines.report import on_split
+    if split is None:
+        return {"greedy_wrong_accuracy": np.nan, "greedy_wrong_greedy": np.nan}
+    s = [on_split(r.final, split, r.eval_path) for r in runs]
+    return {"greedy_wrong_accuracy": float(np.mean([x["eval_greedy_wrong"] for x in s])),
+            "greedy_wrong_greedy": float(np.mean([x["eval_greedy_wrong_greedy"] for x in s]))}
 
 
 def _spec_columns(method: str) -> dict:
@@ -294,7 +316,7 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     methods, seeds = list(dict.fromkeys(rl["methods"])), list(rl["seeds"])
     if not methods or not seeds:
         raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
-    owners = run_owners(methods)
+    owners = run_owners(methods, rl.get("rollouts_per_step"))
     runs = {m: [read_run(cfg, m, s) for s in seeds] for m in methods}
     # one problem order for every run: the first run's
     ref = runs[methods[0]][0].final
@@ -320,6 +342,8 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 else None)
     labels, ties = tie_groups(order, pairs)
     q = [(1 - LEVEL) / 2, (1 + LEVEL) / 2]
+    from sparserl.engines.report import greedy_and_pass, greedy_wrong_split, pass_metric
+    split = greedy_wrong_split(cfg)
 
     rows = []
     for m in order:
@@ -345,7 +369,18 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                      "wall_time_s": float(np.mean([r.metrics["wall_time_s"].sum() for r in rs])),
                      "accuracy": means[m], "accuracy_sd": float(accs.std(ddof=1)) if len(accs) > 1 else np.nan,
                      "ci_lo": float(lo), "ci_hi": float(hi), "ci_method": how,
-                     "tie_group": labels[m], "n_ties": len(ties[m]), "ties_with": ", ".join(ties[m])})
+                     "tie_group": labels[m], "n_ties": len(ties[m]), "ties_with": ", ".join(ties[m]),
+                     # issue 28: sharpening or learning; added after the columns above
+                     **{k: float(np.mean([_sharpening(greedy_and_pass(r.eval[r.eval["checkpoint"] == "final"],
+                                                                       r.eval_path))[k] for r in rs]))
+                        for k in ("greedy_accuracy", "pass_at_k")},
+                     "pass_metric": pass_metric(rs[0].eval), **_split_scores(rs, split),
+                     "greedy_wrong_share": np.nan if split is None else len(split) / split.attrs["held_out"],
+                     # the lr the runs trained at (rl.lr, or the family's tuned one: rl.lr_tuning)
+                     "lr": float(rs[0].metrics["lr"].iloc[-1]) if "lr" in rs[0].metrics else float(rl.get("lr", np.nan)),
+                     "lr_source": str(rs[0].metrics["lr_source"].iloc[-1]) if "lr_source" in rs[0].metrics else "fixed",
+                     "lr_family": lr_family(load_method(m)),
+                     "protocol": "matched prompts" if load_method(m).prompts_per_step else "matched rollouts"})
     ranking = pd.DataFrame(rows)
 
     curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)
@@ -353,9 +388,10 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     if start is not None:
         ev = read_table(start)
         _need(ev, ("benchmark", "accuracy"), start)
-        acc0 = float(ev["accuracy"].mean())
+        acc0, sharp0 = float(ev["accuracy"].mean()), _sharpening(greedy_and_pass(ev, start))
         curves = pd.concat([pd.DataFrame([{"method": m, "seed": s, "checkpoint": "start", "step": 0, "rollouts": 0,
-                                           "wall_time_s": 0.0, "accuracy": acc0} for m in methods for s in seeds]),
+                                           "wall_time_s": 0.0, "accuracy": acc0, **sharp0}
+                                          for m in methods for s in seeds]),
                             curves], ignore_index=True)
     curves["method"] = pd.Categorical(curves["method"], methods)
     curves = curves.sort_values(["method", "seed", "step"], kind="stable").reset_index(drop=True)
@@ -367,13 +403,23 @@ def curve_summary(curves: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
     """Per (method, checkpoint): the seeds' mean step, rollouts, wall time and accuracy, with the
     t-interval of the accuracy when there are >= 2 seeds (NaN otherwise). Methods keep their order."""
     rows = []
+    extra = [c for c in ("greedy_accuracy", "pass_at_k") if c in curves]  # tables from before issue 28 lack them
+
+    def mean_ci(x: np.ndarray) -> tuple[float, float, float]:
+        if len(x) >= 2 and np.isfinite(x).all():
+            return t_interval(x, level)
+        return float(np.mean(x)), np.nan, np.nan
+
     for (m, ck), d in curves.groupby(["method", "checkpoint"], sort=False):
         lo = hi = np.nan
         if len(d) >= 2:
             _, lo, hi = t_interval(d["accuracy"].to_numpy(), level)
-        rows.append({"method": m, "checkpoint": ck, "seeds": len(d), "step": float(d["step"].mean()),
-                     "rollouts": float(d["rollouts"].mean()), "wall_time_s": float(d["wall_time_s"].mean()),
-                     "accuracy": float(d["accuracy"].mean()), "ci_lo": lo, "ci_hi": hi})
+        row = {"method": m, "checkpoint": ck, "seeds": len(d), "step": float(d["step"].mean()),
+               "rollouts": float(d["rollouts"].mean()), "wall_time_s": float(d["wall_time_s"].mean()),
+               "accuracy": float(d["accuracy"].mean()), "ci_lo": lo, "ci_hi": hi}
+        for c in extra:
+            row[c], row[f"{c}_ci_lo"], row[f"{c}_ci_hi"] = mean_ci(d[c].to_numpy(dtype=float))
+        rows.append(row)
     out = pd.DataFrame(rows)
     order = {m: i for i, m in enumerate(dict.fromkeys(curves["method"]))}
     out = out.assign(_o=out["method"].map(order)).sort_values(["_o", "step"], kind="stable")

@@ -62,6 +62,13 @@ def scale_note(scale: str) -> list[str]:
 
 RANKING_COLUMNS = ("rank", "tie_group", "method", "family", "seeds", "rollouts_total", "wall_time_s",
                    "accuracy", "ci_lo", "ci_hi", "ci_method", "ties_with")
+# (header, column, format): read when the ranking has them (issue 28)
+OPTIONAL_HEADERS = (("protocol", ("protocol", "")), ("greedy", ("greedy_accuracy", "{:.3f}")),
+                    ("pass@k", ("pass_at_k", "{:.3f}")), ("greedy-wrong mean@k", ("greedy_wrong_accuracy", "{:.3f}")),
+                    ("greedy-wrong greedy", ("greedy_wrong_greedy", "{:.3f}")),
+                    ("greedy-wrong share", ("greedy_wrong_share", "{:.3f}")),
+                    ("lr", ("lr", "{:.2e}")), ("lr source", ("lr_source", "")), ("lr family", ("lr_family", "")))
+OPTIONAL_COLUMNS = tuple(c for _, c in OPTIONAL_HEADERS)
 
 
 def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_hash: str, commit: str,
@@ -75,21 +82,32 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
     def num(x, fmt):
         return (fmt.format(x) if np.isfinite(x) else "—", "num")
 
+    def opt(r, col, fmt):  # issue 28's columns; "—" in a ranking written before them
+        v = getattr(r, col, np.nan)
+        return num(float(v), fmt) if isinstance(v, (int, float, np.number)) else (str(v), "")
+
     rows = [[num(r.rank, "{:.0f}"), r.tie_group, r.method, r.family, num(r.seeds, "{:.0f}"),
              num(r.rollouts_total, "{:.0f}"), num(r.wall_time_s, "{:.0f}"), num(r.accuracy, "{:.3f}"),
              (f"[{r.ci_lo:.3f}, {r.ci_hi:.3f}]" if np.isfinite(r.ci_lo) and np.isfinite(r.ci_hi) else "—", "num"),
-             r.ci_method, r.ties_with or "—"] for r in ranking.itertuples()]
+             r.ci_method, r.ties_with or "—",
+             *(opt(r, c, f) for c, f in OPTIONAL_COLUMNS)] for r in ranking.itertuples()]
     intro = [f"Config {config_name} (hash {config_hash}), commit {commit}. Every RL method of the config, trained "
-             f"from the same start policy at the same rollouts per step, ranked by final held-out accuracy; "
+             f"from the same start policy at the same rollouts per step (the matched-prompts rows, protocol "
+             f"column, at the same prompts per step), ranked by final held-out accuracy; "
              f"from {source} (`sparserl head-to-head`).", *scale_note(scale)]
     legend = ["rank: 1 + the number of methods with a strictly higher mean accuracy.",
               "accuracy: mean over the benchmarks of mean@k on the final checkpoint, mean over seeds; 95% CI as "
               "the CI method column says (t over seeds with >= 2 seeds, else a bootstrap over problems).",
               "tie group: methods sharing a letter are not separated by the data (their pairwise 95% interval "
               "contains 0; pairs.parquet holds each pair); ties with names them.",
-              "rollouts total: rollouts generated over training; wall time: training steps only, seconds."]
+              "rollouts total: rollouts generated over training; wall time: training steps only, seconds.",
+              "greedy, pass@k: the final checkpoint's greedy accuracy and share of problems with a correct sample "
+              "among k; greedy-wrong: mean@k and greedy accuracy on the held-out problems the start policy's "
+              "greedy answer gets wrong (share: their part of the held-out set).",
+              "lr: the learning rate the runs trained at, rl.lr (fixed) or their lr family's tuned one "
+              "(rl.lr_tuning)."]
     header = ["rank", "tie group", "method", "family", "seeds", "rollouts total", "wall time (s)", "accuracy",
-              "95% CI", "CI method", "ties with"]
+              "95% CI", "CI method", "ties with", *(h for h, _ in OPTIONAL_HEADERS)]
     return html_page(f"Head-to-head ranking at scale {scale}", intro, header, rows, legend=legend)
 
 

@@ -11,6 +11,10 @@ with few distinct problems give smaller sets than asked; the row counts are in t
 the answer +-1), a stand-in for the wrong solutions of real pre-training data: the policy learns to
 put that share of its mass on a wrong answer, and RL with a verifier can take it back (the room of
 RL's sharpening under the evaluation's top-p; `sparserl world-report` measures it).
+
+`tasks.world` (world 2.0, sparserl.tasks.worked) replaces that noise: worked solutions with
+systematic slips on a hash-chosen share of problem templates, and gold answers by the usual
+operator precedence. Without the key every artifact is world 1's.
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.config import ConfigError
+from sparserl.tasks import worked
+from sparserl.tasks.prompts import format_target
 
 SIDES = ("eval", "rl", "pretrain")
 
@@ -89,6 +95,14 @@ def distinct_problems(level: dict, want: int, seed: int, side: str, split: dict,
     return list(seen.items())
 
 
+def _gold(pairs, t: dict) -> list[tuple[str, str]]:
+    """World 2.0's answers are the usual-precedence value (reasoning-gym's basic_arithmetic
+    evaluates left to right once the expression lost its parentheses); world 1 keeps rg's."""
+    if worked.settings(t) is None:
+        return pairs
+    return [(p, str(worked.value(p))) for p, _ in pairs]
+
+
 def _records(pairs, level: dict, level_idx: int, prefix: str) -> list[dict]:
     return [{"id": f"{prefix}/{level['name']}/{i}", "problem": p, "answer": a,
              "source": level["name"], "level": level_idx, "generator": level["generator"]}
@@ -106,7 +120,7 @@ def make_train_pool(cfg: dict) -> pd.DataFrame:
         taken = {r["problem"] for r in rows}
         pairs = distinct_problems(lv, per, cfg["seed"] * 1000 + li, pool_side(split), split,
                                   exclude=taken)
-        rows += _records(pairs, lv, li, "train")
+        rows += _records(_gold(pairs, t), lv, li, "train")
     return pd.DataFrame(rows)
 
 
@@ -137,9 +151,12 @@ def make_pretrain_corpus(cfg: dict) -> pd.DataFrame:
         while len(pairs) < per:
             pairs += [(p, a) for p, a in _generate(lv, 2 * per, seed) if split_of(p, split) == "pretrain"]
             seed += 7919
-        rows += _records(pairs[:per], lv, li, "corpus")
+        rows += _records(_gold(pairs[:per], t), lv, li, "corpus")
     df = pd.DataFrame(rows).sample(frac=1.0, random_state=cfg["seed"]).reset_index(drop=True)
     df["clean_answer"] = df["answer"]
+    w = worked.settings(t)
+    if w is not None:
+        return _worked_corpus(cfg, df, w)
     noise = t.get("pretrain_noise") or {}
     rate = float(noise.get("rate", 0.0))
     rng = np.random.default_rng([cfg["seed"], 4_099])
@@ -147,6 +164,20 @@ def make_pretrain_corpus(cfg: dict) -> pd.DataFrame:
     df["noisy"] = noisy
     kind = noise.get("kind", "off_by_one")
     df.loc[noisy, "answer"] = [corrupt(a, kind, rng) for a in df.loc[noisy, "clean_answer"]]
+    return df
+
+
+def _worked_corpus(cfg: dict, df: pd.DataFrame, w: dict) -> pd.DataFrame:
+    """World 2.0's targets: `target` the worked text, `answer` its final (taught) answer, `slip`
+    whether the row carries its template's slip, `slip_template`, `template`, `noisy`."""
+    rng = np.random.default_rng([cfg["seed"], 4_099, 2])
+    sols = [worked.corpus_solution(p, w, rng, lambda a: format_target(cfg, a)) for p in df["problem"]]
+    df["target"] = [s[0] for s in sols]
+    df["answer"] = [s[1] for s in sols]
+    df["slip"] = [s[2] for s in sols]
+    df["slip_template"] = [s[3] for s in sols]
+    df["template"] = [s[4] for s in sols]
+    df["noisy"] = df["answer"] != df["clean_answer"]
     return df
 
 
@@ -158,6 +189,7 @@ def make_benchmarks(cfg: dict) -> dict[str, pd.DataFrame]:
     for bi, b in enumerate(t["benchmarks"]):
         pairs = distinct_problems(b, b.get("size", 128), cfg["seed"] * 1000 + 900 + bi, "eval",
                                   split, exclude=taken)
+        pairs = _gold(pairs, t)
         taken |= {p for p, _ in pairs}
         if not pairs:
             raise ValueError(f"tasks.benchmarks '{b['name']}': no held-out problems could be "

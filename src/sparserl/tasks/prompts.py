@@ -18,3 +18,11 @@ def format_prompt(cfg: dict, problem: str, tokenizer=None) -> str:
 
 def format_target(cfg: dict, answer: str) -> str:
     return cfg["tasks"].get("answer_template", " \\boxed{{{answer}}}").format(answer=answer)
+
+
+def corpus_targets(cfg: dict, corpus) -> list[str]:
+    """The pre-training targets of corpus rows: world 2.0's worked solutions (column `target`,
+    sparserl.tasks.worked), else the answer template around `answer`."""
+    if "target" in corpus.columns:
+        return list(corpus["target"])
+    return [format_target(cfg, a) for a in corpus["answer"]]

@@ -2,7 +2,7 @@
 
     warm-up (critic methods): `warmup_updates` value updates on rollouts of the start policy
     for step:
-        sample problems                         (rollouts_per_step / K of them)
+        sample problems                         (rollouts_per_step / K of them, or prompts_per_step)
         play K episodes of each                 (single-turn: one generation; Sudoku: one per turn)
         values of every response token          (the critic as it is now: evaluate before train)
         advantages from the methods layer       (trajectory level: Mean, VF/Pvf GAE, Tether, EVPO)

@@ -1,7 +1,8 @@
 """The local RL trainer (CPU, tiny and small scales): one loop for every method.
 
     for step:
-        sample prompts                          (rollouts_per_step / group_size of them)
+        sample prompts                          (rollouts_per_step / group_size of them, or the
+                                                 method's prompts_per_step)
         generate n per prompt                   (OSLA: in rounds until its stopping rules end the batch;
                                                  DAPO: dynamic sampling until the batch is full)
         score with the verifier                 (reward in {0, 1}; DAPO adds overlong shaping)
@@ -49,6 +50,7 @@ from sparserl.engines.local.adamw import AdamW
 from sparserl.engines.local.critic_loop import (CriticLoop, critic_rows, evaluate_critic, make_critic,
                                                 token_values, with_critic_lr)
 from sparserl.engines.local.losses import LOSSES, kl_k3, token_logprobs
+from sparserl.engines.lr_tuning import tuned_lr
 from sparserl.grading.verifier import open_verifier
 from sparserl.methods.sampling import Sampled, make_sampler
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
@@ -143,8 +145,12 @@ class Trainer(CriticLoop):
         self.n_prompts = prompts_per_step(self.m, self.rl["rollouts_per_step"])
         self.params = SamplingParams(temperature=self.rl.get("temperature", 1.0), top_p=1.0,
                                      max_new_tokens=rl_max_new_tokens(cfg))
+        # rl.lr, or the method family's tuned lr (rl.lr_tuning); runs elsewhere (V0's harvest, the
+        # tuning's own) train at their config's rl.lr
+        self.lr, self.lr_source = (tuned_lr(cfg, self.m) if run_paths is None
+                                   else (float(self.rl.get("lr", 1e-4)), "fixed"))
         # torch.optim's arithmetic, without its 1.45 s import of torch._dynamo (adamw.py)
-        self.opt = AdamW(self.model.parameters(), lr=self.rl.get("lr", 1e-4),
+        self.opt = AdamW(self.model.parameters(), lr=self.lr,
                          weight_decay=self.rl.get("weight_decay", 0.0))
         self.rng = np.random.default_rng(seed)
         self.step = 0
@@ -183,6 +189,8 @@ class Trainer(CriticLoop):
         # study's run carries the key, so every other run's state stays valid
         if self.study_steps:
             key["study_snapshots"] = self.study_steps
+        if self.lr_source == "tuned":  # a retuned lr starts over; a fixed one is rl.lr, in the key
+            key["lr"] = self.lr
         return config_hash(key)
 
     def save_state(self) -> None:
@@ -229,6 +237,7 @@ class Trainer(CriticLoop):
     def write_metrics(self) -> None:
         if self.metrics:
             extra = {"method": self.m.name, "seed": self.seed, "steps": self.steps,
+                     "lr": self.lr, "lr_source": self.lr_source,
                      "verifier": None if self._ver is None else self._ver.timeout_counts()}
             write_table(pd.DataFrame(self.metrics), self.run_paths.metrics, cfg=self.cfg, extra=extra)
             write_table(pd.DataFrame(self.harvest), self.run_paths.rollouts, cfg=self.cfg,
@@ -459,7 +468,8 @@ class Trainer(CriticLoop):
                        "rollouts_total": total_rollouts,
                        "zero_adv_frac": float(np.mean(np.abs(adv_tokens) < 1e-8)),
                        "adv_abs_mean": float(np.abs(adv_tokens).mean()),
-                       "support_size": len(self.support), "wall_time_s": time.time() - t0, **info}
+                       "support_size": len(self.support), "wall_time_s": time.time() - t0,
+                       "lr": self.lr, "lr_source": self.lr_source, **info}
                 self.metrics.append(row)
                 tb.scalars(row, self.step)
                 bar.set_postfix_str(f"reward {row['reward_mean']:.3f} rollouts {len(batch)} "

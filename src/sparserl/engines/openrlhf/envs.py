@@ -514,7 +514,7 @@ def run_critique(cfg: dict, exp: str, method_name: str, seed: int, *, dry_run: b
     s = settings(cfg, exp)
     W = critic_warmup_steps(method)
     every = metrics_from_tensorboard(run.tensorboard, W)
-    met = run_metrics(every, int(s["rollouts_per_step"]))
+    met = run_metrics(every, int(data["prompts_per_step"]) * method.group_size)  # the method's prompts_per_step too
     if not len(met):
         raise RuntimeError(f"{run.tensorboard}: OpenRLHF logged no training step; see the run's log")
     extra = {**keys, "steps": int(s["steps"]), "engine": f"openrlhf=={OPENRLHF_VERSION}", "warmup_steps": W}

@@ -164,7 +164,8 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     # FIFO restart from zero on a resume (engines.openrlhf.critic), so such a run starts over
     f["ckpt.load_enable"] = method.critic is None
 
-    # batch sizes: every method consumes rl.rollouts_per_step rollouts per step
+    # batch sizes: every method consumes rl.rollouts_per_step rollouts per step (one with
+    # prompts_per_step: that many prompts x G, the matched-prompts protocol)
     G = method.group_size
     B = prompts_per_step(method, int(rl["rollouts_per_step"]))
     steps = total_steps(cfg["rl"], method)
@@ -255,7 +256,7 @@ def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path,
     """The OpenRLHF argument list for one run.
 
     Method -> flags: group_size -> --rollout.n_samples_per_prompt; rollouts_per_step / group_size
-    -> --rollout.batch_size; steps x steps_factor x that -> --data.max_samples (one episode);
+    (or the method's prompts_per_step) -> --rollout.batch_size; steps x steps_factor x that -> --data.max_samples (one episode);
     estimator -> --algo.advantage.estimator (our registry name); loss.type -> --actor.policy_loss_type
     (ppo | gspo | gpg); clip_low/high -> --actor.eps_clip_low_high; agg -> --actor.loss_agg_mode;
     kl_coef -> --algo.kl.init_coef (+ --algo.kl.use_loss k3 when > 0); dynamic_sampling ->

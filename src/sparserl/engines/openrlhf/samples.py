@@ -17,7 +17,8 @@ actor ranks' micro-batches, so every rank gets the same number of full micro-bat
 PROMPTS IN THAT DISPATCH (round-robin in batch order, so extras go to prompts that still want
 more). Padding rollouts are real rollouts of their prompt and ARE TRAINED ON (the estimator
 groups by uid and handles the larger groups), but the stopping rule does not see them: run_osla
-gets exactly the rewards it asked for, so its decisions are Theorem 3.6's. Because every
+gets exactly the rewards it asked for, so its decisions are Theorem 3.6's. A rollout cap
+(``osla.max_rollouts_per_step``) counts the padded dispatches, which are what trains. Because every
 dispatch is a multiple of the pad, so is the step's rollout count; the launcher sets
 ``--train.batch_size`` to a divisor of it, so no optimizer step straddles two RL steps.
 
@@ -145,7 +146,7 @@ class OslaSamplesGenerator(SamplesGenerator):
 
         self.last_osla = run_osla(sample_fn, osla_priors(labels, spec, self.args), k_init=o.k_init,
                                   k_step=o.k_step, c=o.c, k_max=o.k_max, global_stop=o.global_stop,
-                                  pad_multiple=pad)
+                                  pad_multiple=pad, max_rollouts=o.max_rollouts_per_step)
         self.last_dispatches = dispatches
         return list(itertools.chain.from_iterable(per_prompt))
 

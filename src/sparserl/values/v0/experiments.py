@@ -5,8 +5,9 @@
 of every policy and checkpoint, and scores the test rows with V0 and the baselines:
 v0, v0_untrained, head_only (the head on mean-pooled embeddings), knn_contextual (a FIFO of the
 policy's last 2048 context pairs, k = 64), outcome_model (prompt only), context_mean, and the
-coupled value models (vanilla, step-wise retrain; `coupled`). Writes the predictions and one
-metrics row per method (overall and per policy) under `Paths.value_eval`.
+coupled value models (vanilla, step-wise retrain; `coupled`), then the reference rows
+(`references`: oracle_p, oracle_p_resampled, level_only). Writes the predictions and one metrics
+row per method (overall and per policy) under `Paths.value_eval`.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from sparserl.values.v0.baselines import KNNContextual, OutcomeModel
 from sparserl.values.v0.embedder import EmbeddingTable, embed_texts
 from sparserl.values.v0.model import V0, save_v0
 from sparserl.values.v0.protocols import PROTOCOLS
+from sparserl.values.v0.references import (level_only_predictions, oracle_predictions, query_levels,
+                                           resampled_oracle_predictions)
 from sparserl.values.v0.settings import make_embedder, v0_device, v0_settings
 from sparserl.values.v0.train import GROUP, draw_context, fit_v0, predict_v0
 from sparserl.core.logs import get_logger
@@ -129,7 +132,10 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
                  coupled: bool = True) -> pd.DataFrame:
     from sparserl.core.artifacts import write_table
     from sparserl.values.v0.coupled import coupled_predictions
-    P, s, _, tl, texts, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log)
+    P, s, harvest, tl, texts, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log)
+    levels = query_levels(cfg, harvest)
+    tl = tl.assign(level=tl["query_id"].map(levels))
+    test = tl[tl["role"] == "test"]
     out_dir = P.value_model("v0")
     preds = {}
     torch.manual_seed(seed)
@@ -155,6 +161,10 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
         kw = dict(epochs=int(b.get("vm_epochs", 5)), lr=float(b.get("vm_lr", 1e-4)), seed=seed)
         preds["vanilla_value_model"] = coupled_predictions(tl, texts, dirs, **kw)
         preds["stepwise_retrain"] = coupled_predictions(tl, texts, dirs, stepwise=True, **kw)
+    # reference rows (`references`): the ceiling and a difficulty-only guess, on the same test rows
+    preds["oracle_p"] = oracle_predictions(test)
+    preds["oracle_p_resampled"] = resampled_oracle_predictions(test, seed)
+    preds["level_only"] = level_only_predictions(tl, test)
     rows = []
     for name, pr in preds.items():
         pr = pr.loc[test.index] if len(pr) == len(test) else pr
