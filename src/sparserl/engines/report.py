@@ -181,9 +181,17 @@ def on_split(pp: pd.DataFrame, split: pd.DataFrame, path) -> dict:
     return {"eval_greedy_wrong": float(d["p"].mean()), "eval_greedy_wrong_greedy": greedy}
 
 
-def _protocol(method: str) -> str:
-    """Matched prompts when the method spec fixes its prompts per step, else today's matched rollouts."""
-    return "matched prompts" if getattr(load_method(method), "prompts_per_step", None) else "matched rollouts"
+def protocol(method: str) -> str:
+    """Matched prompts when the method spec fixes its prompts per step, else matched rollouts."""
+    return "matched prompts" if load_method(method).prompts_per_step else "matched rollouts"
+
+
+def run_lr(met: pd.DataFrame, rl: dict) -> dict:
+    """The learning rate a run trained at, from its metrics (rl.lr or its family's tuned one,
+    `engines.lr_tuning`); rl.lr and "fixed" for metrics written before runs recorded it."""
+    if "lr" in met:
+        return {"lr": float(met["lr"].iloc[-1]), "lr_source": str(met["lr_source"].iloc[-1])}
+    return {"lr": float(rl.get("lr", np.nan)), "lr_source": "fixed"}
 
 
 SPLIT_COLUMNS = ("eval_greedy_final", "eval_pass_final", "eval_greedy_wrong_final", "eval_greedy_wrong_greedy_final",
@@ -242,10 +250,7 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
                          **_groups(fin, in_dist), **{f"start_{k}": v for k, v in start.items()},
                          **{f"{k}_final": v for k, v in greedy_and_pass(fin, run.eval).items()},
                          **_split_columns(run, split), "pass_metric": pass_metric(fin),
-                         "protocol": _protocol(method),
-                         # the learning rate the run trained at: rl.lr, or its family's tuned one
-                         "lr": float(met["lr"].iloc[-1]) if "lr" in met else float(rl.get("lr", np.nan)),
-                         "lr_source": str(met["lr_source"].iloc[-1]) if "lr_source" in met else "fixed"})
+                         "protocol": protocol(method), **run_lr(met, rl)})
     runs = pd.DataFrame(rows)
     if start:  # gains over the policy RL starts from, on the same benchmarks and protocol
         runs["eval_gain"] = runs["eval_accuracy_final"] - runs["start_eval_accuracy"]

@@ -342,7 +342,7 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 else None)
     labels, ties = tie_groups(order, pairs)
     q = [(1 - LEVEL) / 2, (1 + LEVEL) / 2]
-    from sparserl.engines.report import greedy_and_pass, greedy_wrong_split, pass_metric
+    from sparserl.engines.report import greedy_and_pass, greedy_wrong_split, pass_metric, protocol, run_lr
     split = greedy_wrong_split(cfg)
 
     rows = []
@@ -376,11 +376,8 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                         for k in ("greedy_accuracy", "pass_at_k")},
                      "pass_metric": pass_metric(rs[0].eval), **_split_scores(rs, split),
                      "greedy_wrong_share": np.nan if split is None else len(split) / split.attrs["held_out"],
-                     # the lr the runs trained at (rl.lr, or the family's tuned one: rl.lr_tuning)
-                     "lr": float(rs[0].metrics["lr"].iloc[-1]) if "lr" in rs[0].metrics else float(rl.get("lr", np.nan)),
-                     "lr_source": str(rs[0].metrics["lr_source"].iloc[-1]) if "lr_source" in rs[0].metrics else "fixed",
-                     "lr_family": lr_family(load_method(m)),
-                     "protocol": "matched prompts" if load_method(m).prompts_per_step else "matched rollouts"})
+                     **run_lr(rs[0].metrics, rl), "lr_family": lr_family(load_method(m)),
+                     "protocol": protocol(m)})
     ranking = pd.DataFrame(rows)
 
     curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)
