@@ -395,3 +395,23 @@ def test_summary_reports_greedy_pass_and_the_greedy_wrong_split(tmp_path, monkey
     load = report.load_method
     monkeypatch.setattr(report, "load_method", lambda m: MatchedPrompts(load(m)))
     assert summarize_runs(cfg).set_index("method").loc["grpo_g8", "protocol"] == "matched prompts"
+
+
+def test_gain_intervals_are_t_intervals_over_seeds():
+    """Issue 28's acceptance reads the gains' 95% CIs: a t-interval over seeds (as the studies'),
+    a point when the seeds agree, NaN with one seed or a missing value."""
+    from sparserl.engines.report import gain_intervals
+    from sparserl.studies.stats import t_interval
+    runs = pd.DataFrame({"method": ["a"] * 3 + ["b"] + ["c"] * 2 + ["d"] * 2,
+                         "eval_gain": [.05, .07, .06, .1, .02, .02, .01, .03],
+                         "eval_greedy_gain": [.01, -.02, .04, .0, .03, .03, .01, np.nan]})
+    ci = gain_intervals(runs).set_index("method")
+    _, lo, hi = t_interval([.05, .07, .06])
+    assert ci.loc["a", "eval_gain_ci_lo"] == pytest.approx(lo) and ci.loc["a", "eval_gain_ci_hi"] == pytest.approx(hi)
+    assert lo > 0  # excludes 0
+    _, glo, ghi = t_interval([.01, -.02, .04])
+    assert ci.loc["a", "eval_greedy_gain_ci_lo"] == pytest.approx(glo) and glo < 0 < ghi
+    assert np.isnan(ci.loc["b", "eval_gain_ci_lo"]) and np.isnan(ci.loc["b", "eval_gain_ci_hi"])
+    assert ci.loc["c", "eval_gain_ci_lo"] == ci.loc["c", "eval_gain_ci_hi"] == pytest.approx(.02)
+    assert np.isnan(ci.loc["d", "eval_greedy_gain_ci_lo"]) and not np.isnan(ci.loc["d", "eval_gain_ci_lo"])
+    assert "eval_pass_gain_ci_lo" not in ci  # only the gains the runs have

@@ -43,3 +43,31 @@ def test_pretrain_resumes_after_a_kill_with_its_snapshots(repo, tmp_path):
         a, b = _weights(Pf.policy(ref)), _weights(Pk.policy(ref))
         assert all(torch.equal(a[k], b[k]) for k in a), ref
     assert not Pk.pretrain_state("s").exists(), "a finished run keeps no resume state"
+
+
+def test_length_chunks_give_the_one_pass_loss_and_gradient():
+    """pretrain.length_chunks cuts a batch into length-sorted chunks to skip padding; the loss and
+    the gradient are the one-pass ones (to float rounding), and one chunk is the old code's bits."""
+    import copy
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from sparserl.models.policies import batch_loss
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=64, max_position_embeddings=128))
+    x = torch.randint(1, 50, (16, 40))
+    m = torch.zeros(16, 40, dtype=torch.bool)
+    for i, n in enumerate(torch.randint(10, 40, (16,)).tolist()):
+        m[i, 5:n] = True
+        x[i, n:] = 0
+    ref, one, four = model, copy.deepcopy(model), copy.deepcopy(model)
+    L = int(m.nonzero()[:, 1].max()) + 1  # the one-pass loss as pre-training computed it before chunks
+    logits = ref(input_ids=x[:, :L]).logits[:, :-1]
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 50), x[:, 1:L].masked_fill(~m[:, 1:L], -100).reshape(-1),
+                                             ignore_index=-100)
+    loss.backward()
+    assert torch.equal(batch_loss(one, x, m, 1), loss.detach())
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ref.parameters(), one.parameters()))
+    assert batch_loss(four, x, m, 4).item() == pytest.approx(loss.item(), rel=1e-6)
+    for a, b in zip(ref.parameters(), four.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6)
+    assert any(not torch.equal(a.grad, b.grad) for a, b in zip(ref.parameters(), four.parameters()))  # 4 passes ran

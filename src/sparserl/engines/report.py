@@ -5,6 +5,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
@@ -213,6 +214,28 @@ def _split_columns(run, split: pd.DataFrame | None) -> dict:
             "greedy_wrong_problems": len(split), "greedy_wrong_share": len(split) / split.attrs["held_out"]}
 
 
+GAIN_COLUMNS = ("eval_gain", "eval_greedy_gain", "eval_pass_gain", "eval_greedy_wrong_gain",
+                "eval_greedy_wrong_greedy_gain")
+
+
+def gain_intervals(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per method, `<gain>_ci_lo` and `<gain>_ci_hi`: the 95% t-interval over seeds of each gain
+    over the start policy (issue 28's acceptance reads mean@k's and greedy's; the same interval as
+    studies.stats.t_interval); NaN with one seed, where the seed spread is unknown."""
+    cols = [c for c in GAIN_COLUMNS if c in runs]
+    rows = []
+    for method, d in runs.groupby("method", sort=True):
+        row = {"method": method}
+        for c in cols:
+            x = d[c].to_numpy(float)
+            ok = len(x) > 1 and np.isfinite(x).all() and x.std() > 0
+            lo, hi = (stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x)) if ok
+                      else (x.mean(), x.mean()) if len(x) > 1 else (np.nan, np.nan))
+            row.update({f"{c}_ci_lo": lo, f"{c}_ci_hi": hi})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["method"] + [f"{c}_ci_{e}" for c in cols for e in ("lo", "hi")])
+
+
 def summarize_runs(cfg: dict) -> pd.DataFrame:
     """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used,
     with `rollouts_note` saying why a method's total differs from the common budget."""
@@ -283,6 +306,7 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
         **{c: (c, "mean") for c in SPLIT_COLUMNS if c in runs},
         **{c: (c, "first") for c in ("pass_metric", "protocol", "lr", "lr_source") if c in runs}).reset_index()
     agg["eval_accuracy_se"] = agg["eval_accuracy_sd"] / np.sqrt(agg["seeds"])  # over seeds
+    agg = agg.merge(gain_intervals(runs), on="method", how="left")
     agg["rollouts_note"] = [
         rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,
                       r.rollouts_trained, None if np.isnan(r.osla_rounds_mean) else r.osla_rounds_mean,

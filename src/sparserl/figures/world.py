@@ -15,7 +15,7 @@ from sparserl.figures.registry import FigureError, row, register_figure
 
 def _unavailable(cfg: dict) -> str:
     if not (cfg.get("tasks") or {}).get("world"):
-        return "world 2.0 only (tasks.world; configs/overlays/world2.yaml)"
+        return "world 2.0 only (tasks.world; world 1 is configs/overlays/world1.yaml)"
     if not Paths(cfg).pretrained_policies():
         return "no pre-trained policy, so no world report"
     return ""
