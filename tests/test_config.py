@@ -178,7 +178,7 @@ def test_a_bad_override_names_the_command_line_not_the_file(overrides, msg):
 def test_overrides_are_echoed_with_the_values_they_replace():
     from sparserl.core.config import describe_overrides
     assert (describe_overrides({"rl.steps": "20", "rl": {"lr": "1e-4"}}, [REPO / "configs/tiny.yaml"])
-            == "command-line --config: rl.steps=20 (was 60), rl.lr=0.0001 (was 3.75e-05)")
+            == "command-line --config: rl.steps=20 (was 40), rl.lr=0.0001 (was 3.75e-05)")
 
 
 def test_a_changed_settings_hash_is_explained_by_its_keys(tmp_path):

@@ -211,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.head_to_head import register as register_head_to_head; register_head_to_head(sub, add)
     from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
     from sparserl.cli.show import register as register_show; register_show(sub, add)
+    from sparserl.cli.world_compare import register as register_world_compare
+    register_world_compare(sub, add)
     return ap
 
 

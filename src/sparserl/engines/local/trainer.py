@@ -339,6 +339,8 @@ class Trainer(CriticLoop):
             for mini_no, mini in enumerate(np.array_split(order_rng.permutation(len(seqs)), n_mini)):
                 self.opt.zero_grad(set_to_none=True)
                 tokens_total = sum(len(seqs[i]) - plens[i] for i in mini)
+                if len(mini) > mb:  # micro-batches of similar lengths pad less: the same gradient
+                    mini = mini[np.argsort([len(seqs[i]) for i in mini], kind="stable")]
                 for start in range(0, len(mini), mb):
                     sl = mini[start:start + mb]
                     s_seqs, s_plens = [seqs[i] for i in sl], [plens[i] for i in sl]
