@@ -13,7 +13,7 @@ from split_checks import assert_split_guarantees  # tests/split_checks.py
 
 
 def _cfg(repo, **world):
-    cfg = copy.deepcopy(load_config(repo / "configs/tiny.yaml"))
+    cfg = copy.deepcopy(load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world2.yaml"]))
     cfg["tasks"]["world"].update(world)
     cfg["tasks"]["pretrain_corpus_size"] = 3000
     cfg["tasks"]["train_pool"]["size"] = 300
@@ -22,19 +22,27 @@ def _cfg(repo, **world):
     return cfg
 
 
-def test_world2_is_the_default_and_world1_an_overlay(repo):
-    """World 2.0 is tiny's and small's world; configs/overlays/world1.yaml gives world 1 back, the
-    same config as before world 2.0 save the RL rate (issue 28)."""
-    for scale in ("tiny", "small"):
-        cfg = load_config(repo / f"configs/{scale}.yaml")
-        assert worked.settings(cfg["tasks"]) == {"slip_share": 0.3, "slip_rate": 0.65, "noise": 0.1, "salt": 1}
+def test_world2_is_smalls_world_and_an_overlay_over_tiny(repo):
+    """World 2.0 is small's world and configs/overlays/world2.yaml's over tiny (tiny's own stays
+    world 1 until its `all` fits 30 minutes); configs/overlays/world1.yaml gives small world 1
+    back, the same world as before world 2.0 (issue 28)."""
+    w2 = {"slip_share": 0.3, "slip_rate": 0.65, "noise": 0.1, "salt": 1}
+    small = load_config(repo / "configs/small.yaml")
+    tiny2 = load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world2.yaml"])
+    for cfg in (small, tiny2):
+        assert worked.settings(cfg["tasks"]) == w2
         assert cfg["rollout"]["max_new_tokens"] >= 48 and cfg["tokenizer"]["max_length"] >= 72
-        old = load_config([repo / f"configs/{scale}.yaml", repo / "configs/overlays/world1.yaml"])
-        assert worked.settings(old["tasks"]) is None
-        assert old["tasks"]["pretrain_noise"] == {"rate": 0.5, "kind": "off_by_one"}
-        assert (old["tokenizer"]["max_length"], old["rollout"]["max_new_tokens"]) == (30, 12)
-        assert [b["name"] for b in old["tasks"]["benchmarks"]][-1] == "arith_4x1digit"
-        assert old["pretrain"]["length_chunks"] == 1
+    # the same levels, tiny's benchmarks smaller
+    assert tiny2["tasks"]["train_pool"] == small["tasks"]["train_pool"]
+    assert [b["name"] for b in tiny2["tasks"]["benchmarks"]] == [b["name"] for b in small["tasks"]["benchmarks"]]
+    tiny = load_config(repo / "configs/tiny.yaml")
+    assert worked.settings(tiny["tasks"]) is None
+    old = load_config([repo / "configs/small.yaml", repo / "configs/overlays/world1.yaml"])
+    assert worked.settings(old["tasks"]) is None
+    for k in ("pretrain_noise", "pretrain_extra", "train_pool", "benchmarks"):
+        assert old["tasks"][k] == tiny["tasks"][k], k
+    assert old["tokenizer"] == tiny["tokenizer"] and old["rollout"]["max_new_tokens"] == tiny["rollout"]["max_new_tokens"]
+    assert old["pretrain"]["length_chunks"] == 1
 
 
 def test_templates_are_deterministic_and_read_the_pitfall():
@@ -161,7 +169,7 @@ def test_bad_world_values_name_the_key(repo, tmp_path, key, value, match):
     over = tmp_path / "bad.yaml"
     over.write_text(yaml.safe_dump({"tasks": {"world": {key: value}}}))
     with pytest.raises(ConfigError, match=match):
-        load_config([repo / "configs/tiny.yaml", over])
+        load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world2.yaml", over])
     with pytest.raises(ConfigError, match=match):
         worked.settings({"world": {key: value}})
 
@@ -207,5 +215,4 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
     assert "world/start_policy" in [f.id for f in list_figures(cfg)]
     png = make_figure("world/start_policy", cfg, out=tmp_path / "fig" / "start_policy.png")
     assert png.exists() and png.with_suffix(".csv").exists()
-    assert "world/start_policy" not in [f.id for f in list_figures(
-        load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world1.yaml"]))]
+    assert "world/start_policy" not in [f.id for f in list_figures(load_config(repo / "configs/tiny.yaml"))]
