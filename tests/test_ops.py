@@ -401,7 +401,7 @@ def test_gain_intervals_are_t_intervals_over_seeds():
     """Issue 28's acceptance reads the gains' 95% CIs: a t-interval over seeds (as the studies'),
     a point when the seeds agree, NaN with one seed or a missing value."""
     from sparserl.engines.report import gain_intervals
-    from sparserl.studies.stats import t_interval
+    from sparserl.core.stats import t_interval
     runs = pd.DataFrame({"method": ["a"] * 3 + ["b"] + ["c"] * 2 + ["d"] * 2,
                          "eval_gain": [.05, .07, .06, .1, .02, .02, .01, .03],
                          "eval_greedy_gain": [.01, -.02, .04, .0, .03, .03, .01, np.nan]})

@@ -1,4 +1,4 @@
-"""The shared interval statistics (sparserl.studies.stats): t quantiles against table values
+"""The shared interval statistics (sparserl.core.stats): t quantiles against table values
 computed independently (40-digit incomplete-beta root finding), the t and Welch intervals against
 hand computations, and that the claims table and the head-to-head use these same functions."""
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sparserl.studies import claims, head_to_head
-from sparserl.studies import stats as S
+from sparserl.core import stats as S
 
 # t_{0.975, df}, solved to 40 digits on the regularised incomplete beta (mpmath)
 T975 = {1: 12.706204736174705, 2: 4.302652729749464, 10: 2.228138851986275, 32 / 19: 5.176231628546520}

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
@@ -13,6 +12,7 @@ from sparserl.evaluation import evaluate_checkpoint
 from sparserl.grading.verifier import open_verifier
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.core.runlog import EVAL_SUFFIX, RunLog
+from sparserl.core.stats import t_interval
 from sparserl.methods.spec import load_method, method_run, snapshot_steps, total_steps
 from sparserl.tasks.procedural import in_distribution
 
@@ -220,17 +220,15 @@ GAIN_COLUMNS = ("eval_gain", "eval_greedy_gain", "eval_pass_gain", "eval_greedy_
 
 def gain_intervals(runs: pd.DataFrame) -> pd.DataFrame:
     """Per method, `<gain>_ci_lo` and `<gain>_ci_hi`: the 95% t-interval over seeds of each gain
-    over the start policy (issue 28's acceptance reads mean@k's and greedy's; the same interval as
-    studies.stats.t_interval); NaN with one seed, where the seed spread is unknown."""
+    over the start policy (issue 28's acceptance reads mean@k's and greedy's); NaN with one seed,
+    where the seed spread is unknown, or a missing value."""
     cols = [c for c in GAIN_COLUMNS if c in runs]
     rows = []
     for method, d in runs.groupby("method", sort=True):
         row = {"method": method}
         for c in cols:
             x = d[c].to_numpy(float)
-            ok = len(x) > 1 and np.isfinite(x).all() and x.std() > 0
-            lo, hi = (stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x)) if ok
-                      else (x.mean(), x.mean()) if len(x) > 1 else (np.nan, np.nan))
+            lo, hi = t_interval(x)[1:] if len(x) > 1 and np.isfinite(x).all() else (np.nan, np.nan)
             row.update({f"{c}_ci_lo": lo, f"{c}_ci_hi": hi})
         rows.append(row)
     return pd.DataFrame(rows, columns=["method"] + [f"{c}_ci_{e}" for c in cols for e in ("lo", "hi")])

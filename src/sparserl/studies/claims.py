@@ -58,7 +58,7 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
-from sparserl.studies.stats import LEVEL, normal_quantile, t_interval, welch_interval
+from sparserl.core.stats import LEVEL, normal_quantile, t_interval, welch_interval
 
 REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN = (
     "reproduced", "not reproduced", "contradicted", "not run at this scale")

@@ -39,7 +39,7 @@ The rules (CI level 95%, `BOOTSTRAP` resamples, RNG seeded by `BOOTSTRAP_SEED` a
    then says that these two runs differ beyond the noise of the eval problems (and of their
    mean@k scores), not that the methods do. With >= 2 seeds (small scale: 3) the seeds are the
    unit of replication, as in rule 1: a and b are not separated when the Welch t-interval of the
-   difference of their seed means contains 0 (`welch_*`; `sparserl.studies.stats`, at the
+   difference of their seed means contains 0 (`welch_*`; `sparserl.core.stats`, at the
    unrounded Welch-Satterthwaite df). The bootstrap interval stays in pairs.parquet beside it:
    over 3 seeds it is narrower than a t-interval (a percentile bootstrap of a mean of n values
    spreads by sd_(ddof 0) / sqrt(n) with normal-like quantiles, the t-interval has sd_(ddof 1) and
@@ -72,7 +72,7 @@ from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.engines.lr_tuning import lr_family
 from sparserl.methods.spec import load_method, method_run, run_owners
-from sparserl.studies.stats import LEVEL, t_interval, welch_interval
+from sparserl.core.stats import LEVEL, t_interval, welch_interval
 
 log = get_logger(__name__)
 

@@ -22,8 +22,7 @@ from scipy import stats
 
 from sparserl.core.artifacts import read_table
 
-GAINS = (("eval_gain", "mean@k"), ("eval_greedy_gain", "greedy"), ("eval_pass_gain", "pass@k"),
-         ("eval_greedy_wrong_gain", "greedy-wrong mean@k"))
+GAINS = (("eval_gain", "mean@k"), ("eval_greedy_gain", "greedy"), ("eval_pass_gain", "pass@k"))
 START = (("start_eval_accuracy", "mean@k"), ("start_eval_greedy", "greedy"), ("start_eval_pass", "pass@k"),
          ("greedy_wrong_share", "greedy-wrong share"))
 NEEDED = ("method", "seeds", "eval_gain")
@@ -42,7 +41,7 @@ def read_world(label: str, results: str | Path) -> dict:
                          "policy: rerun `sparserl rl-summary` for it")
     man = path.with_name(path.name + ".manifest.json")
     meta = json.loads(man.read_text()) if man.exists() else {}
-    return {"label": label, "path": path, "summary": df.set_index("method"),
+    return {"label": label, "summary": df.set_index("method"),
             "commit": str(meta.get("git_commit", "unknown"))[:7], "config_hash": meta.get("config_hash", "unknown"),
             "scale": meta.get("scale", "unknown")}
 
@@ -99,10 +98,10 @@ def compare(worlds: list[dict], command: str) -> str:
     methods = [m for m in worlds[0]["summary"].index if all(m in w["summary"].index for w in worlds[1:])]
     lines += ["", "**Gains of the final checkpoint over the start policy** (mean over seeds; "
               "[95% t-interval over seeds] where a world has 2 or more):", "",
-              "| method | " + " | ".join(f"{w['label']}: {n}" for w in worlds for _, n in GAINS[:3]) + " |",
-              "|---" * (1 + 3 * len(worlds)) + "|"]
+              "| method | " + " | ".join(f"{w['label']}: {n}" for w in worlds for _, n in GAINS) + " |",
+              "|---" * (1 + len(GAINS) * len(worlds)) + "|"]
     for m in methods:
-        lines.append(f"| {m} | " + " | ".join(_cell(w["summary"].loc[m], c) for w in worlds for c, _ in GAINS[:3])
+        lines.append(f"| {m} | " + " | ".join(_cell(w["summary"].loc[m], c) for w in worlds for c, _ in GAINS)
                      + " |")
     for w in worlds:
         lines += ["", f"**{w['label']}:**", ""] + [f"- {s}" for s in findings(w)]

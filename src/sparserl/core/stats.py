@@ -1,4 +1,5 @@
-"""The interval statistics the studies share (claims table, head-to-head), on scipy.stats.
+"""The interval statistics the studies and the RL summary share (claims table, head-to-head, the
+summary's gain intervals), on scipy.stats.
 
 - `t_quantile(q, df)`: Student's t quantile, any real df > 0 (Welch's df is fractional).
 - `normal_quantile(q)`: the standard normal quantile (delta-method intervals).
@@ -6,7 +7,7 @@
 - `welch_interval(a, b)`: (d, lo, hi) for d = mean(a) - mean(b), d +- t_{(1+level)/2, df} * se with
   se^2 = var_a/n_a + var_b/n_b and the Welch-Satterthwaite df (`welch_df`), not rounded.
 
-One module so that every study reads the same t quantile and the same Welch df.
+One module, in core so that engines and studies alike read the same t quantile and Welch df.
 """
 from __future__ import annotations
 
