@@ -30,20 +30,20 @@ def _cfg(repo, name="tiny", **study):
     return cfg
 
 
-def test_tiny_keeps_step_15_of_grpo_g8_seed0_only(repo):
+def test_tiny_keeps_step_10_of_grpo_g8_seed0_only(repo):
     cfg = _cfg(repo)
-    assert cfg["basis"]["study_checkpoints"]["method"] == "grpo_g8"
+    assert cfg["basis"]["study_checkpoints"]["method"] == "grpo_g8" and cfg["rl"]["steps"] == 40
     g8 = load_method("grpo_g8")
-    assert snapshot_steps(cfg["rl"], g8) == [30]  # evaluated, and read by the study as its middle stage
-    assert study_snapshot_steps(cfg, g8, 0) == [15]  # kept, not evaluated; final (60) is `final/`
+    assert snapshot_steps(cfg["rl"], g8) == [20]  # evaluated, and read by the study as its middle stage
+    assert study_snapshot_steps(cfg, g8, 0) == [10]  # kept, not evaluated; final (40) is `final/`
     assert study_snapshot_steps(cfg, g8, 1) == []
     assert study_snapshot_steps(cfg, load_method("grpo_g16"), 0) == []
     cks = bc.study_checkpoints(cfg)
-    assert [(c.stage, c.step, c.label) for c in cks] == [("early", 15, "step00015"), ("middle", 30, "step00030"),
-                                                        ("late", 60, "final")]
+    assert [(c.stage, c.step, c.label) for c in cks] == [("early", 10, "step00010"), ("middle", 20, "step00020"),
+                                                        ("late", 40, "final")]
     run = Paths(cfg).run("grpo_g8", 0)
-    assert [c.path for c in cks] == [run.checkpoint(15), run.checkpoint(30), run.final]
-    assert cks[0].oracle == Paths(cfg).stage("basis", "oracle", "rl", "grpo_g8", "seed0", "step00015.parquet")
+    assert [c.path for c in cks] == [run.checkpoint(10), run.checkpoint(20), run.final]
+    assert cks[0].oracle == Paths(cfg).stage("basis", "oracle", "rl", "grpo_g8", "seed0", "step00010.parquet")
     assert bc.main_checkpoint(cfg) == cks[1]
     # small evaluates step 50 of 100 and keeps step 25 for the study
     small = _cfg(repo, "small")
@@ -55,9 +55,9 @@ def test_tiny_keeps_step_15_of_grpo_g8_seed0_only(repo):
 def test_a_method_that_repeats_another_studies_the_owners_run(repo):
     cfg = _cfg(repo, method="basis_grid_grpo_g1_vanilla", seed=0, fractions=[0.5, 1.0])
     assert bc.study_checkpoints(cfg)[0].method == "vanilla_g1"
-    assert study_snapshot_steps(cfg, load_method("vanilla_g1"), 0) == []  # 30 is evaluated anyway
+    assert study_snapshot_steps(cfg, load_method("vanilla_g1"), 0) == []  # 20 is evaluated anyway
     cfg["basis"]["study_checkpoints"]["fractions"] = [0.1, 1.0]
-    assert study_snapshot_steps(cfg, load_method("vanilla_g1"), 0) == [6]
+    assert study_snapshot_steps(cfg, load_method("vanilla_g1"), 0) == [4]
     cfg["basis"]["study_checkpoints"]["fractions"] = [0.5, 0.25]
     with pytest.raises(ValueError, match="increasing fractions"):
         bc.study_checkpoints(cfg)
@@ -67,7 +67,8 @@ def test_prompt_subset_is_fixed_seeded_and_in_pool_order(repo):
     cfg = _cfg(repo)
     ids = [f"train/level{i // 100}/{i}" for i in range(1000)]
     a, b = bc.study_prompt_ids(cfg, ids), bc.study_prompt_ids(copy.deepcopy(cfg), ids)
-    assert a == b and len(a) == 256 and len(set(a)) == 256
+    n = cfg["basis"]["study_checkpoints"]["prompts"]
+    assert n == 128 and a == b and len(a) == n and len(set(a)) == n
     assert a == [i for i in ids if i in set(a)]  # pool order
     assert len({i.split("/")[1] for i in a}) == 10  # spread over the levels, not the pool's head
     cfg["basis"]["study_checkpoints"]["prompts"] = None
@@ -277,7 +278,7 @@ def test_tiny_dry_run_wires_the_checkpoint_oracles_and_the_stress_test(repo, tmp
         assert "results/tiny/rl/grpo_g8/seed0/final" in b.split("input:")[1].split("\n")[0]
     assert "results/tiny/basis/reference/s.parquet" in blocks["study_basis_stages"][0]
     main = blocks["study_basis_batches"][0].split("input:")[1].split("\n")[0]
-    assert "reference/s.parquet" in main and "oracle/rl/grpo_g8/seed0/step00030.parquet" in main
+    assert "reference/s.parquet" in main and "oracle/rl/grpo_g8/seed0/step00020.parquet" in main
     stress = blocks["study_basis_stress_batches"][0].split("input:")[1].split("\n")[0]
     assert "reference/s@p50.parquet" in stress and "oracle/s@p75.parquet" in stress
     for f in ("basis/f2_initial_vs_refined.png", "basis/a1_mse_by_stage.png", "basis/stress_f3a_mse_by_method.png",

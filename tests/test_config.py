@@ -146,7 +146,7 @@ def test_overrides_are_nested_and_typed_by_the_schema(overrides):
     from sparserl.core.config import from_snakemake
     cfg = from_snakemake(_tiny_as_snakemake_merges_it(overrides), [REPO / "configs/tiny.yaml"], overrides)
     assert cfg["rl"]["steps"] == 20 and isinstance(cfg["rl"]["steps"], int)
-    assert "rl.steps" not in cfg and cfg["rl"]["lr"] == 1.5e-4  # the rest of rl is the file's
+    assert "rl.steps" not in cfg and cfg["rl"]["lr"] == 3.75e-5  # the rest of rl is the file's
 
 
 def test_override_values_take_the_schemas_type():
@@ -178,7 +178,7 @@ def test_a_bad_override_names_the_command_line_not_the_file(overrides, msg):
 def test_overrides_are_echoed_with_the_values_they_replace():
     from sparserl.core.config import describe_overrides
     assert (describe_overrides({"rl.steps": "20", "rl": {"lr": "1e-4"}}, [REPO / "configs/tiny.yaml"])
-            == "command-line --config: rl.steps=20 (was 60), rl.lr=0.0001 (was 0.00015)")
+            == "command-line --config: rl.steps=20 (was 40), rl.lr=0.0001 (was 3.75e-05)")
 
 
 def test_a_changed_settings_hash_is_explained_by_its_keys(tmp_path):

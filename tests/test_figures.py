@@ -44,7 +44,7 @@ TINY_ONLY = ({"head_to_head/grpo_vs_v05_k", "basis/t2_ood", "basis/t1_policy_opt
               "basis/f6_training_curves", "basis/f8_beta_t"}
              | {f"v05/{n}" for n in ("f1_accuracy_curves", "f3_grad_norm", "f4_entropy", "f5_fixed_k")}
              | set(basis_checkpoints.FIGURES))
-WORLD2_ONLY = {"world/start_policy"}  # world 2.0 only (tasks.world; tests/test_world2.py draws it)
+WORLD2_ONLY = {"world/start_policy"}  # world 2.0 only (tasks.world: tiny's, not smoke's; tests/test_world2.py)
 
 
 @pytest.fixture
@@ -407,7 +407,8 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     from sparserl.core.config import load_config
     tiny = load_config([str(repo / "configs/tiny.yaml")])
     figs = list_figures(tiny)
-    assert {f.id for f in figs} == set(STUDY_FIGURES) | set(RL_FIGURES) | set(V0_FIGURES) | set(LE_CRITIQUE_FIGURES) | TINY_ONLY
+    assert {f.id for f in figs} == (set(STUDY_FIGURES) | set(RL_FIGURES) | set(V0_FIGURES) | set(LE_CRITIQUE_FIGURES)
+                                    | TINY_ONLY | WORLD2_ONLY)
     for f in figs:
         block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
         assert f"output: {f.output(tiny)}" in block, block

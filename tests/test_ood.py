@@ -323,7 +323,8 @@ def test_evaluate_ood_rolls_a_shared_checkpoint_out_once(tiny, world_tokenizer, 
     from sparserl.models.policies import build_model
     tok, corpus = world_tokenizer
     torch.manual_seed(0)
-    model = build_model({"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "ffn_size": 64}, tok, 30)
+    model = build_model({"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1, "ffn_size": 64}, tok,
+                        tiny["tokenizer"]["max_length"])
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
     tok.save_pretrained(ckpt)

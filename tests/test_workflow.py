@@ -195,7 +195,7 @@ def _resolved_configs(workdir, scale="tiny"):
 def test_command_line_overrides_are_typed_echoed_and_reach_the_jobs(repo, tmp_path, override):
     out = snakemake(repo, tmp_path, "--cores", "2", "-n", "rl/grpo_g4", "--config", override)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "sparserl: command-line --config: rl.steps=20 (was 60)" in out.stderr
+    assert "sparserl: command-line --config: rl.steps=20 (was 40)" in out.stderr
     steps = [c["rl"]["steps"] for c in _resolved_configs(tmp_path)]
     assert steps == [20] and isinstance(steps[0], int)  # the one config every job reads
 

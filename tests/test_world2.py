@@ -13,7 +13,7 @@ from split_checks import assert_split_guarantees  # tests/split_checks.py
 
 
 def _cfg(repo, **world):
-    cfg = copy.deepcopy(load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world2.yaml"]))
+    cfg = copy.deepcopy(load_config(repo / "configs/tiny.yaml"))
     cfg["tasks"]["world"].update(world)
     cfg["tasks"]["pretrain_corpus_size"] = 3000
     cfg["tasks"]["train_pool"]["size"] = 300
@@ -22,27 +22,34 @@ def _cfg(repo, **world):
     return cfg
 
 
-def test_world2_is_smalls_world_and_an_overlay_over_tiny(repo):
-    """World 2.0 is small's world and configs/overlays/world2.yaml's over tiny (tiny's own stays
-    world 1 until its `all` fits 30 minutes); configs/overlays/world1.yaml gives small world 1
-    back, the same world as before world 2.0 (issue 28)."""
+def test_world2_is_the_world_of_tiny_and_small_and_world1_overlays_it_back(repo):
+    """World 2.0 is tiny's and small's world; configs/overlays/world1.yaml gives either world 1
+    back, and with configs/overlays/world1_tiny.yaml tiny's world-1 budgets too (issue 28)."""
     w2 = {"slip_share": 0.3, "slip_rate": 0.65, "noise": 0.1, "salt": 1}
     small = load_config(repo / "configs/small.yaml")
-    tiny2 = load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world2.yaml"])
-    for cfg in (small, tiny2):
+    tiny = load_config(repo / "configs/tiny.yaml")
+    for cfg in (small, tiny):
         assert worked.settings(cfg["tasks"]) == w2
         assert cfg["rollout"]["max_new_tokens"] >= 48 and cfg["tokenizer"]["max_length"] >= 72
+        assert cfg["pretrain"]["length_chunks"] > 1
     # the same levels, tiny's benchmarks smaller
-    assert tiny2["tasks"]["train_pool"] == small["tasks"]["train_pool"]
-    assert [b["name"] for b in tiny2["tasks"]["benchmarks"]] == [b["name"] for b in small["tasks"]["benchmarks"]]
-    tiny = load_config(repo / "configs/tiny.yaml")
-    assert worked.settings(tiny["tasks"]) is None
-    old = load_config([repo / "configs/small.yaml", repo / "configs/overlays/world1.yaml"])
-    assert worked.settings(old["tasks"]) is None
+    assert tiny["tasks"]["train_pool"] == small["tasks"]["train_pool"]
+    assert [b["name"] for b in tiny["tasks"]["benchmarks"]] == [b["name"] for b in small["tasks"]["benchmarks"]]
+    assert all(b["size"] < s["size"] for b, s in zip(tiny["tasks"]["benchmarks"], small["tasks"]["benchmarks"]))
+    w1 = "configs/overlays/world1.yaml"
+    old_small = load_config([repo / "configs/small.yaml", repo / w1])
+    old_tiny = load_config([repo / "configs/tiny.yaml", repo / w1, repo / "configs/overlays/world1_tiny.yaml"])
+    for old in (old_small, old_tiny):
+        assert worked.settings(old["tasks"]) is None
+        assert old["tasks"]["pretrain_noise"] == {"rate": 0.5, "kind": "off_by_one"}
+        assert old["tokenizer"]["max_length"] == 30 and old["rollout"]["max_new_tokens"] == 12
+        assert old["pretrain"]["length_chunks"] == 1
     for k in ("pretrain_noise", "pretrain_extra", "train_pool", "benchmarks"):
-        assert old["tasks"][k] == tiny["tasks"][k], k
-    assert old["tokenizer"] == tiny["tokenizer"] and old["rollout"]["max_new_tokens"] == tiny["rollout"]["max_new_tokens"]
-    assert old["pretrain"]["length_chunks"] == 1
+        assert old_small["tasks"][k] == old_tiny["tasks"][k], k
+    # world 1's tiny budgets: policy s pre-trained 1232 steps, RL 60 steps at 1.5e-4
+    assert old_tiny["policies"]["s"]["steps"] == 1232 and old_tiny["policies"]["m"]["hidden_size"] == 128
+    assert (old_tiny["rl"]["steps"], old_tiny["rl"]["lr"]) == (60, 1.5e-4)
+    assert (old_small["rl"]["steps"], old_small["rl"]["lr"]) == (small["rl"]["steps"], small["rl"]["lr"])
 
 
 def test_templates_are_deterministic_and_read_the_pitfall():
@@ -169,7 +176,7 @@ def test_bad_world_values_name_the_key(repo, tmp_path, key, value, match):
     over = tmp_path / "bad.yaml"
     over.write_text(yaml.safe_dump({"tasks": {"world": {key: value}}}))
     with pytest.raises(ConfigError, match=match):
-        load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world2.yaml", over])
+        load_config([repo / "configs/tiny.yaml", over])
     with pytest.raises(ConfigError, match=match):
         worked.settings({"world": {key: value}})
 
@@ -215,4 +222,6 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
     assert "world/start_policy" in [f.id for f in list_figures(cfg)]
     png = make_figure("world/start_policy", cfg, out=tmp_path / "fig" / "start_policy.png")
     assert png.exists() and png.with_suffix(".csv").exists()
-    assert "world/start_policy" not in [f.id for f in list_figures(load_config(repo / "configs/tiny.yaml"))]
+    assert "world/start_policy" in [f.id for f in list_figures(load_config(repo / "configs/tiny.yaml"))]
+    world1 = load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world1.yaml"])
+    assert "world/start_policy" not in [f.id for f in list_figures(world1)]

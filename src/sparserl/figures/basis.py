@@ -241,9 +241,9 @@ def _f6_layout(data):
                          "rollouts), a centred rolling mean over about a twelfth of the run, seed mean, faint: per "
                          "step; bottom: held-out accuracy (unweighted mean over the benchmarks) at the start policy, "
                          "the rl.eval_fractions checkpoints and the end, error bars ±1 s.e. over problems with one "
-                         "seed, else the seeds' min–max band. Tiny scale differs from the paper: 60 (BASIS 30) "
-                         "steps, 3 evaluations a run where the paper's curves evaluate throughout, policy s on "
-                         "arithmetic, one seed.")
+                         "seed, else the seeds' min–max band. The tiny and small scales differ from the paper: 40 "
+                         "(tiny) or 100 (small) steps, BASIS half, 3 evaluations a run where the paper's curves "
+                         "evaluate throughout, policy s (tiny) or m (small) on arithmetic, one seed at tiny.")
 def _f6(data, axes):
     for j, fam in enumerate(data["families"]):
         methods = list(family_methods(fam).values())

@@ -39,9 +39,9 @@ LABELS = {"v05_osla": "V0.5 (fusion + OSLA, k_init=4)", "grpo_g16": "GRPO (G=16)
 EVAL_BUILT_BY = ("rule rl_eval (`sparserl rl-eval`) and rule evaluate (`sparserl evaluate`) for the start "
                  "policy; rule rl_train for the runs' metrics")
 TRAIN_BUILT_BY = "rule rl_train or rl_cluster (`sparserl rl-train` / `sparserl openrlhf-launch`)"
-DIFFERS = ("Tiny scale differs from the paper: policy s (0.2M parameters) on procedural arithmetic, 60 steps "
-           "of 256 rollouts, one seed, the evaluation's metric (mean@16 at top-p 1.0; paper: Qwen3-4B on six "
-           "math benchmarks, top-p 0.7)")
+DIFFERS = ("The tiny and small scales differ from the paper: policy s (0.2M parameters, tiny) or m (1M, small) on "
+           "procedural arithmetic, 40 (tiny) or 100 (small) steps of 256 rollouts, one seed at tiny and three at "
+           "small, the evaluation's metric (mean@16 at top-p 1.0; paper: Qwen3-4B on six math benchmarks, top-p 0.7)")
 
 
 def needs_methods(methods, what: str):
@@ -245,7 +245,7 @@ register_figure(
 
 
 def smooth_window(n_steps: int) -> int:
-    """About a twelfth of the run, odd (5 steps of 60)."""
+    """About a twelfth of the run, odd (3 steps of 40, 9 of 100)."""
     return max(1, round(n_steps / 12)) | 1
 
 
@@ -312,7 +312,7 @@ for _id, _col, _ylabel, _title, _fig, _caption in (
         unavailable=needs_methods(F1_METHODS, f"V0.5 {_fig}"),
         bars="band = the seeds' min–max of the smoothed curves (none with one seed)",
         caption=f"V0.5 {_fig}: {_caption}, vs RL step: V0.5 (fusion + OSLA) against GRPO G=16 and DAPO G=16. "
-                "Lines: a centred rolling mean over about a twelfth of the run (5 steps of tiny's 60), seed mean; "
+                "Lines: a centred rolling mean over about a twelfth of the run (3 steps of tiny's 40), seed mean; "
                 "faint: the per-step seed mean; band: the seeds' min–max of the smoothed curves. The paper shows "
                 "V0.5 against GRPO only (DAPO added here). " + DIFFERS + ".",
     )(_metric_figure(_ylabel, _title))
