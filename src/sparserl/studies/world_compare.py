@@ -66,6 +66,10 @@ def findings(w: dict) -> list[str]:
         g = s["eval_greedy_gain"].dropna()
         out.append(f"{int((g > 0).sum())} of {len(g)} methods raise greedy accuracy over the start policy; "
                    f"the median greedy gain is {_fmt(float(g.median()))}.")
+        if "eval_pass_gain" in s:
+            q = s["eval_pass_gain"].dropna()
+            out.append(f"{int((q > 0).sum())} of {len(q)} methods raise pass@k; the median pass@k gain is "
+                       f"{_fmt(float(q.median()))}.")
         both = s[["eval_gain", "eval_greedy_gain"]].dropna()
         if len(both) >= 3 and both.nunique().min() > 1:
             rho = stats.spearmanr(both["eval_gain"], both["eval_greedy_gain"]).statistic
@@ -76,8 +80,10 @@ def findings(w: dict) -> list[str]:
     for m in ("grpo_g16", "vanilla_g1"):
         if m in s.index:
             r = s.loc[m]
+            split = (f"; on the greedy-wrong split mean@k {_cell(r, 'eval_greedy_wrong_gain')}, greedy "
+                     f"{_cell(r, 'eval_greedy_wrong_greedy_gain')}" if "eval_greedy_wrong_gain" in r else "")
             out.append(f"{m}: mean@k {_cell(r, 'eval_gain')}, greedy {_cell(r, 'eval_greedy_gain')}, "
-                       f"pass@k {_cell(r, 'eval_pass_gain')} over {int(r['seeds'])} seed(s).")
+                       f"pass@k {_cell(r, 'eval_pass_gain')}{split} over {int(r['seeds'])} seed(s).")
     return out
 
 
