@@ -33,11 +33,10 @@ def test_world_compare_reads_gains_and_writes_findings(tmp_path):
     f1, f2 = findings(w1), findings(w2)
     assert "0 of 3 methods raise greedy accuracy" in f1[0] and "3 of 3 methods" in f2[0]
     assert "0 of 3 methods raise pass@k; the median pass@k gain is -0.010." in f1
-    two = _summary(tmp_path / "w3", {"grpo_g16": 0.06}, [0.04], seeds=3, ci=True)
-    s = read_world("w3", two)
-    s["summary"]["eval_greedy_wrong_gain"], s["summary"]["eval_greedy_wrong_greedy_gain"] = 0.2, 0.3
+    w3 = read_world("w3", _summary(tmp_path / "w3", {"grpo_g16": 0.06}, [0.04], seeds=3, ci=True))
+    w3["summary"]["eval_greedy_wrong_gain"], w3["summary"]["eval_greedy_wrong_greedy_gain"] = 0.2, 0.3
     assert any(f.startswith("grpo_g16: mean@k +0.060 [+0.050, +0.070], greedy +0.040, pass@k -0.010; on the "
-                            "greedy-wrong split mean@k +0.200, greedy +0.300 over 3 seed(s).") for f in findings(s))
+                            "greedy-wrong split mean@k +0.200, greedy +0.300 over 3 seed(s).") for f in findings(w3))
     assert any("First by mean@k gain: vanilla_g1 (+0.090)" in s for s in f1)
     assert any("First by mean@k gain: extra" in s for s in f2)
 

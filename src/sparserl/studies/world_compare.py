@@ -58,18 +58,22 @@ def _cell(row: pd.Series, col: str) -> str:
     return f"{v:+.3f} [{lo:+.3f}, {hi:+.3f}]" if np.isfinite(lo) and np.isfinite(hi) else f"{v:+.3f}"
 
 
+def _raised(gains: pd.Series, what: str, name: str) -> str:
+    """How many methods raise a metric over the start policy, and the median gain."""
+    g = gains.dropna()
+    return (f"{int((g > 0).sum())} of {len(g)} methods raise {what}; "
+            f"the median {name} gain is {_fmt(float(g.median()))}.")
+
+
 def findings(w: dict) -> list[str]:
     """The sentences a reader checks first, from one world's summary."""
     s = w["summary"]
     out = []
     if "eval_greedy_gain" in s:
-        g = s["eval_greedy_gain"].dropna()
-        out.append(f"{int((g > 0).sum())} of {len(g)} methods raise greedy accuracy over the start policy; "
-                   f"the median greedy gain is {_fmt(float(g.median()))}.")
-        if "eval_pass_gain" in s:
-            q = s["eval_pass_gain"].dropna()
-            out.append(f"{int((q > 0).sum())} of {len(q)} methods raise pass@k; the median pass@k gain is "
-                       f"{_fmt(float(q.median()))}.")
+        out.append(_raised(s["eval_greedy_gain"], "greedy accuracy over the start policy", "greedy"))
+    if "eval_pass_gain" in s:
+        out.append(_raised(s["eval_pass_gain"], "pass@k", "pass@k"))
+    if "eval_greedy_gain" in s:
         both = s[["eval_gain", "eval_greedy_gain"]].dropna()
         if len(both) >= 3 and both.nunique().min() > 1:
             rho = stats.spearmanr(both["eval_gain"], both["eval_greedy_gain"]).statistic
