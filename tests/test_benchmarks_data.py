@@ -341,6 +341,25 @@ def test_download_unknown_name(tmp_path):
         download_datasets(tmp_path, ["gsm8k"])
 
 
+def test_fetch_dataset_checks_golds_with_the_configs_verifier(tmp_path, monkeypatch):
+    """The gold check runs with verifier.workers and verifier.timeout_s, the key its timeout
+    error names."""
+    from sparserl.data import download
+    seen = {}
+
+    def check(df, workers, timeout_s):
+        seen.update(workers=workers, timeout_s=timeout_s)
+        return []
+
+    monkeypatch.setattr(download, "check_golds", check)
+    monkeypatch.setattr(download, "fetch_from_hub", lambda name, cache_dir=None: pd.DataFrame(
+        {"id": [f"{name}/0"], "problem": ["1+1"], "answer": ["2"], "source": [name]}))
+    download.fetch_dataset("aime25", tmp_path / "a.parquet", cfg={"verifier": {"workers": 3, "timeout_s": 42.0}})
+    assert seen == {"workers": 3, "timeout_s": 42.0}
+    download.fetch_dataset("aime25", tmp_path / "b.parquet", cfg=None)
+    assert seen == {"workers": 2, "timeout_s": 10.0}
+
+
 @needs_data
 def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, repo):
     """The paper data stage: local files where the config names them, the hub elsewhere."""
@@ -351,6 +370,8 @@ def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, re
     cfg["results_dir"] = str(tmp_path / "results")
     six = ["math500", "aime24", "aime25", "amc23", "minerva_math", "olympiadbench"]
     cfg["tasks"]["local_paths"] = {n: str(BENCH_DIR / f"{n}.jsonl") for n in six}
+    # a gold such as \frac{\cos(2t)+\sin(2t)}{4} takes seconds to parse on a loaded machine
+    cfg["verifier"]["timeout_s"] = 60.0
     asked = []
 
     def fake_hub(name, cache_dir=None):

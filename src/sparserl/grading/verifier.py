@@ -493,7 +493,8 @@ class Verifier:
         for i, code in sorted(self._run_with_retry(items)):
             if code in (TIMED_OUT, TIMED_OUT_HARD):
                 raise VerifierTimeoutError(f"gold {i} ({golds[i]!r}) timed out twice while "
-                                           "checking it; give the verifier a larger timeout_s")
+                                           "checking it; give the verifier a larger timeout_s "
+                                           "(the config key verifier.timeout_s)")
             if code & _UNPARSED:
                 found.append({"index": i, "gold": str(golds[i]),
                               "reason": "math-verify cannot parse it"})
