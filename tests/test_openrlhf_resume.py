@@ -200,7 +200,7 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     seen = {}
 
     def stop(argv, over, log=print):
-        seen["rows"] = rows.read_text()
+        seen["rows"], seen["argv"] = rows.read_text(), argv
         raise SystemExit("stop before training")
     monkeypatch.setattr(launcher, "load_config", lambda paths: {"rl": {"policy": "m"}})
     monkeypatch.setattr(launcher, "openrlhf_argv", lambda *a, **k: ["--ckpt.load_enable"])
@@ -212,3 +212,120 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     with pytest.raises(SystemExit):
         launcher.run([str(cfg)], "grpo_g16", 0, out, log=lambda *_: None)
     assert '"step": 1' in seen["rows"]
+    assert seen["argv"][-2:] == ["--sparserl.resume_step", "0"]  # no checkpoint: the live prior starts empty
+
+
+# --------------------------------------------------------------------------- carried estimator state
+
+
+class _ContextMean:
+    """A live prior whose p depends on the sampled context: the mean reward of the prompt's pairs in
+    it (0.5 without any), so a resumed run matches only with the support and its RNG restored."""
+
+    def __init__(self, **_kw):
+        pass
+
+    def __call__(self, prompt_ids, context=None):
+        ctx = list(context or [])
+        out = []
+        for u in prompt_ids:
+            rs = [r for v, r in ctx if v == u]
+            out.append(float(np.clip(np.mean(rs), 0.05, 0.95)) if rs else 0.5)
+        return np.array(out)
+
+
+def _carrying_spec(kind: str) -> str:
+    from sparserl.methods.spec import load_method
+    from sparserl.values.priors import register_prior
+    if kind == "live_prior":  # V0.5 fusion with a live prior: support size 6 of 8 rollouts, context 4
+        register_prior("test_context_mean", _ContextMean)
+        d = load_method("v05_k4").to_dict()
+        d.update(prior={"kind": "test_context_mean"}, support_buffer={"size": 6, "context": 4})
+    else:  # BASIS calibrated on the previous batch
+        d = load_method("basis_grid_grpo_g1_basis").to_dict()
+        d["basis"] = {**d["basis"], "calibrate_on": "previous"}
+    return json.dumps(d, sort_keys=True)
+
+
+def _shared_batch(orl, seed: int, group: int):
+    """8 rollouts over prompts p0..p2 (shared across steps, so the support matters), with phat."""
+    from sparserl.engines.openrlhf.experience import encode_label
+    rng = np.random.default_rng(seed)
+    uids = [f"p{i % 3}" for i in range(8 // group) for _ in range(group)]
+    rewards = rng.integers(0, 2, size=8).astype(float)
+    lengths = rng.integers(1, 6, size=8)
+    mask = torch.arange(6)[None, :] < torch.from_numpy(lengths)[:, None]
+    return [orl.exp.Experience(
+        rewards=torch.tensor(rewards), action_mask=mask, kl=torch.zeros(8, 6),
+        prompts=[f"prompt {u}" for u in uids],
+        labels=[encode_label(u, "1", phat=0.25 + 0.25 * int(u[1])) for u in uids],
+        response_length=torch.tensor(lengths, dtype=torch.float32), info={})]
+
+
+def _carrying_maker(orl, run_dir, spec: str, *, loaded_step, told):
+    """A maker in a fresh process (no live prior built yet); `told`: --sparserl.resume_step."""
+    orl.plugin_exp._LIVE_PRIORS.clear()
+    m = _maker(orl, run_dir, load_enable=True, loaded_step=loaded_step)
+    m.strategy.args.sparserl = SimpleNamespace(spec=spec, run_dir=str(run_dir), seed=3, resume_step=told)
+    m.strategy.args.algo.advantage.estimator = json.loads(spec)["estimator"]
+    return m
+
+
+def _advantages(maker, batch) -> np.ndarray:
+    return maker.compute_advantages_and_returns(batch)[0].advantages.sum(-1).numpy()
+
+
+@pytest.mark.parametrize("kind", ["live_prior", "previous_batch"])
+def test_resumed_run_carries_the_estimators_state(orl, tmp_path, kind):
+    """Killed after step 3 with a checkpoint at step 2 and retried: steps 3 and 4 get the
+    uninterrupted run's advantages, because the live prior's support and context RNG, and BASIS's
+    previous batch, are restored as step 2 left them; a retry that starts them empty does not."""
+    spec = _carrying_spec(kind)
+    group = json.loads(spec)["group_size"]
+    whole = _carrying_maker(orl, tmp_path / "whole", spec, loaded_step=None, told=0)
+    want = [_advantages(whole, _shared_batch(orl, s, group)) for s in (1, 2, 3, 4)]
+
+    killed = _carrying_maker(orl, tmp_path / "retried", spec, loaded_step=None, told=0)
+    for s in (1, 2, 33):
+        _advantages(killed, _shared_batch(orl, s, group))
+    (tmp_path / "retried" / "openrlhf" / "estimator_state.jsonl").open("a").write('{"step": 4, "calib')  # torn
+    retry = _carrying_maker(orl, tmp_path / "retried", spec, loaded_step=2, told=2)
+    got = [_advantages(retry, _shared_batch(orl, s, group)) for s in (3, 4)]
+    np.testing.assert_array_equal(got[0], want[2])
+    np.testing.assert_array_equal(got[1], want[3])
+    state = [(tmp_path / d / "openrlhf" / "estimator_state.jsonl").read_text() for d in ("whole", "retried")]
+    assert state[0] == state[1] and state[0].count("\n") == 4
+
+    # the check fails without the restore: nothing carried into step 3
+    (tmp_path / "retried" / "openrlhf" / "estimator_state.jsonl").unlink()
+    empty = _carrying_maker(orl, tmp_path / "retried", spec, loaded_step=2, told=2)
+    assert not np.array_equal(_advantages(empty, _shared_batch(orl, 3, group)), want[2])
+
+
+def test_resume_refuses_a_step_the_actors_did_not_load(orl, tmp_path):
+    spec = _carrying_spec("previous_batch")
+    m = _carrying_maker(orl, tmp_path, spec, loaded_step=2, told=4)
+    with pytest.raises(RuntimeError, match=r"resumes after step 4 .* loaded step 2"):
+        m.compute_advantages_and_returns(_shared_batch(orl, 1, 1))
+
+
+def test_a_corrupt_state_row_names_the_file(orl, tmp_path):
+    from sparserl.engines.openrlhf.experience import saved_state
+    path = tmp_path / "openrlhf" / "estimator_state.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"step": 1, "calibration": {}}\nnot json\n{"step": 2, "calibration": {}}\n')
+    args = SimpleNamespace(sparserl=SimpleNamespace(run_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match=r"estimator_state.jsonl: line 2 .* start it over"):
+        saved_state(args, 2)
+
+
+def test_calibration_state_round_trips_through_json():
+    from sparserl.methods.sidedata import CalibrationState
+    st = CalibrationState(prev_basis=(np.array([0.25, 1 / 3]), np.array([1.0, 0.0])),
+                          extra={"tether_rho": np.array([0.1, 0.7], dtype=np.float32), "scalar": np.float64(0.3)})
+    back = CalibrationState.from_json(json.loads(json.dumps(st.to_json())))
+    for a, b in zip(back.prev_basis, st.prev_basis):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    rho = back.extra["tether_rho"]
+    assert rho.dtype == np.float32 and np.array_equal(rho, st.extra["tether_rho"]) and back.extra["scalar"] == 0.3
+    assert CalibrationState.from_json(CalibrationState().to_json()) == CalibrationState()

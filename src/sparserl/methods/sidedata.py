@@ -41,6 +41,27 @@ class CalibrationState:
     prev_basis: tuple | None = None  # BASIS calibrate_on=previous: (phat per rollout, rewards)
     extra: dict = field(default_factory=dict)  # e.g. Tether's EMA rho
 
+    def to_json(self) -> dict:
+        """A JSON-able copy that `from_json` restores exactly (arrays keep their dtype)."""
+        return {"prev_basis": None if self.prev_basis is None else [_to_json(a) for a in self.prev_basis],
+                "extra": {k: _to_json(v) for k, v in self.extra.items()}}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "CalibrationState":
+        prev = d.get("prev_basis")
+        return cls(prev_basis=None if prev is None else tuple(_from_json(a) for a in prev),
+                   extra={k: _from_json(v) for k, v in (d.get("extra") or {}).items()})
+
+
+def _to_json(v):
+    if isinstance(v, np.ndarray):
+        return {"array": v.tolist(), "dtype": str(v.dtype)}
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _from_json(v):
+    return np.asarray(v["array"], dtype=v["dtype"]) if isinstance(v, dict) and "array" in v else v
+
 
 class MissingSideData(ValueError):
     pass

@@ -64,7 +64,13 @@ length), which the launcher turns into the run's rollouts.parquet.
 
 Resume (``--ckpt.load_enable``): the step counter starts at the ``global_step`` of the DeepSpeed
 checkpoint the actors loaded (`resume_step`), and the harvest keeps the rows up to that step and
-drops later ones, which the resumed run writes again (`keep_harvest`).
+drops later ones, which the resumed run writes again (`keep_harvest`). What an estimator carries
+from step to step (`CalibrationState`: BASIS's previous batch, Tether's EMA rho) and the live
+prior's context RNG are appended after each step to ``<run>/openrlhf/estimator_state.jsonl``;
+a resumed run restores them as its checkpoint's step left them, with the support buffer rebuilt
+from the harvest (`restore_support`). The live prior restores when it is first built, which
+under OSLA is before the experience maker's first step, so the launcher tells it the step
+(``--sparserl.resume_step``).
 """
 from __future__ import annotations
 
@@ -173,6 +179,7 @@ def _side(labels: list[dict], key: str, what: str) -> np.ndarray:
 
 
 _LIVE_PRIORS: dict = {}
+STATE_FILE = "estimator_state.jsonl"  # under <run>/openrlhf/: what each step carries into the next
 
 
 def live_prior(args, spec: MethodSpec) -> LivePrior:
@@ -187,7 +194,9 @@ def live_prior(args, spec: MethodSpec) -> LivePrior:
         else:
             prior = prior_for_method(dataclasses.asdict(spec.prior), None, seed)
         rng = np.random.default_rng(seed)
-        _LIVE_PRIORS[key] = LivePrior(prior, SupportBuffer(spec.support.size, spec.support.context, rng))
+        live = LivePrior(prior, SupportBuffer(spec.support.size, spec.support.context, rng))
+        restore_support(args, live, int(getattr(getattr(args, "sparserl", None), "resume_step", 0) or 0))
+        _LIVE_PRIORS[key] = live
     return _LIVE_PRIORS[key]
 
 
@@ -216,37 +225,101 @@ def side_data(args, spec: MethodSpec, labels: list[dict], uids: Sequence[str]) -
     return side
 
 
-def harvest_path(args) -> Path | None:
-    """``<run>/openrlhf/rollouts.jsonl``, or None when the run dir is unknown (launched by hand)."""
+def _run_file(args, name: str) -> Path | None:
+    """``<run>/openrlhf/<name>``, or None when the run dir is unknown (launched by hand)."""
     run_dir = getattr(getattr(args, "sparserl", None), "run_dir", None)
-    if not run_dir:
-        return None
+    return Path(run_dir) / "openrlhf" / name if run_dir else None
+
+
+def harvest_path(args) -> Path | None:
+    """``<run>/openrlhf/rollouts.jsonl`` (`_run_file`)."""
     from sparserl.engines.openrlhf.metrics import HARVEST_FILE
-    return Path(run_dir) / "openrlhf" / HARVEST_FILE
+    return _run_file(args, HARVEST_FILE)
 
 
-def harvest(args, uids: Sequence[str], rewards: np.ndarray, lengths: Sequence[int], step: int) -> None:
-    """Append this step's rollouts to ``<run>/openrlhf/rollouts.jsonl`` (when the run dir is known)."""
-    path = harvest_path(args)
+def state_path(args) -> Path | None:
+    """``<run>/openrlhf/estimator_state.jsonl`` (`_run_file`)."""
+    return _run_file(args, STATE_FILE)
+
+
+def _append(path: Path | None, rows: Sequence[dict]) -> None:
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as f:
-        for u, r, n in zip(uids, rewards.tolist(), lengths):
-            f.write(json.dumps({"prompt_id": str(u), "step": int(step), "reward": float(r), "length": int(n)}) + "\n")
+        f.write("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def _rows(path: Path | None) -> list[tuple[str, dict]]:
+    """(line, row) of a step-keyed JSONL file. A last line that does not parse is a kill during its
+    append and is dropped; any other names the file and the fix."""
+    if path is None or not path.exists():
+        return []
+    lines = [ln for ln in path.read_text().splitlines(keepends=True) if ln.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            row = json.loads(line)
+            int(row["step"])
+        except (ValueError, KeyError, TypeError) as e:
+            if i == len(lines) - 1:
+                break
+            raise ValueError(f"{path}: line {i + 1} is not a JSON row with a 'step' ({e}); delete the "
+                             "run's openrlhf/ and ckpt/ folders to start it over") from None
+        out.append((line, row))
+    return out
+
+
+def _keep_rows(path: Path | None, last_step: int) -> None:
+    """Keep the rows of steps <= `last_step` and drop the rest, atomically."""
+    if path is None or not path.exists():
+        return
+    keep = [line for line, row in _rows(path) if int(row["step"]) <= last_step]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(keep))
+    os.replace(tmp, path)  # atomic: a kill here leaves the old file or the new one
+
+
+def harvest(args, uids: Sequence[str], rewards: np.ndarray, lengths: Sequence[int], step: int) -> None:
+    """Append this step's rollouts to ``<run>/openrlhf/rollouts.jsonl`` (when the run dir is known)."""
+    _append(harvest_path(args), [{"prompt_id": str(u), "step": int(step), "reward": float(r), "length": int(n)}
+                                 for u, r, n in zip(uids, rewards.tolist(), lengths)])
 
 
 def keep_harvest(args, last_step: int) -> None:
     """Keep the harvested rows of steps <= `last_step` (the checkpoint the run resumes from; 0 on a
     fresh start) and drop the rest: a killed run's rows after its checkpoint are regenerated."""
-    path = harvest_path(args)
-    if path is None or not path.exists():
+    _keep_rows(harvest_path(args), last_step)
+
+
+def save_state(args, step: int, calibration: CalibrationState, live: LivePrior | None) -> None:
+    """Append the state step `step` carries into the next: the estimator's calibration and the
+    live prior's context RNG (its support pairs are the harvest's last rows)."""
+    _append(state_path(args), [{"step": int(step), "calibration": calibration.to_json(),
+                                "support_rng": None if live is None else live.support.rng.bit_generator.state}])
+
+
+def saved_state(args, step: int) -> dict | None:
+    """The state saved after `step` (None: step 0, or a run that saved none)."""
+    if step <= 0:
+        return None
+    rows = [row for _line, row in _rows(state_path(args)) if int(row["step"]) == step]
+    if not rows:
+        print(f"[sparserl] no estimator state of step {step} in {state_path(args)}: the estimator's "
+              "carried state and the live prior's support start empty", flush=True)
+    return rows[-1] if rows else None
+
+
+def restore_support(args, live: LivePrior, step: int) -> None:
+    """A live prior as it was after `step`: the harvest's last `size` (uid, reward) pairs of steps
+    <= `step`, in order, and the context RNG saved then."""
+    row = saved_state(args, step)
+    if row is None:
         return
-    keep = [line for line in path.read_text().splitlines(keepends=True)
-            if line.strip() and int(json.loads(line)["step"]) <= last_step]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(keep))
-    os.replace(tmp, path)  # atomic: a kill here leaves the old file or the new one
+    pairs = [(r["prompt_id"], float(r["reward"])) for _line, r in _rows(harvest_path(args)) if int(r["step"]) <= step]
+    live.support.extend(pairs[-live.support.pairs.maxlen:])
+    if row.get("support_rng") is not None:
+        live.support.rng.bit_generator.state = row["support_rng"]
 
 
 def resume_step(maker) -> int:
@@ -326,21 +399,31 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
     def _start(self) -> None:
         """Once per process, before its first step: the step counter from the checkpoint the run
-        resumes from (`resume_step`), the harvest cut to it (`keep_harvest`), a fresh calibration."""
+        resumes from (`resume_step`), the harvest and the saved states cut to it, and the
+        estimator's calibration as that step left it (fresh on a fresh start)."""
         if hasattr(self, "_calibration"):
             return
+        args = self.strategy.args
         self._step = resume_step(self)
-        keep_harvest(self.strategy.args, self._step)
-        self._calibration = CalibrationState()
+        told = getattr(getattr(args, "sparserl", None), "resume_step", None)
+        if told is not None and int(told) != self._step:  # the live prior restored from the launcher's step
+            raise RuntimeError(f"the launcher resumes after step {told} (--sparserl.resume_step, from "
+                               f"{args.ckpt.path}/_actor/latest) but the actors loaded step {self._step}")
+        row = saved_state(args, self._step)
+        self._calibration = CalibrationState.from_json(row["calibration"]) if row else CalibrationState()
+        keep_harvest(args, self._step)
+        _keep_rows(state_path(args), self._step)
 
     def _observe(self, args, spec, experiences, uids, r):
         """After the estimator: live prior, harvest, and the per-rollout group diagnostics."""
         self._step += 1
-        if spec.prior is not None and not spec.prior.static:
-            live_prior(args, spec).observe(uids.tolist(), r.tolist())
+        live = live_prior(args, spec) if spec.prior is not None and not spec.prior.static else None
+        if live is not None:
+            live.observe(uids.tolist(), r.tolist())
         lengths = [int(x) for e in experiences for x in (e.response_length.reshape(-1).tolist()
                    if getattr(e, "response_length", None) is not None else [0] * len(e.rewards))]
         harvest(args, uids.tolist(), r, lengths, self._step)
+        save_state(args, self._step, self._calibration, live)  # after the harvest: a resume reads both
         # per-rollout diagnostics (group size and reward std of the rollout's uid group)
         _, inv, counts = np.unique(uids, return_inverse=True, return_counts=True)
         inv = inv.reshape(-1)
@@ -463,5 +546,5 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
 
 __all__ = ["LABEL_FIELDS", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
-           "harvest", "is_registry_estimator", "keep_harvest", "live_prior", "method_spec", "resume_step",
-           "side_data", "step_prior"]
+           "harvest", "is_registry_estimator", "keep_harvest", "live_prior", "method_spec", "restore_support",
+           "resume_step", "save_state", "saved_state", "side_data", "state_path", "step_prior"]

@@ -122,6 +122,9 @@ def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str |
         resumed = resume_checkpoint(Path(args.ckpt.path) / "_actor", log=log)
         log(f"[openrlhf-launch] resuming after global step {resumed}" if resumed
             else "[openrlhf-launch] no checkpoint to resume: starting at step 0")
+        # the live prior restores its support when first built, before the experience maker's
+        # first step under OSLA (`experience.restore_support`)
+        argv = [*argv, "--sparserl.resume_step", str(resumed)]
     write_json({"method": method_name, "seed": seed, "argv": argv}, run_paths.args, cfg=cfg)
     build_prompt_dataset(cfg, method, seed, run_paths.prompts)
     train_with_ray(argv, cfg["rl"].get("openrlhf") or {}, log=log)
