@@ -222,7 +222,8 @@ def _write_config(tmp: Path) -> Path:
 def test_grpo_trains_through_openrlhf_on_cpu(tmp_path):
     """GRPO through the rl_cluster rule: OpenRLHF's train_ppo_ray with vLLM, DeepSpeed and our
     experience maker, reward and loss; >= 2 steps, weight sync real (vllm_kl), a gradient exactly
-    where a group's rewards differ, and the metrics.parquet / final checkpoint the rules read."""
+    where a group's rewards differ, the entropy, and the metrics.parquet / final checkpoint the rules read."""
+    import numpy as np
     import pandas as pd
     from sparserl.core.config import load_config
     from sparserl.core.paths import Paths
@@ -244,4 +245,6 @@ def test_grpo_trains_through_openrlhf_on_cpu(tmp_path):
     assert mixed.any(), shown
     assert (df.loc[mixed, "actor_grad_norm"] > 0).all(), shown
     assert (df.loc[~mixed, "actor_grad_norm"].abs() < 1e-8).all(), shown
+    # the policy's entropy (CLUSTER_DEFAULTS' actor.entropy_coef 0): nats per token, below log(vocab)
+    assert "entropy" in df.columns and df["entropy"].between(1e-6, np.log(268)).all(), df[["step", "entropy"]]
     assert (run.final / "config.json").exists() and any(run.final.glob("*.safetensors"))

@@ -499,6 +499,19 @@ def test_overrides_from_the_config(orl, tmp_path):
         openrlhf_flags(_cfg(tmp_path, openrlhf={"bogus": 1}), m, 0, tmp_path / "final", policy_path="p")
 
 
+def test_entropy_is_logged_unless_the_config_drops_it(orl, tmp_path):
+    """Coefficient 0 makes OpenRLHF compute and log the entropy without a loss term; null omits it."""
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.parser import parse_args
+    from sparserl.methods.spec import load_method
+    m = load_method("grpo_g8")
+    on = openrlhf_argv(_cfg(tmp_path), m, 0, tmp_path / "final", policy_path="p")
+    assert _flags(on)["actor.entropy_coef"] == "0.0" and parse_args(on).actor.entropy_coef == 0.0
+    off = openrlhf_argv(_cfg(tmp_path, openrlhf={"actor.entropy_coef": None}), m, 0, tmp_path / "final",
+                        policy_path="p")
+    assert "actor.entropy_coef" not in _flags(off) and parse_args(off).actor.entropy_coef is None
+
+
 def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
     import ray
 

@@ -151,9 +151,10 @@ def test_tensorboard_run_started_over_replaces_everything(tmp_path):
     from sparserl.engines.openrlhf.metrics import metrics_from_tensorboard
     run = tmp_path / "tb" / "x"
     _events(run, [("train/rollout/reward_mean", s, 0.5) for s in (1, 2, 3)] + [("eval/acc", 3, 0.7)], t0=10.0)
-    _events(run, [("train/rollout/reward_mean", s, 0.25) for s in (1, 2)], t0=20.0)
+    _events(run, [("train/rollout/reward_mean", s, 0.25) for s in (1, 2)] + [("train/entropy_loss", 2, 1.5)], t0=20.0)
     df = metrics_from_tensorboard(tmp_path / "tb")
     assert df["step"].tolist() == [1, 2] and df["reward_mean"].tolist() == [0.25, 0.25]
+    assert df["entropy"].iloc[1] == 1.5  # --actor.entropy_coef 0 logs the entropy as entropy_loss
     assert "eval_acc" not in df.columns
 
 

@@ -44,6 +44,10 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "algo.advantage.gamma": 1.0,
     "eval.steps": -1,  # evaluation runs as its own Snakemake rule on the saved checkpoints
     "logger.logging_steps": 1,
+    # coefficient 0: OpenRLHF computes and logs the policy's entropy (metrics' `entropy`: V0.5 Fig. 4,
+    # the sharpening curves) and adds nothing to the loss. It costs one softmax over the vocabulary
+    # per micro-batch (`openrlhf.models.utils.compute_entropy`); null drops it
+    "actor.entropy_coef": 0.0,
     "ckpt.save_hf": True,
     # two DeepSpeed resume checkpoints (ZeRO-3 states of a 4B model with Adam: ~56 GB each) per
     # run: `DeepspeedStrategy.save_ckpt` prunes the old one before writing the new, so with one a

@@ -14,8 +14,8 @@ HARVEST_FILE = "rollouts.jsonl"  # under the run's openrlhf/ folder, one JSON ro
 def metrics_from_tensorboard(tb_dir: str | Path, warmup_steps: int = 0):
     """OpenRLHF's TensorBoard scalars as one row per global step ('train/rollout/reward_mean' ->
     'rollout_reward_mean', 'eval/x' -> 'eval_x'); 'reward_mean' (the local trainer's name) is an
-    alias of 'rollout_reward_mean', 'wall_time_s' of 'timing_step_total'. Empty (a 'step' column
-    only) without tensorboard installed.
+    alias of 'rollout_reward_mean', 'wall_time_s' of 'timing_step_total', 'entropy' of
+    'entropy_loss'. Empty (a 'step' column only) without tensorboard installed.
 
     'step' is the POLICY step: with a critic warm-up of W = `warmup_steps` critic-only steps
     (`flags.critic_warmup_steps`), OpenRLHF's global step g is policy step g - W; 'global_step'
@@ -53,6 +53,8 @@ def metrics_from_tensorboard(tb_dir: str | Path, warmup_steps: int = 0):
             break
     if "timing_step_total" in df.columns:
         df["wall_time_s"] = df["timing_step_total"]
+    if "entropy_loss" in df.columns:  # logged with --actor.entropy_coef (0: the entropy, not a loss term)
+        df["entropy"] = df["entropy_loss"]
     # the local trainer's budget columns, which rl_summary reads
     if "rollout_num_samples" in df.columns:
         df["rollouts_total"] = df["rollout_num_samples"].cumsum()
