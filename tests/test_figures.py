@@ -172,6 +172,28 @@ def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
                                             | WORLD2_ONLY)
 
 
+def test_scale_captions_state_the_configs_settings():
+    """Captions are registered at import, with no config in reach, so the tiny and small settings
+    they state are checked against configs/tiny.yaml and configs/small.yaml here."""
+    from sparserl.core.config import load_config
+    from sparserl.figures import v05
+    from sparserl.figures.registry import registered
+    root = Path(__file__).resolve().parents[1]
+    t, sm = (load_config([str(root / "configs" / f"{n}.yaml")]) for n in ("tiny", "small"))
+    f6 = next(f for f in registered() if f.id == "basis/f6_training_curves").caption
+    for text in (" ".join(v05.DIFFERS.split()), " ".join(f6.split())):
+        assert f"{t['rl']['steps']} (tiny) or {sm['rl']['steps']} (small) steps" in text
+        assert f"policy {t['rl']['policy']} " in text and f" or {sm['rl']['policy']} (" in text
+        assert "one seed at tiny" in text and len(t["rl"]["seeds"]) == 1
+    assert f"steps of {t['rl']['rollouts_per_step']} rollouts" in v05.DIFFERS
+    assert t["rl"]["rollouts_per_step"] == sm["rl"]["rollouts_per_step"]
+    assert "three at small" in v05.DIFFERS and len(sm["rl"]["seeds"]) == 3
+    for c in (t, sm):
+        ev = c["evaluation"]["default"]
+        assert f"mean@{ev['k']} at top-p {ev['top_p']}" in v05.DIFFERS
+        assert f"{len(c['rl']['eval_fractions']) + 2} evaluations a run" in " ".join(f6.split())
+
+
 def test_figures_follow_the_config(cfg):
     no_rl = {k: v for k, v in cfg.items() if k not in ("rl", "v0")}
     assert [f.id for f in list_figures(no_rl)] == list(STUDY_FIGURES)
