@@ -39,6 +39,23 @@ def test_show_a_table_wraps_or_keeps_columns(tmp_path, capsys, monkeypatch):
     assert "no column 'nope'; its columns: column_0" in capsys.readouterr().err
 
 
+def test_show_a_jsonl_state_with_big_integers(tmp_path, capsys):
+    """An OpenRLHF run's estimator_state.jsonl holds 128-bit RNG integers, which pandas' JSON parser
+    refuses: read line by line, nested keys as dotted columns; a torn line is named."""
+    path = tmp_path / "estimator_state.jsonl"
+    rows = [{"step": 1, "calibration": {"prev_basis": None, "extra": {"tether_rho": 0.3}},
+             "support_rng": {"state": {"state": 2 ** 127 + 1}}},
+            {"step": 2, "calibration": {"prev_basis": None, "extra": {}}, "support_rng": None}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 rows" in out and "support_rng.state.state" in out and str(2 ** 127 + 1) in out
+    assert "calibration.extra.tether_rho" in out
+    path.write_text(path.read_text() + '{"step": 3, "cal')
+    assert main(["show", str(path)]) == 1
+    assert "estimator_state.jsonl: line 3 is not JSON" in capsys.readouterr().err
+
+
 def test_methods_lists_every_method_file(capsys):
     assert main(["methods"]) == 0
     rows = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()[1:] if ln.strip()}

@@ -457,10 +457,27 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
     if path.suffix == ".jsonl":
-        return pd.read_json(path, lines=True)
+        try:
+            return pd.read_json(path, lines=True)
+        except ValueError:  # e.g. integers past int64 (an RNG state), which pandas' parser refuses
+            return _jsonl_rows(path)
     if path.suffix == ".csv":
         return pd.read_csv(path)
     raise ValueError(f"{path}: unsupported table suffix {path.suffix!r}")
+
+
+def _jsonl_rows(path: Path) -> pd.DataFrame:
+    """JSON lines read one by one, nested objects flattened to dotted columns; a line that is not
+    JSON is named."""
+    rows = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}: line {i} is not JSON ({e.msg}); a kill during an append "
+                                 "leaves such a last line, which the run that wrote it drops") from None
+    return pd.json_normalize(rows)
 
 
 def read_manifest(path: str | os.PathLike) -> dict | None:
