@@ -63,17 +63,19 @@ def _maker(orl, run_dir: Path, *, load_enable: bool, loaded_step: int | None):
     return m
 
 
-def _step_batch(orl, seed: int):
-    """One step's experiences: 2 prompts x 4 rollouts, rewards and lengths drawn from `seed`."""
+def _step_batch(orl, seed: int, uids=None, phat=None):
+    """One step's experiences: 8 rollouts (default: 2 prompts x 4), rewards and lengths drawn from
+    `seed`; `phat(uid)` adds a reference pass rate to each label."""
     from sparserl.engines.openrlhf.experience import encode_label
     rng = np.random.default_rng(seed)
     rewards = rng.integers(0, 2, size=8).astype(float)
     lengths = rng.integers(1, 6, size=8)
     mask = torch.arange(6)[None, :] < torch.from_numpy(lengths)[:, None]
-    uids = [f"q{seed}a"] * 4 + [f"q{seed}b"] * 4
+    uids = uids or [f"q{seed}a"] * 4 + [f"q{seed}b"] * 4
+    side = (lambda u: {"phat": phat(u)}) if phat else (lambda u: {})
     return [orl.exp.Experience(
         rewards=torch.tensor(rewards), action_mask=mask, kl=torch.zeros(8, 6),
-        prompts=[f"prompt {u}" for u in uids], labels=[encode_label(u, "1") for u in uids],
+        prompts=[f"prompt {u}" for u in uids], labels=[encode_label(u, "1", **side(u)) for u in uids],
         response_length=torch.tensor(lengths, dtype=torch.float32), info={})]
 
 
@@ -250,17 +252,8 @@ def _carrying_spec(kind: str) -> str:
 
 def _shared_batch(orl, seed: int, group: int):
     """8 rollouts over prompts p0..p2 (shared across steps, so the support matters), with phat."""
-    from sparserl.engines.openrlhf.experience import encode_label
-    rng = np.random.default_rng(seed)
     uids = [f"p{i % 3}" for i in range(8 // group) for _ in range(group)]
-    rewards = rng.integers(0, 2, size=8).astype(float)
-    lengths = rng.integers(1, 6, size=8)
-    mask = torch.arange(6)[None, :] < torch.from_numpy(lengths)[:, None]
-    return [orl.exp.Experience(
-        rewards=torch.tensor(rewards), action_mask=mask, kl=torch.zeros(8, 6),
-        prompts=[f"prompt {u}" for u in uids],
-        labels=[encode_label(u, "1", phat=0.25 + 0.25 * int(u[1])) for u in uids],
-        response_length=torch.tensor(lengths, dtype=torch.float32), info={})]
+    return _step_batch(orl, seed, uids, phat=lambda u: 0.25 + 0.25 * int(u[1]))
 
 
 def _carrying_maker(orl, run_dir, spec: str, *, loaded_step, told):

@@ -92,7 +92,7 @@ def fetch_dataset(name: str, out_path: str | os.PathLike, local_path=None, *, cf
         source = f"hub:{HUB_SOURCES[name]['path']}[{HUB_SOURCES[name]['split']}]"
     # Garbled golds are graded by string match: say which, where the run's data is recorded.
     # The config's verifier settings apply: a gold that times out twice names verifier.timeout_s.
-    ver = ((cfg or {}).get("verifier") or {}) if isinstance(cfg, dict) else {}
+    ver = (cfg.get("verifier") or {}) if isinstance(cfg, dict) else {}
     garbled = check_golds(df, workers=ver.get("workers", 2), timeout_s=ver.get("timeout_s", 10.0))
     info = dict(df.attrs.get("load_info", {}))
     _say(name, info, garbled)

@@ -304,9 +304,6 @@ def saved_state(args, step: int) -> dict | None:
     if step <= 0:
         return None
     rows = [row for _line, row in _rows(state_path(args)) if int(row["step"]) == step]
-    if not rows:
-        print(f"[sparserl] no estimator state of step {step} in {state_path(args)}: the estimator's "
-              "carried state and the live prior's support start empty", flush=True)
     return rows[-1] if rows else None
 
 
@@ -410,6 +407,9 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
             raise RuntimeError(f"the launcher resumes after step {told} (--sparserl.resume_step, from "
                                f"{args.ckpt.path}/_actor/latest) but the actors loaded step {self._step}")
         row = saved_state(args, self._step)
+        if row is None and self._step > 0:  # said once here, for the live prior's restore too
+            print(f"[sparserl] no estimator state of step {self._step} in {state_path(args)}: the "
+                  "estimator's carried state and the live prior's support start empty", flush=True)
         self._calibration = CalibrationState.from_json(row["calibration"]) if row else CalibrationState()
         keep_harvest(args, self._step)
         _keep_rows(state_path(args), self._step)
