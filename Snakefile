@@ -103,6 +103,20 @@ rule all:
     localrule: True
 
 
+onstart:
+    # prerequisites of the jobs about to run, in seconds (a missing bubblewrap, a read-only
+    # results folder), before any job: sparserl.cli.preflight
+    from sparserl.cli.preflight import problems as _preflight
+
+    _dag = getattr(workflow, "dag", None)
+    _jobs = [(j.rule.name, dict(j.wildcards)) for j in (_dag.needrun_jobs() if _dag is not None else ())]
+    _bad = _preflight(CFG, _jobs, P.results)
+    if _bad:  # one line each, no traceback: nothing has run, nothing is lost
+        for _line in _bad:
+            print(f"preflight: {_line}", file=sys.stderr)
+        sys.exit(1)
+
+
 onsuccess:
     # the list of every output only when `all` was built: a file target (`targetfiles`) or
     # another rule leaves `targetrules` without `all`

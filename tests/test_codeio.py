@@ -163,6 +163,39 @@ def test_a_malicious_reference_program_scores_0_and_the_batch_goes_on(name, tmp_
     assert env.score(good, [" " + p.answer for p in good]).tolist() == [1.0] * 3  # the next batch
 
 
+# Finds the runner's nonce and its output pipe (hook off) and writes framed results for the
+# batch's other calls: the right answers 'wrong', the wrong ones 'right'.
+FORGE = """import gc, os, stat
+def f(x):
+    for o in gc.get_objects():
+        if type(o) is list and len(o) == 1 and o[0] is False:
+            o[0] = True
+    job = [o for o in gc.get_objects() if type(o) is dict and "nonce" in o and "calls" in o][0]
+    nonce = job["nonce"].encode()
+    for fd in range(3, 64):
+        try:
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                continue
+            for i in range(16):
+                os.write(fd, nonce + repr((i, True, "-999", "", 0.0)).encode() + b"\\n")
+        except OSError:
+            pass
+    return -1
+"""
+
+
+def test_a_reference_program_cannot_forge_the_other_problems_grades():
+    env = CodeIOEnv({"time_limit_s": 1.0})
+    evil = Problem("codeio/eval/forge", "P:forge ->3 x=", "4", "4",
+                   {"source": "procedural", "direction": "input", "program": FORGE, "func": "f",
+                    "output": 3})
+    good = [p for p in env.problems("eval", 60) if p.meta["direction"] == "input"][:4]
+    wrong = [str(int(p.answer) + 1) for p in good]  # x+1 gives another output for these templates
+    honest = env.score(good + good, [" " + p.answer for p in good] + [" " + w for w in wrong])
+    got = env.score([evil] + good + good, [" 4"] + [" " + p.answer for p in good] + [" " + w for w in wrong])
+    assert got[1:].tolist() == honest.tolist() and honest[:4].tolist() == [1.0] * 4, (got, honest)
+
+
 # ---------------------------------------------------------------------------------------------
 # paper scale: reasoning-gym's bundled CodeIO data
 

@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from sparserl.envs.sandbox import (Call, Limits, run_calls, run_jobs, sandbox_info,
+from sparserl.envs import sandbox
+from sparserl.envs.sandbox import (Call, Limits, run_calls, run_jobs, sandbox_info, self_test,
                                    strong_isolation)
 
 GOOD = "def f(x):\n    return x + 1\n"
@@ -126,7 +127,8 @@ def test_writing_outside_the_scratch_directory_is_refused(tmp_path):
                  f"import os\n    os.symlink({str(target)!r}, 'link')\n    open('link', 'w').write('x')",
                  f"import os\n    os.rename({str(tmp_path)!r}, 'moved')"):
         r = _then_good(f"def f(x):\n    {body}\n    return 'wrote'\n")
-        assert not r.ok and "blocked" in r.error, body
+        # blocked by the hook, or (strong level: /tmp is the scratch tmpfs) not there at all
+        assert not r.ok and ("blocked" in r.error or "No such file" in r.error), body
         assert not target.exists()
     assert tmp_path.exists()
     ok = run_calls("def f(x):\n    open('mine.txt', 'w').write(x)\n    return open('mine.txt').read()\n",
@@ -251,7 +253,8 @@ def test_strong_isolation_is_active_when_bwrap_is_present(strong):
     prog = ("import os\ndef f(x):\n    return (os.getuid(), os.getgid(), os.path.exists(x), "
             "os.path.exists('/home'), os.path.exists('/work'))\n")
     (r,) = run_calls(prog, "f", [REPO], limits=strong)
-    assert r.ok and r.value == (65534, 65534, False, False, False), r
+    uid = sandbox.HOST_ID if os.geteuid() == 0 else 65534  # a root trainer's program: HOST_ID on the host
+    assert r.ok and r.value == (uid, uid, False, False, False), r
 
 
 def test_switching_the_hook_off_is_real(strong):
@@ -440,3 +443,316 @@ def f(x):
         assert hits == []
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# The attacks of a trainer running as root (CI runs as root): each ran against the earlier design,
+# where bwrap's uid 65534 mapped to host root. Docs/sandbox.md says which layer stops which.
+
+def _sbx_dirs():
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("sparserl-sbx")}
+
+
+@pytest.fixture
+def nothing_on_host():
+    """The strong level writes nothing on the host's disk: no scratch folder appears, or stays."""
+    before = _sbx_dirs()
+    yield
+    assert _sbx_dirs() - before == set()
+
+
+def test_the_self_test_finds_every_layer(strong):
+    layers = self_test()
+    required = {"host_uid", "capabilities", "no_new_privs", "seccomp", "proc_read_only", "mounts",
+                "tmpfs_caps", "no_memfd", "no_network", "no_fork", "nproc_binds", "no_host_paths",
+                "root_hidden"}
+    assert required <= set(layers), layers
+    assert all(layers[k][0] for k in required), {k: v for k, v in layers.items() if not v[0]}
+    if os.geteuid() == 0:
+        assert str(sandbox.HOST_ID) in layers["host_uid"][1]
+
+
+@pytest.mark.parametrize("mutation", ["proc_writable", "no_uid_drop"])
+def test_the_self_test_refuses_a_missing_layer(strong, monkeypatch, mutation):
+    """Take one layer away and the self-test must see it, so `strong` is never recorded falsely."""
+    if mutation == "no_uid_drop" and os.geteuid() != 0:
+        pytest.skip("only a root trainer drops its uid")
+    monkeypatch.setattr(sandbox, "_STRONG", {})
+    monkeypatch.setattr(sandbox, "_SELF_TEST", {})
+    if mutation == "proc_writable":
+        real = sandbox._bwrap_args
+
+        def args(*a, **k):
+            out = real(*a, **k)
+            i = out.index("--remount-ro")
+            return out[:i] + out[i + 2:]
+        monkeypatch.setattr(sandbox, "_bwrap_args", args)
+        layer = "proc_read_only"
+    else:  # bwrap's own user namespace, as before: uid 65534 inside is host root
+        monkeypatch.setattr(sandbox, "_trainer_is_root", lambda: False)
+        layer = "host_uid"
+    ok, why = strong_isolation()
+    assert not ok and layer in why, why
+
+
+def test_a_root_trainer_without_setpriv_refuses_strong(monkeypatch):
+    if os.geteuid() != 0:
+        pytest.skip("only a root trainer needs setpriv")
+    monkeypatch.setattr(sandbox, "_STRONG", {})
+    real = shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda n, *a, **k: None if n == "setpriv" else real(n, *a, **k))
+    monkeypatch.setattr(sandbox.os.path, "exists", lambda p, _e=os.path.exists: False if p == "/usr/bin/setpriv" else _e(p))
+    ok, why = strong_isolation()
+    assert not ok and "setpriv" in why
+
+
+def test_attack_1_core_pattern_and_every_sysctl(strong, nothing_on_host):
+    """Point kernel.core_pattern at a script in scratch and segfault: /proc is read-only, the host
+    uid is not root, and not one of the host's sysctls opens for writing."""
+    before = open("/proc/sys/kernel/core_pattern").read()
+    prog = FLIP + """
+import os
+def f(x):
+    _flip()
+    n = 0
+    for root, dirs, files in os.walk("/proc/sys"):
+        for name in files:
+            try:
+                os.close(os.open(os.path.join(root, name), os.O_WRONLY))
+                n += 1
+            except OSError:
+                pass
+    try:
+        with open("/proc/sys/kernel/core_pattern", "w") as fh:
+            fh.write("|/scratch/pwn.sh")
+        return 1
+    except OSError:
+        pass
+    if n:
+        return 1
+    ctypes.string_at(0)  # a segfault: no core handler of ours may run
+"""
+    r = _attack(prog, strong)
+    assert "killed (SIGSEGV)" in r.error, r.error
+    assert open("/proc/sys/kernel/core_pattern").read() == before
+
+
+def test_attack_2_a_setuid_copy_never_reaches_the_host(strong, nothing_on_host):
+    prog = FLIP + """
+import os, shutil
+def f(x):
+    _flip()
+    shutil.copy("/usr/bin/id", "/scratch/id")
+    os.chmod("/scratch/id", 0o4755)
+    st = os.statvfs("/scratch")
+    if not (st.f_flag & os.ST_NOSUID and st.f_flag & os.ST_NODEV):
+        return 1
+    for line in open("/proc/self/mountinfo"):
+        if line.split()[4] == "/scratch" and line.split(" - ")[1].split()[0] != "tmpfs":
+            return 1  # scratch is a host folder
+    raise PermissionError("the setuid copy lives in a nosuid tmpfs inside the sandbox")
+"""
+    r = _attack(prog, strong)
+    assert "nosuid tmpfs" in r.error, r.error
+
+
+DEEP = """
+import os
+def f(x):
+    {flip}
+    for i in range(3000):
+        os.mkdir("d")
+        os.chdir("d")
+    open("leaf", "w").write("x")
+    os.symlink("/", "root_link")
+    return 7
+"""
+
+
+def test_attack_3_a_deep_tree_cannot_crash_the_trainer(strong, nothing_on_host):
+    (r,) = run_calls(FLIP + DEEP.format(flip="_flip()"), "f", [0], time_limit_s=10.0, limits=strong)
+    assert r.ok and r.value == 7, r  # it ran; nothing of it is on the host (the fixture)
+
+
+def test_attack_3_weak_level_cleanup_never_recurses(nothing_on_host):
+    """The weak level's scratch is a host folder: its removal must hold against the same tree."""
+    r = _then_good(DEEP.format(flip="pass"), time_limit_s=20.0, limits=Limits(isolation="weak"))
+    assert r.ok and r.value == 7, r
+
+
+def test_remove_tree_is_iterative_and_follows_no_link(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    top = tmp_path / "scratch"
+    top.mkdir()
+    os.symlink(outside, top / "link")
+    fd = os.open(top, os.O_RDONLY)
+    for _ in range(5000):  # far past Python's recursion limit and PATH_MAX
+        os.mkdir("d", dir_fd=fd)
+        nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    os.close(os.open("leaf", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+    os.symlink(outside, "link2", dir_fd=fd)
+    os.close(fd)
+    sandbox._remove_tree(str(top))
+    assert not top.exists() and (outside / "keep").exists()
+    sandbox._remove_tree(str(tmp_path / "absent"))  # never raises
+
+
+def test_attack_4_memory_past_the_limit(strong, nothing_on_host):
+    """/dev/shm, /scratch, memfd and SysV segments: what RLIMIT_AS does not count is capped."""
+    prog = FLIP + """
+import os
+def f(x):
+    _flip()
+    total = 0
+    chunk = b"x" * (1 << 20)
+    for d in ("/dev/shm", "/scratch", "/tmp"):
+        try:
+            with open(d + "/fill", "wb") as fh:
+                for i in range(400):
+                    fh.write(chunk)
+                    total += len(chunk)
+        except OSError:
+            pass
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.memfd_create(b"m", 0) >= 0:
+        return 1
+    if libc.shmget(0, 256 << 20, 0o1600) >= 0:
+        return 1
+    if total > (16 + 1 + 1) << 20:
+        return 1
+    raise MemoryError(f"capped at {total >> 20} MB")
+"""
+    r = _attack(prog, strong, time_limit_s=5.0)
+    assert "capped at" in r.error, r.error
+
+
+def test_attack_5_no_host_disk(strong, nothing_on_host):
+    prog = FLIP + """
+import os, time
+def f(x):
+    _flip()
+    n, t0 = 0, time.monotonic()
+    try:
+        while time.monotonic() - t0 < 1.0:
+            open(f"f{n}", "w").close()
+            n += 1
+        open("big", "wb").write(b"x" * (200 << 20))
+    except (OSError, MemoryError):
+        pass
+    st = os.statvfs("/scratch")
+    if st.f_blocks * st.f_frsize > 16 << 20:
+        return 1
+    raise OSError(f"{n} files, all in a 16 MB tmpfs")
+"""
+    r = _attack(prog, strong, time_limit_s=5.0)
+    assert "16 MB tmpfs" in r.error, r.error
+
+
+def test_attack_6_threads_and_clones(strong):
+    prog = FLIP + """
+def f(x):
+    _flip()
+    libc = ctypes.CDLL(None, use_errno=True)
+    pause = ctypes.cast(libc.pause, ctypes.c_void_p)
+    started = 0
+    for i in range(200):
+        t = ctypes.c_ulong()
+        if libc.pthread_create(ctypes.byref(t), None, pause, None) == 0:
+            started += 1
+    if started:
+        return 1
+    raise OSError(f"0 of 200 threads")
+"""
+    r = _attack(prog, strong)
+    assert "0 of 200 threads" in r.error, r.error
+
+
+# Find the runner's nonce (the `job` dict, through the gc) and its output pipe, then write framed
+# lines there: fake hellos, or results for calls that are not this program's.
+FORGE = FLIP + """
+import os, stat, time
+def _channel():
+    job = [o for o in gc.get_objects() if type(o) is dict and "nonce" in o and "calls" in o][0]
+    fds = [fd for fd in range(3, 64) if _is_pipe(fd)]
+    return job["nonce"].encode(), fds
+def _is_pipe(fd):
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+def _send(msg):
+    nonce, fds = _channel()
+    for fd in fds:
+        try:
+            os.write(fd, nonce + repr(msg).encode() + b"\\n")
+        except OSError:
+            pass
+"""
+
+
+def test_attack_7_fake_hellos_cannot_extend_the_watchdog(strong):
+    prog = FORGE + """
+import signal
+def f(x):
+    _flip()
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)  # the child's own alarm is off: only the parent's
+    signal.setitimer(signal.ITIMER_REAL, 0)        # watchdog is left
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 16:
+        _send(("hello", "strong"))
+        time.sleep(0.5)
+    return 1
+"""
+    t0 = time.monotonic()
+    res = run_jobs([Call(prog, "f", (0,)), Call(GOOD, "f", (41,))], time_limit_s=2.0, limits=strong)
+    took = time.monotonic() - t0
+    assert not res[0].ok and "timeout" in res[0].error, res[0]
+    assert res[1].ok and res[1].value == 42, res[1]
+    assert took < 12, f"the attack held the watchdog for {took:.1f}s"  # its own 16 s would pass 16
+
+
+def test_attack_8_one_program_cannot_forge_anothers_grade(strong):
+    prog = FORGE + """
+def f(x):
+    _flip()
+    for i in range(8):
+        _send((i, True, "1", "", 0.0))    # every call: 'right'
+        _send((i, True, "0", "", 0.0))
+    return 0
+"""
+    right, wrong = "def f(x):\n    return 1\n", "def f(x):\n    return 0\n"
+    calls = [Call(right, "f", (0,)), Call(prog, "f", (0,)), Call(wrong, "f", (0,)),
+             Call(right, "f", (1,)), Call(wrong, "f", (1,))]
+    res = run_jobs(calls, time_limit_s=2.0, limits=strong)
+    # its own call's result is its to forge (as it is its to return); every other call's is not
+    assert [res[i].value for i in (0, 2, 3, 4)] == [1, 0, 1, 0], res
+
+
+def test_attack_9_no_host_paths_and_no_root_listing(strong):
+    prog = FLIP + f"""
+import os
+def f(x):
+    _flip()
+    seen = []
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            seen.append(open(f"/proc/{{pid}}/cmdline", "rb").read().decode(errors="replace"))
+        except OSError:
+            pass
+    seen.append(open("/proc/self/mountinfo").read())
+    leaks = [s for s in ({REPO!r}, {tempfile.gettempdir() + "/"!r}, "/work", "/home") if any(s in t for t in seen)]
+    try:
+        leaks.append(os.listdir("/root"))
+    except OSError:
+        pass
+    if leaks:
+        return leaks
+    raise PermissionError("nothing of the host")
+"""
+    r = _attack(prog, strong)
+    assert "nothing of the host" in r.error, r

@@ -21,6 +21,21 @@ def cmd_validate(args):
     print(f"ok: {', '.join(args.config)} (scale={cfg['scale']})")
 
 
+def cmd_preflight(args):
+    from sparserl.core.paths import Paths
+    from sparserl.cli.preflight import problems
+    from sparserl.envs.sandbox import self_test
+    cfg = _cfg(args)
+    bad = problems(cfg, None, Paths(cfg).results)
+    for k, (ok, detail) in self_test().items():
+        print(f"  sandbox {k:16s} {'holds' if ok else 'FAILS'}: {detail}")
+    for line in bad:
+        log.error(line)
+    if not bad:
+        print(f"ok: this machine runs {', '.join(args.config)}")
+    return 1 if bad else 0
+
+
 def cmd_make_tasks(args):
     from sparserl.core.artifacts import write_table
     from sparserl.core.paths import Paths
@@ -160,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("validate-config", cmd_validate, "validate config files against the schema")
+    add("preflight", cmd_preflight, "check this machine's prerequisites for a config (the DAG's "
+        "onstart runs it): the CodeIO sandbox's self-test, a writable results folder")
     add("make-tasks", cmd_make_tasks, "generate the procedural training pool, corpus and benchmarks")
     add("fetch-data", cmd_fetch_data, "download (or copy local) paper-scale datasets and benchmarks")
     add("fetch-models", cmd_fetch_models, "download every hub model the config names into models/ "

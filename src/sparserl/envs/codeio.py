@@ -50,6 +50,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -175,8 +176,12 @@ class CodeIOEnv(Env):
                     "fallback (audit hook + namespaces; see docs/sandbox.md)")
             level = "strong" if ok else "weak"
             if not ok:
-                warnings.warn(f"codeio env: grading with the WEAK sandbox ({why}); "
-                              "sandbox.allow_weak is set", RuntimeWarning, stacklevel=2)
+                who = "host root" if os.geteuid() == 0 else f"host uid {os.geteuid()}"
+                warnings.warn(f"codeio env: grading with the WEAK sandbox ({why}); sandbox.allow_weak "
+                              f"is set, so this gives up: the programs run as {who} (the trainer's "
+                              "uid), see the host's files through an audit hook they can switch off, "
+                              "write to a host folder, and have no seccomp filter, no read-only /proc "
+                              "and no memory cgroup (docs/sandbox.md)", RuntimeWarning, stacklevel=2)
             self.limits = dataclasses.replace(self.limits, isolation=level)
             self._isolation = level
         return self._isolation

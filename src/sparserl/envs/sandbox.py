@@ -48,6 +48,7 @@ becomes data (`ast.literal_eval`) passed to a reference program.
 from __future__ import annotations
 
 import ast
+import atexit
 import ctypes
 import ctypes.util
 import json
@@ -63,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -105,6 +107,7 @@ class Limits:
     site_packages: bool = False  # put the parent's site-packages on the child's sys.path (read-only)
     preload: tuple[str, ...] = ()  # modules imported before the hooks go in (e.g. ("numpy",))
     max_result_chars: int = 100_000  # a longer repr is an error ("result too large")
+    scratch_mb: int = 16  # strong level: the scratch tmpfs (/tmp is a link to it), the program's whole disk
     python: str = ""  # interpreter; "" is sys.executable
 
 
@@ -482,7 +485,10 @@ _DENY = ("ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd
          "io_uring_setup", "io_uring_enter", "io_uring_register",
          "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",
          "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "open_by_handle_at",
-         "name_to_handle_at", "fork", "vfork")
+         "name_to_handle_at", "fork", "vfork",
+         # memory no rlimit counts: memfd files, SysV segments and queues, POSIX queues
+         "memfd_create", "memfd_secret", "shmget", "msgget", "semget", "mq_open",
+         "mknod", "mknodat")
 
 
 class _ScmpArgCmp(ctypes.Structure):
@@ -554,94 +560,417 @@ def _ro_roots(python: str, site_paths: Sequence[str]) -> list[str]:
     return out
 
 
-def _bwrap_argv(bwrap: str, python: str, scratch: str, site_paths: Sequence[str], seccomp_fd: int,
-                env: dict, tmp_mb: int = 16) -> list[str]:
-    a = [bwrap, "--unshare-all", "--unshare-user", "--uid", str(_SANDBOX_UID),
-         "--gid", str(_SANDBOX_UID), "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-         "--ro-bind", "/usr", "/usr"]
+_SCRATCH = "/scratch"  # where the scratch tmpfs is mounted inside bwrap (also /tmp, a link to it)
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")  # the whole /dev
+_SHM_MB = 1  # /dev/shm's cap
+_CGROUP_SLACK_MB, _CGROUP_PIDS = 64, 8  # the interpreter's own page tables and files; bwrap + python
+# The unprivileged host uid and gid a root trainer drops to (setpriv, inside bwrap). Dedicated: no
+# account uses it, no host file is owned by it, so the program owns nothing outside its sandbox.
+HOST_ID = int(os.environ.get("SPARSERL_SANDBOX_UID", "64064"))
+
+
+def _site_dest(i: int) -> str:
+    return f"/site/{i}"
+
+
+def _trainer_is_root() -> bool:
+    return 0 in os.getresuid()
+
+
+def _bwrap_args(python: str, site_paths: Sequence[str], env: dict, scratch_mb: int,
+                as_root: bool) -> list[str]:
+    """bwrap's options (passed through `--args FD`, so they are not in the sandbox's /proc/1/cmdline).
+
+    as_root: the trainer is root. bwrap then makes no user namespace (its uid inside one would map
+    to host root) and the command is `setpriv` dropping to HOST_ID with no capabilities; otherwise
+    bwrap makes a user namespace whose uid 65534 maps to the trainer's own unprivileged uid."""
+    if as_root:
+        a = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+    else:
+        a = ["--unshare-all", "--unshare-user", "--uid", str(_SANDBOX_UID), "--gid", str(_SANDBOX_UID),
+             "--cap-drop", "ALL"]
+    a += ["--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
     for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
         if os.path.islink(d):
             a += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             a += ["--ro-bind", d, d]
+    # mount-point parents: searchable, not listable (bwrap run by root would make them 0700)
     if os.path.exists("/etc/ld.so.cache"):  # the loader finds libc's multiarch folder through it
-        a += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    for r in _ro_roots(python, site_paths):
+        a += ["--perms", "0111", "--dir", "/etc", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    made: set = set()
+    if site_paths:  # at neutral paths: no host path (a venv under /tmp, say)
+        a += ["--perms", "0111", "--dir", "/site"]
+    for i, sp in enumerate(site_paths):
+        a += ["--ro-bind", sp, _site_dest(i)]
+    for r in _ro_roots(python, []):
+        parents, p = [], os.path.dirname(r)
+        while p not in ("/", "") and p not in made:
+            parents.append(p)
+            p = os.path.dirname(p)
+        for p in reversed(parents):  # so no `ls /root`
+            a += ["--perms", "0111", "--dir", p]
+            made.add(p)
         a += ["--ro-bind", r, r]
-    # /tmp: a private tmpfs, capped (tmpfs pages are not charged to RLIMIT_AS); then the root
-    # tmpfs bwrap builds (with /root, /work made as mount points) goes read-only
-    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(tmp_mb << 20), "--tmpfs", "/tmp",
-          "--bind", scratch, _SCRATCH, "--remount-ro", "/", "--chdir", _SCRATCH, "--clearenv"]
+    # /proc: its own (the sandbox's pids only), all of it read-only, /proc/sys included
+    a += ["--proc", "/proc", "--remount-ro", "/proc"]
+    # /dev: four device files in the read-only root, and a capped /dev/shm; no tty, no pts
+    a += ["--dir", "/dev"]
+    for d in _DEVICES:
+        a += ["--dev-bind", d, d]
+    a += ["--symlink", "/proc/self/fd", "/dev/fd",
+          "--perms", "1777", "--size", str(_SHM_MB << 20), "--tmpfs", "/dev/shm"]
+    # the only other writable place: a capped tmpfs (nosuid, nodev), gone with the sandbox; nothing
+    # the program writes ever reaches the host's disk
+    a += ["--perms", "1777", "--size", str(max(1, int(scratch_mb)) << 20), "--tmpfs", _SCRATCH]
+    if "/tmp" not in made:  # an interpreter installed under /tmp keeps /tmp as its parent
+        a += ["--symlink", _SCRATCH, "/tmp"]
+    a += ["--remount-ro", "/", "--chdir", _SCRATCH, "--clearenv"]
     for k, v in env.items():
         a += ["--setenv", k, v]
-    return a + ["--seccomp", str(seccomp_fd), "--", python]
+    return a
 
 
-_SCRATCH = "/scratch"  # where the scratch folder appears inside bwrap
+def _sandbox_command(python: str, argv: list[str], as_root: bool) -> list[str]:
+    """What bwrap runs: the interpreter, behind setpriv when the trainer is root."""
+    if not as_root:
+        return [python, *argv]
+    i = str(HOST_ID)
+    return [_STRONG["setpriv"], f"--reuid={i}", f"--regid={i}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--", python, *argv]
+
+
 _STRONG: dict = {}  # python -> (ok, reason); probed once per process
+_SELF_TEST: dict = {}  # python -> {layer: [ok, detail]}, the last self-test
 _STRONG_LOCK = threading.Lock()
 
 
-def _spawn_strong(python: str, scratch: str, site_paths: Sequence[str], argv: list[str],
-                  tmp_mb: int = 16, **popen) -> subprocess.Popen:
-    bpf = _STRONG["bpf"]
-    fd = os.memfd_create("sparserl-seccomp", 0)  # bwrap reads it from its offset: one per start
+class _Cgroup:
+    """A pids + memory cgroup for one sandbox, where this process may make one (root, with a v1
+    hierarchy or a v2 tree whose subtree has the controllers): memory counts what RLIMIT_AS does
+    not (tmpfs pages, inodes, page tables). Best effort: `paths` is empty where none is delegated."""
+
+    def __init__(self, memory_mb: int, pids: int):
+        self.dirs: list[str] = []
+        self.procs: list[str] = []
+        if not _trainer_is_root():
+            return
+        tag = f"sparserl-sandbox/{os.getpid()}-{secrets.token_hex(4)}"
+        for base, files in _cgroup_bases():
+            _sweep(os.path.join(base, "sparserl-sandbox"))
+            d = os.path.join(base, tag)
+            try:
+                os.makedirs(d, exist_ok=True)
+                for name, value in files(memory_mb, pids):
+                    if os.path.exists(os.path.join(d, name)):
+                        with open(os.path.join(d, name), "w") as f:
+                            f.write(str(value))
+            except OSError:
+                self._rmdir(d)
+                continue
+            self.dirs.append(d)
+            self.procs.append(os.path.join(d, "cgroup.procs"))
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """cmd run from a shell that first joins the cgroups, so every process bwrap forks is in."""
+        if not self.procs:
+            return cmd
+        join = " && ".join(f'echo $$ > "${i + 1}"' for i in range(len(self.procs)))
+        n = len(self.procs)
+        return ["/bin/sh", "-c", f'{join} && shift {n} && exec "$@"', "sh", *self.procs, *cmd]
+
+    @staticmethod
+    def _rmdir(d: str) -> bool:
+        try:
+            os.rmdir(d)
+        except FileNotFoundError:
+            pass
+        except OSError:  # its last tasks are still exiting: removed at the next sandbox or at exit
+            return False
+        return True
+
+    def close(self) -> None:
+        global _STALE_CGROUPS
+        _STALE_CGROUPS = [d for d in _STALE_CGROUPS + self.dirs if not self._rmdir(d)]
+        self.dirs = []
+
+
+_STALE_CGROUPS: list[str] = []
+_SWEPT: set = set()
+
+
+def _sweep(folder: str) -> None:
+    """Once per process: remove the cgroups of trainers that died (killed before their cleanup)."""
+    if folder in _SWEPT:
+        return
+    _SWEPT.add(folder)
     try:
-        os.write(fd, bpf)
-        os.lseek(fd, 0, os.SEEK_SET)
-        env = dict(_ENV, TMPDIR=_SCRATCH, HOME=_SCRATCH)
-        cmd = _bwrap_argv(_STRONG["bwrap"], python, scratch, site_paths, fd, env, tmp_mb) + argv
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for n in names:
+        pid = n.split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            _Cgroup._rmdir(os.path.join(folder, n))
+
+
+@atexit.register
+def _remove_stale_cgroups() -> None:
+    for d in _STALE_CGROUPS:
+        for _ in range(100):
+            if _Cgroup._rmdir(d):
+                break
+            time.sleep(0.01)
+
+
+def _cgroup_bases() -> list:
+    """(folder, settings) for each writable cgroup hierarchy with memory or pids control."""
+    out = []
+    try:
+        lines = open("/proc/self/mountinfo").read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        f, g = left.split(), right.split()
+        if len(f) < 5 or not g:
+            continue
+        mnt, fstype, opts = f[4], g[0], g[-1].split(",")
+        if not os.access(mnt, os.W_OK):
+            continue
+        if fstype == "cgroup" and "memory" in opts:
+            out.append((mnt, lambda m, p: [("memory.limit_in_bytes", m << 20),
+                                            ("memory.memsw.limit_in_bytes", m << 20)]))
+        elif fstype == "cgroup" and "pids" in opts:
+            out.append((mnt, lambda m, p: [("pids.max", p)]))
+        elif fstype == "cgroup2":
+            try:
+                sub = open(os.path.join(mnt, "cgroup.subtree_control")).read().split()
+            except OSError:
+                continue
+            if {"memory", "pids"} <= set(sub):
+                out.append((mnt, lambda m, p: [("memory.max", m << 20), ("memory.swap.max", 0),
+                                                ("pids.max", p)]))
+    return out
+
+
+def _spawn_strong(python: str, site_paths: Sequence[str], argv: list[str], *, scratch_mb: int,
+                  cgroup: _Cgroup | None = None, **popen) -> subprocess.Popen:
+    as_root = _trainer_is_root()
+    env = dict(_ENV, TMPDIR=_SCRATCH, HOME=_SCRATCH)
+    opts = _bwrap_args(python, site_paths, env, scratch_mb, as_root)
+    bpf = _STRONG["bpf"]
+    fds = []
+    try:
+        for data in (bpf, b"".join(o.encode() + b"\0" for o in opts)):
+            fd = os.memfd_create("sparserl-sandbox", 0)  # bwrap reads each from its offset: one per start
+            fds.append(fd)
+            os.write(fd, data)
+            os.lseek(fd, 0, os.SEEK_SET)
+        cmd = ["bwrap", "--args", str(fds[1]), "--seccomp", str(fds[0]), "--",
+               *_sandbox_command(python, argv, as_root)]
+        if cgroup is not None:
+            cmd = cgroup.wrap(cmd)
+            exe = cmd[0] if cgroup.procs else _STRONG["bwrap"]
+        else:
+            exe = _STRONG["bwrap"]
         # bwrap itself gets only _ENV: pid 1 of the sandbox is bwrap, and its environ is readable
-        return subprocess.Popen(cmd, pass_fds=(fd,), env=dict(_ENV), close_fds=True, **popen)
+        return subprocess.Popen(cmd, executable=exe, pass_fds=tuple(fds), env=dict(_ENV),
+                                close_fds=True, **popen)
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
 
 
 def strong_isolation(python: str = "") -> tuple[bool, str]:
-    """Whether this machine gives strong isolation (bwrap + uid 65534 + seccomp), and if not why;
-    probed once per interpreter by running it under the real command."""
+    """Whether this machine gives strong isolation, and if not why: the self-test (`self_test`)
+    runs once per interpreter, under the real command, and every layer must hold."""
     python = os.path.realpath(python or sys.executable)
     with _STRONG_LOCK:
         if python in _STRONG:
             return _STRONG[python]
         res = (False, "")
         bwrap = shutil.which("bwrap")
+        setpriv = shutil.which("setpriv") or ("/usr/bin/setpriv" if os.path.exists("/usr/bin/setpriv") else None)
         if bwrap is None:
             res = (False, "bubblewrap (bwrap) is not installed")
+        elif _trainer_is_root() and setpriv is None:
+            res = (False, "the trainer runs as root and setpriv (util-linux) is missing, so the "
+                          "sandbox cannot drop to an unprivileged host uid")
         else:
-            _STRONG["bwrap"] = bwrap
+            _STRONG["bwrap"], _STRONG["setpriv"] = bwrap, setpriv
             try:
                 _STRONG.setdefault("bpf", _build_seccomp())
             except (OSError, AttributeError) as e:
                 res = (False, f"no seccomp filter: libseccomp is missing or failed ({e})")
             else:
-                res = _probe(python)
+                layers = _self_test(python)
+                _SELF_TEST[python] = layers
+                failed = [f"{k} ({d})" for k, (ok, d) in layers.items() if not ok and k not in _OPTIONAL]
+                res = (not failed, "self-test failed: " + "; ".join(failed) if failed else "")
         _STRONG[python] = res
         return res
 
 
-def _probe(python: str) -> tuple[bool, str]:
-    scratch = tempfile.mkdtemp(prefix="sparserl-sbx-")
-    try:
-        proc = _spawn_strong(python, scratch, [], ["-I", "-S", "-c",
-                             "import os, socket\n"
-                             "try:\n    socket.socket(socket.AF_INET)\nexcept PermissionError:\n"
-                             "    print(os.getuid())\n"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def self_test(python: str = "") -> dict:
+    """The strong sandbox's layers as its self-test found them: {layer: [held, detail]} (empty
+    when bwrap or libseccomp is missing: `strong_isolation` says why)."""
+    python = os.path.realpath(python or sys.executable)
+    strong_isolation(python)
+    return {k: list(v) for k, v in _SELF_TEST.get(python, {}).items()}
+
+
+_OPTIONAL = ("cgroup",)  # recorded, not required: only where a cgroup hierarchy is delegated
+_PROBE_SCRATCH_MB, _PROBE_MEMORY_MB = 4, 256
+
+# Run inside the real sandbox with no audit hook, as a hostile program would: each layer of
+# docs/sandbox.md, checked from inside. The host uid is checked from outside (`_self_test`).
+_PROBE = r"""
+import os, sys, json, socket, resource, _thread
+res = {}
+def chk(name, ok, detail=""):
+    res[name] = [bool(ok), str(detail)]
+st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+caps = {k: int(st[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+chk("capabilities", not any(caps.values()), "none" if not any(caps.values()) else caps)
+chk("no_new_privs", st["NoNewPrivs"].strip() == "1", st["NoNewPrivs"].strip())
+chk("seccomp", st["Seccomp"].strip() == "2", "filter mode" if st["Seccomp"].strip() == "2" else st["Seccomp"].strip())
+writable = []
+for root, dirs, files in os.walk("/proc/sys"):
+    for f in files:
         try:
-            out, err = proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            return False, "bwrap did not start a Python within 30 s"
-    except OSError as e:
-        return False, f"could not start bwrap: {e}"
+            os.close(os.open(os.path.join(root, f), os.O_WRONLY))
+            writable.append(os.path.join(root, f))
+        except OSError:
+            pass
+for p in ("/proc/sysrq-trigger", "/proc/self/oom_score_adj", "/proc/self/attr/current"):
+    try:
+        os.close(os.open(p, os.O_WRONLY))
+        writable.append(p)
+    except OSError:
+        pass
+chk("proc_read_only", not writable, f"{len(writable)} writable: {writable[:3]}")
+bad, rw = [], []
+for line in open("/proc/self/mountinfo"):
+    f = line.split(" - ")[0].split()
+    mnt, opts = f[4], f[5].split(",")
+    if "rw" not in opts:
+        continue
+    rw.append(mnt)
+    need = ("nosuid",) if mnt in DEVICES else ("nosuid", "nodev")
+    if any(o not in opts for o in need):
+        bad.append(f"{mnt} ({f[5]})")
+extra = sorted(set(rw) - set(DEVICES) - {"/scratch", "/dev/shm"})
+chk("mounts", not bad and not extra, f"writable: {sorted(rw)}" + (f"; without nosuid/nodev: {bad}" if bad else "") + (f"; unexpected: {extra}" if extra else ""))
+caps_ok = []
+for m, cap in (("/scratch", SCRATCH_MB), ("/dev/shm", SHM_MB)):
+    v = os.statvfs(m)
+    caps_ok.append(v.f_blocks * v.f_frsize <= cap << 20 and v.f_flag & os.ST_NOSUID and v.f_flag & os.ST_NODEV)
+chk("tmpfs_caps", all(caps_ok), f"/scratch {SCRATCH_MB} MB, /dev/shm {SHM_MB} MB")
+def denied(fn):
+    try:
+        fn()
+    except OSError:
+        return True
+    return False
+chk("no_memfd", denied(lambda: os.memfd_create("x")), "memfd_create refused")
+chk("no_network", denied(lambda: socket.socket(socket.AF_INET)), "AF_INET refused")
+def fork():
+    if os.fork() == 0:
+        os._exit(0)
+chk("no_fork", denied(fork), "fork refused")
+resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+try:
+    _thread.start_new_thread(lambda: None, ())
+    chk("nproc_binds", False, "a thread started under RLIMIT_NPROC 0")
+except RuntimeError as e:
+    chk("nproc_binds", True, "RLIMIT_NPROC 0 refuses a thread")
+cmd = open("/proc/1/cmdline", "rb").read().split(b"\0")
+leak = [a.decode() for a in cmd if a.startswith(b"/") and not a.startswith(tuple(p.encode() for p in ALLOWED))]
+chk("no_host_paths", not leak, f"/proc/1/cmdline: {leak[:3]}" if leak else "/proc/1/cmdline names the interpreter only")
+try:
+    os.listdir("/root")
+    chk("root_hidden", not os.path.exists("/root"), "/root lists")
+except OSError:
+    chk("root_hidden", True, "/root absent or not listable")
+sys.stdout.write(json.dumps(res) + "\n")
+sys.stdout.flush()
+sys.stdin.read()  # the parent checks the host uid of this process meanwhile
+"""
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = open(f"/proc/{p}/task/{p}/children").read().split()
+        except OSError:
+            continue
+        out += [int(k) for k in kids]
+        todo += [int(k) for k in kids]
+    return out
+
+
+def _host_uids(pid: int) -> tuple[int, ...]:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Uid:"):
+            return tuple(int(x) for x in line.split()[1:])
+    return ()
+
+
+def _self_test(python: str) -> dict:
+    """Start the real sandbox on _PROBE and collect each layer's result."""
+    allowed = ["/usr/", "/bin/", python] + [r + "/" for r in _ro_roots(python, [])]
+    code = (f"DEVICES = {_DEVICES!r}\nSCRATCH_MB = {_PROBE_SCRATCH_MB}\nSHM_MB = {_SHM_MB}\n"
+            f"ALLOWED = {allowed!r}\n" + _PROBE)
+    cg = _Cgroup(_PROBE_MEMORY_MB, 8)
+    layers: dict = {}
+    try:
+        try:
+            proc = _spawn_strong(python, [], ["-I", "-S", "-c", code], scratch_mb=_PROBE_SCRATCH_MB,
+                                 cgroup=cg, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+        except OSError as e:
+            return {"start": [False, f"could not start bwrap: {e}"]}
+        line, err = b"", b""
+        try:
+            sel = selectors.DefaultSelector()
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            end = time.monotonic() + 30
+            while not line.endswith(b"\n") and time.monotonic() < end:
+                if sel.select(end - time.monotonic()):
+                    b = os.read(proc.stdout.fileno(), 1 << 16)
+                    if not b:
+                        break
+                    line += b
+            sel.close()
+            if line.endswith(b"\n"):
+                uids = {p: _host_uids(p) for p in _descendants(proc.pid)}
+                pys = [p for p in uids if os.path.realpath(f"/proc/{p}/exe") == python] if uids else []
+                if not pys:
+                    pys = [p for p in uids]
+                root = [p for p in pys if 0 in uids[p]]
+                layers["host_uid"] = [bool(pys) and not root,
+                                      f"program runs as host uid {sorted({uids[p][0] for p in pys})}"]
+        finally:
+            try:
+                _, err = proc.communicate(timeout=10)  # closes stdin: the probe exits
+            except (subprocess.TimeoutExpired, OSError):
+                proc.kill()
+                proc.communicate()
+        if not line.endswith(b"\n"):
+            msg = err.decode(errors="replace").strip()[-300:] or f"exit code {proc.returncode}"
+            return {"start": [False, f"bwrap failed here ({msg}); the kernel may refuse namespaces"]}
+        try:
+            layers.update(json.loads(line))
+        except ValueError:
+            return {"start": [False, "the self-test printed no result"]}
+        layers["cgroup"] = [bool(cg.dirs), ("pids + memory: " + ", ".join(cg.dirs)) if cg.dirs
+                            else "none delegated (memory is bounded by RLIMIT_AS and the tmpfs caps)"]
+        return layers
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    if proc.returncode != 0 or out.decode(errors="replace").strip() != str(_SANDBOX_UID):
-        msg = err.decode(errors="replace").strip()[-300:] or f"exit code {proc.returncode}"
-        return False, f"bwrap failed here ({msg}); the kernel may refuse user namespaces"
-    return True, ""
+        cg.close()
 
 
 _NOT_LITERAL = object()
@@ -685,37 +1014,50 @@ class _Fate:
     reason: str = ""
 
 
-def _run_child(pending: list, programs: list[str], time_limit_s: float, limits: Limits,
+def _run_child(pending: list, program: str, time_limit_s: float, limits: Limits,
                deadline: float, got: dict, strong: bool) -> _Fate:
-    """One child process over `pending` calls (in order); fills `got` with the results it streams
-    back and says how it ended. `strong`: run it under bwrap (`_bwrap_argv`)."""
+    """One child process running ONE program over its `pending` calls (in order); fills `got` with
+    the results it streams back and says how it ended. `strong`: run it under bwrap.
+
+    The watchdog is the parent's: the child's whole life is capped when it starts (its startup,
+    its program's load and every call's limit), a call's own timer starts when the call before it
+    ended, and only the first hello and the next call's result in order count. So nothing a
+    program sends can extend any timer, and what it forges can only be its own calls' results."""
     fate = _Fate()
     left = deadline - time.monotonic()
-    scratch = tempfile.mkdtemp(prefix="sparserl-sbx-")
+    scratch = None if strong else tempfile.mkdtemp(prefix="sparserl-sbx-")
     nonce = secrets.token_hex(16)
     site_paths = _site_paths() if limits.site_packages else []
     payload = marshal.dumps({
-        "nonce": nonce, "programs": programs, "calls": pending, "time_limit_s": float(time_limit_s),
+        "nonce": nonce, "programs": [program], "calls": [(c[0], 0, *c[2:]) for c in pending],
+        "time_limit_s": float(time_limit_s),
         "limits": {"memory_mb": int(limits.memory_mb), "file_size_mb": int(limits.file_size_mb),
                    "nofile": int(limits.nofile), "cpu_s": max(1, int(left) + 1),
                    "exec_limit_s": float(limits.exec_limit_s), "isolate": bool(limits.isolate),
-                   "mode": "strong" if strong else "weak", "sys_path": site_paths,
+                   "mode": "strong" if strong else "weak",
+                   "sys_path": [_site_dest(i) for i in range(len(site_paths))] if strong else site_paths,
                    "preload": [str(m) for m in limits.preload],
                    "max_result_chars": int(limits.max_result_chars)},
     })
     argv = ["-I", "-S", "-B", "-c", _BOOT]
     pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                  process_group=0)
+    cgroup = None
     try:
         if strong:
-            proc = _spawn_strong(_interpreter(limits), scratch, site_paths, argv,
-                                 tmp_mb=max(1, int(limits.file_size_mb)), **pipes)
+            cgroup = _Cgroup(int(limits.memory_mb) + int(limits.scratch_mb) + _SHM_MB + _CGROUP_SLACK_MB,
+                             _CGROUP_PIDS)
+            proc = _spawn_strong(_interpreter(limits), site_paths, argv, scratch_mb=limits.scratch_mb,
+                                 cgroup=cgroup, **pipes)
         else:
             proc = subprocess.Popen([limits.python or sys.executable, *argv], cwd=scratch,
                                     env=dict(_ENV, TMPDIR=scratch, HOME=scratch),
                                     close_fds=True, **pipes)
     except OSError as e:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.close()
+        if scratch is not None:
+            _remove_tree(scratch)
         fate.reason = f"could not start the sandbox process: {e}"
         return fate
     wfd, rfd = proc.stdin.fileno(), proc.stdout.fileno()
@@ -723,32 +1065,29 @@ def _run_child(pending: list, programs: list[str], time_limit_s: float, limits: 
     sel = selectors.DefaultSelector()
     sel.register(wfd, selectors.EVENT_WRITE)
     sel.register(rfd, selectors.EVENT_READ)
-    todo = {c[0] for c in pending}
+    order = [c[0] for c in pending]
     nb = nonce.encode()
     buf, total_read, sent, eof = b"", 0, 0, False
     line_cap = 4 * limits.max_result_chars + 65_536
-    step = limits.startup_s + (limits.exec_limit_s if limits.preload else 0.0)
-    step_deadline = time.monotonic() + step
-    # the watchdog's allowance for the k-th call: its alarm, its program's load if first, a grace
-    seen: set = set()
-    allowance = []
-    for c in pending:
-        allowance.append(time_limit_s + _GRACE_S + (0.0 if c[1] in seen else limits.exec_limit_s))
-        seen.add(c[1])
+    startup = limits.startup_s + (limits.exec_limit_s if limits.preload else 0.0)
+    # each call's allowance: its alarm and a grace; the first also loads the program
+    allowance = [time_limit_s + _GRACE_S + (limits.exec_limit_s if k == 0 else 0.0)
+                 for k in range(len(pending))]
+    life_end = min(deadline, time.monotonic() + startup + sum(allowance))
+    step_deadline = time.monotonic() + startup
     done = 0
-    per_call = allowance[0]
     reason, rc = "", None
     try:
         while True:
             now = time.monotonic()
-            dl = min(step_deadline, deadline)
+            dl = min(step_deadline, life_end)
             if now >= dl:
                 if not fate.hello:
-                    reason = f"the sandbox did not start within {step:g}s"
+                    reason = f"the sandbox did not start within {startup:g}s"
                 elif dl == deadline:
                     reason = "timeout: the batch's total time limit ran out (killed)"
                 else:
-                    reason = f"timeout: no result within {per_call:g}s (killed)"
+                    reason = f"timeout: no result within {allowance[min(done, len(allowance) - 1)]:g}s (killed)"
                 break
             for key, _ in sel.select(dl - now):
                 if key.fd == wfd:
@@ -775,18 +1114,19 @@ def _run_child(pending: list, programs: list[str], time_limit_s: float, limits: 
                     msg = _literal(line[len(nb):].decode("utf-8", "replace"))
                     if type(msg) is not tuple or not msg:
                         continue
-                    if msg[0] == "hello" and len(msg) == 2:
-                        fate.hello, fate.isolation = True, str(msg[1])
-                    elif len(msg) == 5 and msg[0] in todo and msg[0] not in got:
+                    if not fate.hello:
+                        if msg[0] == "hello" and len(msg) == 2:
+                            fate.hello, fate.isolation = True, str(msg[1])
+                            step_deadline = time.monotonic() + allowance[0]
+                        continue
+                    if done < len(order) and len(msg) == 5 and msg[0] == order[done]:
                         got[msg[0]] = _result(msg)
                         done += 1
-                    else:
-                        continue
-                    per_call = allowance[min(done, len(allowance) - 1)]
-                    step_deadline = time.monotonic() + per_call
+                        if done < len(order):
+                            step_deadline = time.monotonic() + allowance[done]
                 if len(buf) > line_cap:
                     buf = b""
-            if eof:
+            if eof or done == len(order):
                 break
             if total_read > 256 << 20:
                 reason = "the sandbox wrote too much output (killed)"
@@ -804,7 +1144,12 @@ def _run_child(pending: list, programs: list[str], time_limit_s: float, limits: 
                 f.close()
             except OSError:
                 pass
-        shutil.rmtree(scratch, ignore_errors=True)
+        if cgroup is not None:
+            cgroup.close()
+        if scratch is not None:
+            _remove_tree(scratch)
+    if done == len(order):
+        return fate
     if not reason:
         if rc is None:
             reason = "the sandbox process closed its output before the call finished"
@@ -821,6 +1166,69 @@ def _run_child(pending: list, programs: list[str], time_limit_s: float, limits: 
             reason = "the sandbox failed to start: " + reason
     fate.reason = reason
     return fate
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a folder the program wrote (the weak level's scratch) without recursing, without
+    following a link, and without raising: a hostile tree (thousands deep, links, no permissions)
+    must not turn the trainer. What cannot be removed is left and reported once."""
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    stack = [(top, None, None)]  # (dir fd, parent fd, name in parent)
+    failed = False
+    try:
+        while stack:
+            fd, parent, name = stack[-1]
+            sub = None
+            try:
+                with os.scandir(fd) as it:
+                    for e in it:
+                        try:
+                            if e.is_dir(follow_symlinks=False):
+                                sub = e.name
+                                break
+                            os.unlink(e.name, dir_fd=fd)
+                        except OSError:
+                            failed = True
+            except OSError:
+                failed = True
+            if sub is not None:
+                try:
+                    child = os.open(sub, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    stack.append((child, fd, sub))
+                    continue
+                except OSError:
+                    try:  # not openable: an empty folder without permissions, or a race
+                        os.rmdir(sub, dir_fd=fd)
+                        continue
+                    except OSError:
+                        failed = True
+            stack.pop()
+            os.close(fd)
+            if parent is not None:
+                try:
+                    os.rmdir(name, dir_fd=parent)
+                except OSError:
+                    failed = True
+            if failed and sub is not None:
+                break
+        try:
+            os.rmdir(path)
+        except OSError:
+            failed = True
+    except BaseException:  # noqa: BLE001 - cleanup must never raise into the trainer
+        failed = True
+    finally:
+        for fd, _, _ in stack:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    if failed and os.path.lexists(path):
+        warnings.warn(f"sandbox: could not remove the scratch folder {path}; remove it by hand",
+                      RuntimeWarning, stacklevel=2)
 
 
 def _poll_exit(pid: int, wait_s: float) -> int | None:
@@ -876,8 +1284,8 @@ def isolation_of(limits: Limits | None = None) -> str:
 
 def run_jobs(calls: Sequence[Call], *, time_limit_s: float = 1.0, total_time_s: float | None = None,
              limits: Limits | None = None) -> list[CallResult]:
-    """Run every call in one sandboxed process (a new one only after a call killed the last): one
-    CallResult per call, in order. Never raises for what the programs do.
+    """Run every call in a sandboxed process, one process per program (a new one only after a call
+    killed the last): one CallResult per call, in order. Never raises for what the programs do.
 
     time_limit_s: each call's own alarm (a program's first call also gets limits.exec_limit_s to
     load it); total_time_s: the whole batch (default: every call using its limit, plus startup);
@@ -902,34 +1310,44 @@ def run_jobs(calls: Sequence[Call], *, time_limit_s: float = 1.0, total_time_s: 
         total_time_s = (limits.startup_s + n * time_limit_s
                         + len(programs) * min(limits.exec_limit_s, 1.0))
     deadline = time.monotonic() + float(total_time_s)
+    # one process per program: a program's output channel carries its own calls' results only,
+    # so no program can touch another's grade (docs/sandbox.md)
+    for pi, program in enumerate(programs):
+        _run_program([c for c in pending if c[1] == pi], program, time_limit_s, limits, deadline,
+                     total_time_s, results, strong)
+    return [r if r is not None else CallResult(False, error="no result") for r in results]
+
+
+def _run_program(pending: list, program: str, time_limit_s: float, limits: Limits, deadline: float,
+                 total_time_s: float, results: list, strong: bool) -> None:
+    """One program's calls, in order, in as many processes as its crashes take."""
     failed_starts = 0
     while pending:
         if deadline - time.monotonic() <= 0.05:
             for c in pending:
                 results[c[0]] = CallResult(False, error=f"timeout: the batch's total time limit "
                                                          f"({total_time_s:g}s) ran out before this call")
-            break
+            return
         got: dict[int, CallResult] = {}
-        fate = _run_child(pending, programs, time_limit_s, limits, deadline, got, strong)
-        if fate.isolation:
-            _LAST_ISOLATION.update(isolation="strong" if fate.isolation == "strong" else "weak",
-                                   detail=fate.isolation)
+        fate = _run_child(pending, program, time_limit_s, limits, deadline, got, strong)
+        if fate.hello:  # the level is the parent's to say; the weak child reports its namespaces
+            _LAST_ISOLATION.update(isolation="strong" if strong else "weak",
+                                   detail="strong" if strong else fate.isolation)
         for i, r in got.items():
             results[i] = r
         rest = [c for c in pending if results[c[0]] is None]
         if not rest:
-            break
+            return
         if not fate.hello:
             failed_starts += 1
             if failed_starts >= 2:
                 for c in rest:
                     results[c[0]] = CallResult(False, error=fate.reason)
-                break
+                return
             pending = rest
             continue
         results[rest[0][0]] = CallResult(False, error=fate.reason)  # the call that was running
         pending = rest[1:]
-    return [r if r is not None else CallResult(False, error="no result") for r in results]
 
 
 def run_calls(program: str, func_name: str, args_list: Sequence, time_limit_s: float = 1.0,
