@@ -142,7 +142,7 @@ def _dry_run(repo, tmp_path):
     return jobs
 
 
-# Throughputs behind the estimates: V0's constants (sparserl.engines.v0_sizing), one set for every
+# Throughputs behind the estimates: V0's constants (sparserl.engines.sizing), one set for every
 # rule. Training (rl_cluster): fwd + bwd of a 4B model with gradient checkpointing is ~32 GFLOP a
 # token; at ~100 TFLOP/s effective on one H100, ~3,000 tokens/s per GPU, plus the reference forward.
 TRAIN_TOKENS_PER_S = 3_000
@@ -151,7 +151,7 @@ PROMPT_TOKENS = 300  # a DAPO prompt with the chat template
 
 def _estimates(cfg) -> dict:
     """rule -> (gpus, runtime minutes with the margin, the arithmetic)."""
-    from sparserl.engines import v0_sizing as v0
+    from sparserl.engines import sizing as v0
     out = {}
     b = cfg["basis"]
     K = b.get("reference_shards", 1)
@@ -210,7 +210,7 @@ def test_paper_dag_fetches_shards_flags_and_fits_its_runtimes(repo, tmp_path):
     assert len(by.get("v0_harvest_values_shard", [])) == len(h["policies"]) * h.get("shards", 1) > len(h["policies"])
     # no V0 job asks for a GPU it does not use: V0 uses the GPU only through v0.device (auto/cuda),
     # and the CPU-only V0 steps (routing, merges) ask for none
-    from sparserl.engines.v0_sizing import V0_RESOURCES
+    from sparserl.engines.sizing import V0_RESOURCES
     assert cfg["v0"].get("device", "auto") in ("auto", "cuda")
     for rule in V0_RESOURCES:
         for j in by.get(rule, []):
