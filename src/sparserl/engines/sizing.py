@@ -634,10 +634,28 @@ def sizing_table(cfg: dict, jobs: list[dict]) -> str:
     for j, e in gpu_job_estimates(cfg, jobs):
         by.setdefault(j["rule"], []).append((j, e))
     for rule in sorted(by):
-        j, e = max(by[rule], key=lambda je: je[1].seconds)
+        j, e = max(by[rule], key=lambda je: (round(je[1].seconds), je[1].job))  # ties: the same job every run
         per_gpu = [estimate(cfg, rule, j["wildcards"], g).seconds for g in GPUS]
         asks = sorted({int(x["resources"]["runtime"]) for x, _ in by[rule]})
         rows.append(f"| `{rule}` | {len(by[rule])} | {e.gpus} | {e.job or '-'} | "
                     + " | ".join(_h(s) for s in per_gpu)
                     + f" | {e.ask_minutes / 60:.1f} h | {'/'.join(f'{a / 60:.0f}' for a in asks)} h |")
+    return "\n".join(rows)
+
+
+def storage_table(cfg: dict, jobs: list[dict]) -> str:
+    """Markdown: checkpoint storage each OpenRLHF rule's runs hold at their end, per run and in all."""
+    rows = ["| rule | runs | save every (steps) | per run | in all |", "|---|---:|---|---:|---:|"]
+    total = 0.0
+    for rule in ("rl_cluster", "critique_train", "v0_harvest_run"):
+        est = [estimate(cfg, rule, j["wildcards"]) for j in jobs if j["rule"] == rule]
+        if not est:
+            continue
+        s = sum(e.storage_bytes for e in est)
+        total += s
+        lo, hi = min(e.storage_bytes for e in est), max(e.storage_bytes for e in est)
+        every = sorted({e.extra["save_steps"] for e in est})
+        rows.append(f"| `{rule}` | {len(est)} | {', '.join(map(str, every))} | "
+                    f"{lo / 1e9:,.0f}-{hi / 1e9:,.0f} GB | {s / 1e12:.1f} TB |")
+    rows.append(f"| all | | | | {total / 1e12:.1f} TB |")
     return "\n".join(rows)
