@@ -130,10 +130,8 @@ if V0_HARVEST is not None:
                 "{SPARSERL} v0-harvest-values --config {CONFIGS} --policy {wildcards.policy} "
                 "--threads {threads} > {log} 2>&1"
     else:
-        # v0.harvest.shards jobs per policy, each avg@k of checkpoints shard, shard + N, ...:
-        # paper: 201 checkpoints x 1,577 queries x k 10 = 3.17M rollouts per policy, ~4k tokens
-        # each at ~20k tokens/s on one GPU = 180 GPU-h; 48 shards of <= 5 checkpoints = 4.5 h each
-        # (sizing.v0_rule_estimates), inside resources.rollout
+        # v0.harvest.shards jobs per policy, each avg@k of checkpoints shard, shard + N, ...
+        # (paper: one checkpoint a job; sparserl.engines.sizing sizes them)
         rule v0_harvest_values_shard:
             input:
                 unpack(v0_harvest_values_input),
