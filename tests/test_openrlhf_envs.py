@@ -271,7 +271,8 @@ def test_critique_argv_single_turn_with_a_critic(orl, tmp_path):
     assert f["data.prompt_dataset"] == str(run.prompts) and f["ckpt.output_dir"] == str(run.final)
     assert f["eval.dataset"] == str(run.openrlhf / "heldout.jsonl") and f["eval.steps"] == str(3 + 10)
     assert f["eval.n_samples_per_prompt"] == "2" and f["data.max_len"] == "256"
-    assert f["rollout.max_new_tokens"] == "32" and f["ckpt.save_steps"] == "-1"
+    from sparserl.engines.sizing import critique_save_steps  # a resume point every few hours of work
+    assert f["rollout.max_new_tokens"] == "32" and f["ckpt.save_steps"] == str(critique_save_steps(cfg, "rg_k8", "lc_pvf_answer"))
     assert f["data.apply_chat_template"] is True and f["logger.tensorboard_dir"] == str(run.tensorboard)
     spec = json.loads(f["sparserl.spec"])
     assert spec["group_size"] == 8 and spec["critic"]["privileged"] == "answer"

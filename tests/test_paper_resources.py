@@ -142,41 +142,10 @@ def _dry_run(repo, tmp_path):
     return jobs
 
 
-# Throughputs behind the estimates: V0's constants (sparserl.engines.v0_sizing), one set for every
-# rule. Training (rl_cluster): fwd + bwd of a 4B model with gradient checkpointing is ~32 GFLOP a
-# token; at ~100 TFLOP/s effective on one H100, ~3,000 tokens/s per GPU, plus the reference forward.
-TRAIN_TOKENS_PER_S = 3_000
-PROMPT_TOKENS = 300  # a DAPO prompt with the chat template
-
-
-def _estimates(cfg) -> dict:
-    """rule -> (gpus, runtime minutes with the margin, the arithmetic)."""
-    from sparserl.engines import v0_sizing as v0
-    out = {}
-    b = cfg["basis"]
-    K = b.get("reference_shards", 1)
-    per = math.ceil(v0.DAPO_PROMPTS * b["reference_n"] / K)
-    s = per * v0.MEAN_RESPONSE_TOKENS / v0.GEN_TOKENS_PER_S
-    out["reference_cache_shard" if K > 1 else "reference_cache"] = (
-        1, s * v0.MARGIN / 60, f"{v0.DAPO_PROMPTS} prompts x {b['reference_n']} / {K} shards = {per} rollouts x "
-                               f"{v0.MEAN_RESPONSE_TOKENS} tokens / {v0.GEN_TOKENS_PER_S} tokens/s = {s / 3600:.1f} h")
-    rl, gpus = cfg["rl"], cfg["resources"]["rl"]["gpus"]
-    rollouts = rl["steps"] * rl["rollouts_per_step"]
-    gen = rollouts * v0.MEAN_RESPONSE_TOKENS / (gpus * v0.GEN_TOKENS_PER_S)
-    train = 2 * rollouts * (v0.MEAN_RESPONSE_TOKENS + PROMPT_TOKENS) / (gpus * TRAIN_TOKENS_PER_S)
-    out["rl_cluster"] = (gpus, (gen + train) * v0.MARGIN / 60,
-                         f"{rollouts} rollouts: generation {gen / 3600:.1f} h + training and reference "
-                         f"forward {train / 3600:.1f} h on {gpus} GPUs")
-    bench = sum(v0.BENCHMARK_SIZES.get(x, 500) for x in cfg["tasks"]["benchmarks"])
-    k = cfg["evaluation"]["default"]["k"]
-    ev = bench * k * v0.MEAN_RESPONSE_TOKENS / v0.GEN_TOKENS_PER_S
-    out["evaluate"] = (1, ev * v0.MARGIN / 60, f"{bench} problems x k {k} x {v0.MEAN_RESPONSE_TOKENS} tokens / "
-                                              f"{v0.GEN_TOKENS_PER_S} tokens/s = {ev / 3600:.1f} h")
-    ckpts = len(rl["eval_fractions"]) + 1
-    out["rl_eval"] = (1, ckpts * ev * v0.MARGIN / 60, f"{ckpts} checkpoints x {ev / 3600:.1f} h")
-    for rule, e in v0.v0_rule_estimates(cfg).items():  # helper H3's V0 estimates (margin included)
-        out[rule] = (e["gpus"], e["runtime"], e["work"])
-    return out
+@pytest.fixture(scope="module")
+def paper_jobs(repo, tmp_path_factory):
+    from sparserl.engines.sizing import dry_run_jobs
+    return dry_run_jobs(repo, tmp_path_factory.mktemp("dag"))
 
 
 def test_paper_dag_fetches_shards_flags_and_fits_its_runtimes(repo, tmp_path):
@@ -210,7 +179,7 @@ def test_paper_dag_fetches_shards_flags_and_fits_its_runtimes(repo, tmp_path):
     assert len(by.get("v0_harvest_values_shard", [])) == len(h["policies"]) * h.get("shards", 1) > len(h["policies"])
     # no V0 job asks for a GPU it does not use: V0 uses the GPU only through v0.device (auto/cuda),
     # and the CPU-only V0 steps (routing, merges) ask for none
-    from sparserl.engines.v0_sizing import V0_RESOURCES
+    from sparserl.engines.sizing import V0_RESOURCES
     assert cfg["v0"].get("device", "auto") in ("auto", "cuda")
     for rule in V0_RESOURCES:
         for j in by.get(rule, []):
@@ -219,13 +188,161 @@ def test_paper_dag_fetches_shards_flags_and_fits_its_runtimes(repo, tmp_path):
                 assert asked == 0, (rule, j["res"])
     for rule in ("v0_harvest",):
         assert all("gpu" not in j["res"] for j in by[rule])
-    # each rule's estimated work (margin included) fits the runtime and GPUs it asks for
-    checked = []
-    for rule, (gpus, minutes, work) in _estimates(cfg).items():
-        for j in by.get(rule, []):
-            assert int(j["res"].get("gpu", 0)) >= gpus, (rule, j["res"], work)
-            assert int(j["res"]["runtime"]) >= minutes, f"{rule}: {work} x margin = {minutes:.0f} min > " \
-                                                        f"runtime {j['res']['runtime']}"
-            checked.append(rule)
-    assert {"reference_cache_shard", "rl_cluster", "v0_harvest_values_shard", "v0_embeddings", "evaluate",
-            "rl_eval"} <= set(checked)
+    # each GPU job's estimate x 1.5 fits its runtime at the default GPU type (sparserl.engines.sizing)
+    from sparserl.engines import sizing
+    checked = set()
+    for j in jobs:
+        if int(j["res"].get("gpu", 0)):
+            wc = re.search(r"wildcards: (.*)", j["block"])
+            e = sizing.estimate(cfg, j["rule"], dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {})
+            assert int(j["res"]["gpu"]) >= e.gpus, (j["rule"], j["res"], e.work)
+            assert int(j["res"]["runtime"]) >= e.seconds * sizing.MARGIN / 60, \
+                f"{j['rule']} {e.job}: {e.work}; x {sizing.MARGIN} > runtime {j['res']['runtime']} min"
+            checked.add(j["rule"])
+    assert set(sizing.ESTIMATORS) - {"v0_harvest_values"} == checked  # v0_harvest_values: one shard only
+
+
+# --------------------------------------------------------------------------- sizing: derived numbers
+
+def test_qwen3_4b_decode_is_memory_bound_near_5k_tokens_a_second_on_an_h100():
+    from sparserl.engines import sizing as S
+    q = S.model_shape("Qwen/Qwen3-4B-Instruct-2507")
+    assert q.kv_bytes_per_token == 36 * 8 * 128 * 2 * 2 == 144 * 1024
+    assert 4.0e9 < q.params < 4.05e9  # the model card's 4.0B
+    assert 7.5e9 < S.model_shape("Qwen/Qwen2.5-7B-Instruct").params < 7.7e9  # 7.61B
+    rates = {g: S.decode_tokens_per_s(q, S.GPUS[g], 3000) for g in S.GPUS}
+    assert 4000 < rates["H100"] < 6000 and 6500 < rates["H200"] < 9000 and rates["A100"] < rates["H100"]
+    # an RL step waits for its longest response: at least cap decode steps, each a weight read
+    L = S.response_lengths("Qwen/Qwen3-4B-Instruct-2507", 8192)
+    one = S.generation_s(q, S.GPUS["H100"], 8, L, engines=8, mem_util=0.6)
+    assert one > 8192 * q.weight_bytes / S.GPUS["H100"].hbm_bytes_per_s
+    assert S.generation_s(q, S.GPUS["H100"], 8, L, engines=8, mem_util=0.6, rounds=7) > 6.5 * one
+    # a local config.json is read instead of the table
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        (__import__("pathlib").Path(d) / "config.json").write_text(json.dumps(
+            {**S.HF_CONFIGS["Qwen/Qwen3-4B-Instruct-2507"], "num_key_value_heads": 4}))
+        assert S.model_shape("Qwen/Qwen3-4B-Instruct-2507", d).kv_bytes_per_token == 72 * 1024
+    from sparserl.core.config import ConfigError
+    with pytest.raises(ConfigError, match="no shape for model 'org/unknown'; add its config.json"):
+        S.model_shape("org/unknown")
+
+
+def test_osla_runs_pay_their_sequential_rounds(repo):
+    from sparserl.core.config import load_config
+    from sparserl.engines import sizing as S
+    from sparserl.methods.spec import load_method
+    cfg = load_config(repo / "configs/paper.yaml")
+    assert S.osla_rounds(load_method("v05_osla")) == 7
+    g = S.estimate(cfg, "rl_cluster", {"method": "grpo_g16", "seed": "0"})
+    o = S.estimate(cfg, "rl_cluster", {"method": "v05_osla", "seed": "0"})
+    assert o.seconds > 2.5 * g.seconds and "2048 rollouts, 7 x 8192" in o.work
+    assert o.ask_minutes == math.ceil(o.seconds * 1.5 / 60)
+
+
+def test_a_gpu_rule_without_an_estimate_fails(repo):
+    from sparserl.core.config import load_config
+    from sparserl.engines import sizing as S
+    cfg = load_config(repo / "configs/paper.yaml")
+    job = {"rule": "new_gpu_rule", "wildcards": {}, "resources": {"gpu": "1", "runtime": "60"}}
+    with pytest.raises(KeyError, match="GPU rule 'new_gpu_rule' has no estimate; add one to ESTIMATORS"):
+        S.gpu_job_estimates(cfg, [job])
+    assert S.gpu_job_estimates(cfg, [{**job, "resources": {"runtime": "60"}}]) == []  # CPU jobs need none
+
+
+def test_long_runs_checkpoint_and_storage_is_computed(repo):
+    from sparserl.core.config import load_config
+    from sparserl.engines import sizing as S
+    from sparserl.engines.openrlhf.envs import critique_flags
+    cfg = load_config(repo / "configs/paper.yaml")
+    for exp, method in (("sudoku_k4", "lc_vf"), ("codeio_k4", "lc_mean"), ("rg_k8", "lc_tether")):
+        e = S.estimate(cfg, "critique_train", {"exp": exp, "method": method, "seed": "0"})
+        every = S.critique_save_steps(cfg, exp, method)
+        assert e.extra["saves"] >= 1 and every * e.extra["step_s"] <= S.RESUME_EVERY_S, (exp, method, e.work)
+        f = critique_flags(cfg, exp, method, 0)
+        assert f["ckpt.save_steps"] == every and f["ckpt.save_hf"] is False
+    # lc_math_*: the critic warm-up (10) joins the gcd of the evaluated steps: a save every 10 steps
+    lc = S.estimate(cfg, "rl_cluster", {"method": "lc_math_vf_g8", "seed": "0"})
+    grpo = S.estimate(cfg, "rl_cluster", {"method": "grpo_g8", "seed": "0"})
+    assert lc.extra["save_steps"] == 10 and grpo.extra["save_steps"] == 100
+    assert 0.5e12 < lc.storage_bytes < 0.6e12 and grpo.storage_bytes < 0.2e12
+
+
+def test_cluster_doc_tables_are_the_codes(repo, paper_jobs):
+    from sparserl.core.config import load_config
+    from sparserl.engines import sizing as S
+    cfg = load_config(repo / "configs/paper.yaml")
+    doc = (repo / "docs/cluster.md").read_text()
+    table = S.sizing_table(cfg, paper_jobs)
+    assert table in doc, "docs/cluster.md: paste `python -m sparserl sizing-table --config configs/paper.yaml`:\n" + table
+    assert S.storage_table(cfg, paper_jobs) in doc
+
+
+# --------------------------------------------------------------------------- settings that must agree
+
+@pytest.mark.parametrize("change, message", [
+    ({"resources": {"rl": {"nodes": 2, "gpus": 16}}}, r"resources.rl.nodes = 2 but rl.openrlhf.nodes = 1: .*set both"),
+    ({"resources": {"rl": {"gpus": 4}}}, r"resources.rl.gpus = 4 .* but rl.openrlhf nodes x gpus_per_node = 1 x 8"),
+    ({"rl": {"openrlhf": {"vllm.num_engines": 4}}}, r"vllm.num_engines x vllm.tensor_parallel_size = 4 x 1 but .* 8 GPUs"),
+    ({"rl": {"mini_batches": 32}}, r"rl.rollouts_per_step / mini_batches = 512 / 32 is not a multiple of "
+                                   r"train.micro_batch_size x GPUs = 4 x 8"),
+    ({"critique": {"experiments": {"sudoku_k4": {"rl": {"rollouts_per_step": 48}}}}},
+     r"critique.experiments.sudoku_k4.rl.rollouts_per_step / mini_batches = 48 / 1"),
+])
+def test_cluster_settings_that_must_agree_are_checked_at_load(repo, tmp_path, change, message):
+    import yaml
+    from sparserl.core.config import ConfigError, load_config
+    over = tmp_path / "over.yaml"
+    over.write_text(yaml.safe_dump(change))
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config([repo / "configs/paper.yaml", over])
+    # one line, starting with the file that sets the key
+    assert "\n" not in str(e.value) and str(e.value).split(": ")[0] in (str(over), str(repo / "configs/paper.yaml"))
+    both = {"resources": {"rl": {"nodes": 2, "gpus": 16}}, "rl": {"openrlhf": {"nodes": 2}},
+            "critique": {"rl": {"openrlhf": {"nodes": 2}}}}
+    over.write_text(yaml.safe_dump(both))
+    load_config([repo / "configs/paper.yaml", over])  # agreeing settings load
+
+
+# --------------------------------------------------------------------------- real submission lines
+
+def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path):
+    """sbatch and the jobstep srun of every GPU job, from snakemake-executor-plugin-slurm's own
+    functions (tests/slurm_submit.py): account, partition, GPUs, CPUs (one task, not one per GPU)
+    and time as configs/paper.yaml and the sizing ask them."""
+    import yaml
+    from sparserl.core.config import load_config
+    cfg = load_config(repo / "configs/paper.yaml")
+    groups = {g for g, v in cfg["resources"].items() if v.get("gpus")}
+    acct = tmp_path / "account.yaml"
+    acct.write_text(yaml.safe_dump({"resources": {g: {"slurm_account": "proj_x"} for g in groups}}))
+    out = tmp_path / "lines.jsonl"
+    run = subprocess.run([sys.executable, str(repo / "tests/slurm_submit.py"), str(out), "-s", str(repo / "Snakefile"),
+                          "-d", str(tmp_path / "wd"), "--profile", "slurm", "-n", "all", "--configfile",
+                          str(repo / "configs/paper.yaml"), str(acct)], cwd=repo, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    from sparserl.engines import sizing as S
+    assert {r["rule"] for r in rows} == set(S.ESTIMATORS) - {"v0_harvest_values"}
+    group = {"rl_cluster": "rl", "critique_train": "rl", "v0_harvest_run": "rl", "rl_eval": "rl_eval",
+             "ood_lm_eval": "ood", "ood_evalplus": "ood", "v0_embeddings": "v0_embed",
+             "v0_pool_embeddings": "v0_embed", "v0_table": "v0_train", "v0_ablations": "v0_ablations"}
+    for r in rows:
+        res = cfg["resources"][group.get(r["rule"], "rollout")]
+        sb, sr = r["sbatch"].split(), r["srun"].split()
+        assert sb[0] == "sbatch" and sb[sb.index("-A") + 1] == "proj_x" and sb[sb.index("-p") + 1] == "gpu"
+        for flag in (f"--gpus={res['gpus']}", f"--cpus-per-task={res['cpus']}", f"--mem", str(res["mem_mb"]),
+                     f"--nodes={res.get('nodes', 1)}"):
+            assert flag in sb + sr, (r["rule"], flag, r["sbatch"])
+        assert not any(x.startswith("--ntasks-per-gpu") for x in sb), r["sbatch"]  # one task of all the CPUs
+        minutes = int(sb[sb.index("-t") + 1])
+        e = S.estimate(cfg, r["rule"], r["wildcards"])
+        assert minutes >= e.ask_minutes, (r["rule"], minutes, e.work)
+        if r["rule"] in ("rl_cluster", "critique_train", "v0_harvest_run"):  # sized: the ask in whole hours
+            assert minutes == -(-e.ask_minutes // 60) * 60
+        else:
+            assert minutes == res["runtime"]
+        assert sr[:3] == ["srun", "-n1", "--cpu-bind=q"] and f"--gpus={res['gpus']}" in sr \
+            and f"--cpus-per-task={res['cpus']}" in sr

@@ -1,5 +1,5 @@
 """V0 at paper scale: chat-template prompts, the device setting, the sharded harvest, and the
-resources of the V0 rules against the work they do (sparserl.engines.v0_sizing)."""
+resources of the V0 rules against the work they do (sparserl.engines.sizing)."""
 from __future__ import annotations
 
 import re
@@ -186,7 +186,7 @@ def test_sharded_harvest_then_merge_is_the_unsharded_table(tmp_path, monkeypatch
 # 3. resources ---------------------------------------------------------------------------------
 
 def test_paper_v0_resources_cover_the_work_and_only_gpu_rules_ask_for_a_gpu():
-    from sparserl.engines.v0_sizing import V0_RESOURCES, v0_rule_estimates
+    from sparserl.engines.sizing import V0_RESOURCES, v0_rule_estimates
     cfg = load_config(REPO / "configs/paper.yaml")
     smk = (REPO / "workflow/rules/values.smk").read_text()
     est = v0_rule_estimates(cfg)

@@ -3,8 +3,8 @@
 # `python -m sparserl show <path>`. Snakemake rebuilds it only when its policy or pool changes.
 
 BASIS = CFG.get("basis", {})
-# The cache's prompts split over `basis.reference_shards` jobs (paper: 128; the arithmetic is in
-# configs/paper.yaml `sizing`): job k rolls out the mc-values shards si with si % K == k under the
+# The cache's prompts split over `basis.reference_shards` jobs (paper: 32; the arithmetic is in
+# sparserl.engines.sizing): job k rolls out the mc-values shards si with si % K == k under the
 # same seeds, and reference_cache joins them. One shard (tiny, small): one job, as before.
 REF_SHARDS = int(BASIS.get("reference_shards", 1))
 

@@ -10,6 +10,21 @@ def R(group):
              "slurm_account": "slurm_account", "slurm_extra": "slurm_extra"}
     for key, val in spec.items():
         out[names[key]] = val
+    if spec.get("gpus"):
+        # one task per job, which starts its own steps (Ray, vLLM): the slurm plugin's default of a
+        # task per GPU would multiply cpus_per_task by the GPUs (8 x 64 CPUs for resources.rl)
+        out["tasks_per_gpu"] = 0
+    return out
+
+
+def SIZED(group, rule):
+    """R(group) with the runtime derived from the job's estimate x 1.5 (sparserl.engines.sizing),
+    in whole hours, when the config has a `sizing` section; else the group's own runtime."""
+    out = R(group)
+    if CFG.get("sizing"):
+        from sparserl.engines.sizing import estimate
+
+        out["runtime"] = lambda w: -(-estimate(CFG, rule, dict(w)).ask_minutes // 60) * 60
     return out
 
 

@@ -211,7 +211,7 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
             str(P.stage("logs", "critique", "{exp}_{method}_seed{seed}.log")),
         threads: T("rl")
         resources:
-            **R("rl"),
+            **SIZED("rl", "critique_train"),
         shell:
             "{SPARSERL} critique-openrlhf --config {CONFIGS} --experiment {wildcards.exp} "
             "--method {wildcards.method} --seed {wildcards.seed} > {log} 2>&1"

@@ -70,7 +70,7 @@ if RL:
                 str(P.stage("logs", "rl_{method}_seed{seed}.log")),
             threads: T("rl")
             resources:
-                **R("rl"),
+                **SIZED("rl", "rl_cluster"),
             shell:
                 "{SPARSERL} openrlhf-launch --config {CONFIGS} --method {wildcards.method} "
                 "--seed {wildcards.seed} --out {output.final} > {log} 2>&1"

@@ -38,7 +38,7 @@ from sparserl.values.v0.settings import v0_settings
 
 # Paper-scale resources of the V0 rules: groups v0_embed, v0_train, v0_ablations (one GPU each: the
 # embedder and V0 run on it, v0.device auto) and v0_cpu (routing), sized from the work in
-# sparserl.engines.v0_sizing (the arithmetic, also in docs/cluster.md); tiny/small have no
+# sparserl.engines.sizing (the arithmetic, also in docs/cluster.md); tiny/small have no
 # resources section and run everything on the local cores.
 
 # the RL pool under V0's embedder, once for every run and study with V0's prior (values.v0.prior)
@@ -93,7 +93,7 @@ if V0_HARVEST is not None:
             str(P.stage("logs", "v0_harvest_run_{policy}.log")),
         threads: T("rl")
         resources:
-            **R("rl"),
+            **SIZED("rl", "v0_harvest_run"),
         shell:
             "{SPARSERL} v0-harvest-run --config {CONFIGS} --policy {wildcards.policy} "
             "--threads {threads} > {log} 2>&1"
@@ -130,10 +130,8 @@ if V0_HARVEST is not None:
                 "{SPARSERL} v0-harvest-values --config {CONFIGS} --policy {wildcards.policy} "
                 "--threads {threads} > {log} 2>&1"
     else:
-        # v0.harvest.shards jobs per policy, each avg@k of checkpoints shard, shard + N, ...:
-        # paper: 201 checkpoints x 1,577 queries x k 10 = 3.17M rollouts per policy, ~4k tokens
-        # each at ~20k tokens/s on one GPU = 180 GPU-h; 48 shards of <= 5 checkpoints = 4.5 h each
-        # (sizing.v0_rule_estimates), inside resources.rollout's 8 h
+        # v0.harvest.shards jobs per policy, each avg@k of checkpoints shard, shard + N, ...
+        # (paper: one checkpoint a job; sparserl.engines.sizing sizes them)
         rule v0_harvest_values_shard:
             input:
                 unpack(v0_harvest_values_input),

@@ -146,6 +146,16 @@ def cmd_rl_eval(args):
     evaluate_run(_cfg(args), args.method, args.seed, threads=args.threads)
 
 
+def cmd_sizing_table(args):
+    import tempfile
+    from sparserl.core.config import load_config
+    from sparserl.engines.sizing import dry_run_jobs, sizing_table, storage_table
+    cfg = load_config(args.config)
+    with tempfile.TemporaryDirectory() as d:
+        jobs = dry_run_jobs(os.getcwd(), d, args.config)
+    print(sizing_table(cfg, jobs) + "\n\n" + storage_table(cfg, jobs))
+
+
 def cmd_rl_summary(args):
     from sparserl.engines.report import summarize_runs
     summarize_runs(_cfg(args))
@@ -210,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--method", required=True, help="configs/methods/<name>.yaml")
         p.add_argument("--seed", type=int, required=True)
     add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
+    add("sizing-table", cmd_sizing_table, "docs/cluster.md's sizing and storage tables: each GPU job of the "
+        "paper dry run (run from the repo root) against its estimate (sparserl.engines.sizing)")
     from sparserl.cli.clean import register as register_clean
     register_clean(sub, add)
     from sparserl.cli.studies import register as register_studies

@@ -249,6 +249,49 @@ def _check_semantics(cfg: dict, layers) -> None:
             if e["env"] not in crit["envs"]:
                 raise ConfigError(f"{where}: critique.experiments.{name}.env '{e['env']}' is not under "
                                   f"critique.envs ({', '.join(crit['envs'])}); add it or fix the name")
+    _check_cluster(cfg, layers)
+
+
+# OpenRLHF's cluster shape where rl.openrlhf leaves it out (engines.openrlhf.flags reads these)
+OPENRLHF_SHAPE_DEFAULTS = {"nodes": 1, "gpus_per_node": 8, "vllm.tensor_parallel_size": 1,
+                           "train.micro_batch_size": 4}
+
+
+def _check_cluster(cfg: dict, layers) -> None:
+    """Settings that must agree for an OpenRLHF job on its SLURM allocation (resources.rl): Ray's
+    placement group waits forever for GPUs or nodes the allocation lacks, DeepSpeed refuses a
+    train batch its micro-batches x GPUs do not divide."""
+    res = (cfg.get("resources") or {}).get("rl") or {}
+    if not res.get("gpus"):
+        return
+    sections = [("rl", cfg.get("rl"))] if cfg.get("rl") else []
+    crit = cfg.get("critique") or {}
+    if crit.get("rl"):
+        sections.append(("critique.rl", crit["rl"]))
+        sections += [(f"critique.experiments.{n}.rl", {**crit["rl"], **(e.get("rl") or {})})
+                     for n, e in (crit.get("experiments") or {}).items()]
+    for key, rl in sections:
+        over = {**OPENRLHF_SHAPE_DEFAULTS, **(rl.get("openrlhf") or {})}
+        where = _origin([*key.split("."), "openrlhf"], layers)
+        nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
+        if int(res.get("nodes", 1)) != nodes:
+            raise ConfigError(f"{where}: resources.rl.nodes = {res.get('nodes', 1)} but {key}.openrlhf.nodes = "
+                              f"{nodes}: Ray would wait for nodes SLURM never gives; set both to the same count")
+        if int(res["gpus"]) != nodes * gpn:
+            raise ConfigError(f"{where}: resources.rl.gpus = {res['gpus']} (the job's total) but {key}.openrlhf "
+                              f"nodes x gpus_per_node = {nodes} x {gpn}; set resources.rl.gpus to {nodes * gpn} "
+                              "or gpus_per_node to match")
+        engines = int(over.get("vllm.num_engines", nodes * gpn // tp))
+        if engines * tp != nodes * gpn:
+            raise ConfigError(f"{where}: {key}.openrlhf vllm.num_engines x vllm.tensor_parallel_size = {engines} x "
+                              f"{tp} but the colocated job has {nodes * gpn} GPUs; set vllm.num_engines to "
+                              f"{nodes * gpn // tp}")
+        rollouts, mini = rl.get("rollouts_per_step"), int(rl.get("mini_batches", 1))
+        micro = int(over["train.micro_batch_size"])
+        if rollouts and (int(rollouts) // mini) % (micro * nodes * gpn):
+            raise ConfigError(f"{where}: {key}.rollouts_per_step / mini_batches = {rollouts} / {mini} is not a "
+                              f"multiple of train.micro_batch_size x GPUs = {micro} x {nodes * gpn} (DeepSpeed "
+                              f"refuses it); change {key}.mini_batches or {key}.openrlhf train.micro_batch_size")
 
 
 def rollout_max_new_tokens(cfg: dict) -> int:

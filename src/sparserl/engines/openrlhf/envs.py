@@ -391,6 +391,7 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
     group size K, then the env's files and the evaluation (module doc)."""
     from sparserl.envs.world import CritiquePaths, critique_cfg, experiment
     from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_flags
+    from sparserl.engines.sizing import critique_save_steps
     s = settings(cfg, exp)
     e = experiment(cfg, exp)
     method = run_method(cfg, exp, method_name)
@@ -416,7 +417,9 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
         "eval.steps": int(s["steps"]) + W,  # once, after the last policy update
         "eval.n_samples_per_prompt": int(s["eval"].get("samples", 4)),
         "eval.temperature": s["temperature"],
-        "ckpt.save_steps": -1,  # final/ only
+        # a DeepSpeed resume point every few hours of work (sizing.critique_save_steps), whatever the
+        # critic's warm-up; no HF copies (only final/ is read)
+        "ckpt.save_steps": critique_save_steps(cfg, exp, method_name),
         "ckpt.save_hf": False,
         "logger.wandb.run_name": f"{exp}_{method_name}_seed{int(seed)}",
         "sparserl.run_dir": str(run.dir),

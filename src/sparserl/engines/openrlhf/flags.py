@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sparserl.core.config import ConfigError, rl_max_new_tokens
+from sparserl.core.config import OPENRLHF_SHAPE_DEFAULTS, ConfigError, rl_max_new_tokens
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.methods.spec import MethodSpec, prompts_per_step, snapshot_steps, total_steps
 
@@ -23,7 +23,7 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "ref.num_nodes": 1,
     "ref.num_gpus_per_node": 8,
     "vllm.num_engines": 8,
-    "vllm.tensor_parallel_size": 1,
+    "vllm.tensor_parallel_size": OPENRLHF_SHAPE_DEFAULTS["vllm.tensor_parallel_size"],
     "vllm.gpu_memory_utilization": 0.6,
     "vllm.enable_prefix_caching": True,
     "vllm.enable_sleep": True,
@@ -34,7 +34,7 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     "ds.packing_samples": True,
     "ds.attn_implementation": "flash_attention_2",
     "actor.gradient_checkpointing_enable": True,
-    "train.micro_batch_size": 4,
+    "train.micro_batch_size": OPENRLHF_SHAPE_DEFAULTS["train.micro_batch_size"],
     "rollout.micro_batch_size": 8,
     "actor.adam.lr": 1e-6,
     "actor.lr_scheduler": "constant_with_warmup",  # OSLA's step sizes vary: no max_steps-based decay
@@ -128,8 +128,8 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
 
     f: dict[str, Any] = dict(CLUSTER_DEFAULTS)
     # cluster shape from the launcher keys
-    nodes = int(over.get("nodes", 1))
-    gpn = int(over.get("gpus_per_node", 8))
+    nodes = int(over.get("nodes", OPENRLHF_SHAPE_DEFAULTS["nodes"]))
+    gpn = int(over.get("gpus_per_node", OPENRLHF_SHAPE_DEFAULTS["gpus_per_node"]))
     f.update({"actor.num_nodes": nodes, "ref.num_nodes": nodes, "actor.num_gpus_per_node": gpn,
               "ref.num_gpus_per_node": gpn})
     tp = int(over.get("vllm.tensor_parallel_size", f["vllm.tensor_parallel_size"]))
