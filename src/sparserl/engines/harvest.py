@@ -22,7 +22,6 @@ not on which job runs it, so the merged table is the unsharded one.
 """
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -32,69 +31,13 @@ import pandas as pd
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths, RunPaths, rl_engine
+from sparserl.core.paths import Paths, RunPaths
+from sparserl.engines.harvest_settings import (DEFAULTS, checkpoint_steps, harvest_config,  # noqa: F401
+                                               harvest_run_paths, harvest_settings)
 from sparserl.methods.spec import load_method, total_steps
 
 _log = get_logger(__name__)
 COLUMNS = ["model", "step", "samples", "query_id", "problem", "value", "n", "split", "benchmark", "domain"]
-DEFAULTS = {"policies": None, "method": "grpo_g16", "seed": 0, "steps": None, "rollouts_per_step": None,
-            "checkpoint_samples": 1024, "k": 10, "temperature": 1.0, "top_p": 1.0, "shards": 1}
-
-
-def harvest_settings(cfg: dict) -> dict:
-    """`v0.harvest` over DEFAULTS; policies default to every policy of the config, steps and
-    rollouts per step to the RL section's."""
-    h = {**DEFAULTS, **((cfg.get("v0") or {}).get("harvest") or {})}
-    rl = cfg.get("rl") or {}
-    h["policies"] = list(h["policies"] or cfg["policies"])
-    h["steps"] = int(h["steps"] or rl.get("steps") or 0)
-    h["rollouts_per_step"] = int(h["rollouts_per_step"] or rl.get("rollouts_per_step") or 0)
-    if not h["steps"] or not h["rollouts_per_step"]:
-        raise ConfigError("v0.harvest needs steps and rollouts_per_step (or an rl section to take them from)")
-    unknown = [p for p in h["policies"] if p not in cfg["policies"]]
-    if unknown:
-        raise ConfigError(f"v0.harvest.policies names {unknown}, not policies of the config "
-                          f"({sorted(cfg['policies'])})")
-    if h["checkpoint_samples"] % h["rollouts_per_step"]:
-        raise ConfigError(f"v0.harvest.checkpoint_samples ({h['checkpoint_samples']}) must be a multiple "
-                          f"of rollouts_per_step ({h['rollouts_per_step']}): a checkpoint falls between steps")
-    h["shards"] = int(h["shards"])
-    if h["shards"] > len(checkpoint_steps(h)) + 1:
-        raise ConfigError(f"v0.harvest.shards is {h['shards']} but the harvest has "
-                          f"{len(checkpoint_steps(h)) + 1} checkpoints (the start policy included); "
-                          "use at most one shard per checkpoint")
-    return h
-
-
-def checkpoint_steps(h: dict) -> list[int]:
-    """Steps with a checkpoint, every checkpoint_samples / rollouts_per_step steps, the last included."""
-    every = h["checkpoint_samples"] // h["rollouts_per_step"]
-    return sorted(set(range(every, h["steps"] + 1, every)) | {h["steps"]})
-
-
-def harvest_config(cfg: dict, policy: str) -> dict:
-    """The config of policy's harvest run: the RL section with that start policy, the harvest's
-    steps and batch, every checkpoint step kept (eval_fractions), and avg@k as the evaluation."""
-    h = harvest_settings(cfg)
-    out = copy.deepcopy(cfg)
-    rl = dict(out.get("rl") or {})
-    n = h["steps"]
-    rl.update(policy=policy, methods=[h["method"]], seeds=[h["seed"]], steps=n,
-              rollouts_per_step=h["rollouts_per_step"],
-              eval_fractions=[s / n for s in checkpoint_steps(h) if s < n])
-    out["rl"] = rl
-    # avg@k only: V0's labels need no greedy pass (`evaluation.greedy`), which would add a rollout per query
-    out["evaluation"] = {"policies": [policy], "overrides": {}, "greedy": False,
-                         "default": {"protocol": "avg_at_k", "k": int(h["k"]),
-                                     "temperature": float(h["temperature"]), "top_p": float(h["top_p"])}}
-    return out
-
-
-def harvest_run_paths(cfg: dict, policy: str) -> RunPaths:
-    h = harvest_settings(cfg)
-    return RunPaths(Paths(cfg).harvest_run(policy), h["method"], h["seed"], engine=rl_engine(cfg))
-
-
 def run_harvest(cfg: dict, policy: str, threads: int = 1) -> RunPaths:
     """Step 1: policy's GRPO run with its checkpoints (resumable, as every RL run)."""
     h = harvest_settings(cfg)

@@ -482,7 +482,7 @@ def _min(seconds: float) -> int:
 
 
 def _v0_harvest_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-    from sparserl.engines.harvest import checkpoint_steps, harvest_settings
+    from sparserl.engines.harvest_settings import checkpoint_steps, harvest_settings
     h = harvest_settings(cfg)
     ckpts = len(checkpoint_steps(h)) + 1
     per_ckpts = math.ceil(ckpts / h["shards"])
@@ -495,7 +495,7 @@ def _v0_harvest_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 
 def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-    from sparserl.engines.harvest import harvest_config, harvest_settings
+    from sparserl.engines.harvest_settings import harvest_config, harvest_settings
     from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS, save_steps
     from sparserl.methods.spec import load_method, prompts_per_step, total_steps
     h = harvest_settings(cfg)
@@ -513,7 +513,7 @@ def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 def v0_rule_estimates(cfg: dict) -> dict:
     """V0's rules: {rule: {"gpus", "mem_mb", "runtime" (minutes, margin included), "work"}}; the
     harvest's avg@k from the decode model (its slowest policy), the rest from V0's own constants."""
-    from sparserl.engines.harvest import checkpoint_steps, harvest_settings
+    from sparserl.engines.harvest_settings import checkpoint_steps, harvest_settings
     from sparserl.values.v0.settings import v0_settings
     s, h = v0_settings(cfg), harvest_settings(cfg)
     bench = sum(BENCHMARK_SIZES.get(b, 500) for b in cfg["tasks"].get("benchmarks", []))
