@@ -7,29 +7,34 @@ that shows it, and two functions: `inputs(cfg)`, the artifacts the claim reads (
 config never makes them), and `measure(ctx)`, the quantity with its 95% interval. A new claim is a
 few lines: a factory below (`rl_diff`, `v0_auc`, `critique_diff`, ...) or a new pair of functions.
 
-Three statuses per row, each made by one function in code (never typed):
+Statuses per row, each made by one function in code (never typed):
 direction_status (`decide`):
   relation ">" threshold t:  reproduced     when the interval lies above t (lo > t)
                              contradicted   when it lies below t (hi < t)
-                             not reproduced when it contains t (or has no finite bound)
+                             inconclusive   when it contains t (the row gives the smallest effect
+                                            this scale detects at POWER: `detectable`)
+                             untestable (single run) when it has no finite bound
   relation "<" t: the mirror image.
   not run at this scale: the config does not make the claim's artifact or does not run its
   methods (the reason column says which); an artifact the config makes but that is missing on
   disk is an error naming it, not a status.
+premise_status (`premise_status`): the mechanism the claim rests on (`Claim.premise`: vanilla
+  collapses, k <= 2 collapses, the critic explains variance), measured here by the same rule:
+  present, absent or unclear. A non-inferiority claim (`Claim.margin`) has the compared method's
+  gain as its premise: its threshold is -NI_FRACTION x that gain, absent when it gains nothing.
 magnitude_status (`magnitude`), against the paper's own number (`Claim.paper_value`, on our
-scale: accuracy as a fraction, MSE changes in %): "in CI" when our interval contains it (a range:
-overlaps it), "within 2x" when measured / paper lies in [1/2, 2] (`MAGNITUDE_FACTOR`), else
-"off by Nx" or "opposite sign"; "no paper number" where the paper states none (curves, bars,
-"A beats B"); "not measured" where we have no number.
-status (`overall`): reproduced only when the direction is reproduced and the magnitude is in the
-CI, within the factor, or the paper gives no number (then the claim is its direction or bound);
-"direction only" when the direction is reproduced but the paper's number is off; else the
-direction status.
+  scale: accuracy as a fraction, MSE changes in %): "in CI" when our interval contains it (a range:
+  overlaps it); for scale-free quantities (`Claim.scale_free`: AUC, % change, a coefficient)
+  "within 2x" when measured / paper lies in [1/2, 2] (`MAGNITUDE_FACTOR`); else "off by Nx" or
+  "opposite sign"; "no paper number" where the paper states none; "not measured" where we have
+  no number.
+status (`overall`): not run; premise absent when the premise is absent (the data cannot judge
+  the claim); reproduced only when the direction is reproduced and the magnitude is in CI (or
+  within the factor); "direction only" when the direction is reproduced but the paper gives no
+  number or its number is off; else the direction status.
 The threshold is what the paper states: a bound it gives ("Intra-AUC > 0.85"), 0 for "A beats B"
-or "A reduces B's MSE", and -tolerance for "A matches B" (a non-inferiority margin: the claim's
-text gives the tolerance and where it comes from). A paper's absolute accuracy gap ("over 10%")
-is not the threshold but its `paper_value`: tiny policies gain a few points in all, so such a
-claim reads "direction only" at tiny scale.
+or "A reduces B's MSE", and a margin for "A matches B" (above). A paper's absolute accuracy gap
+("over 10%") is not the threshold but its `paper_value`.
 
 Intervals (the `ci_method` column says which): with >= 2 seeds a Student t interval over seeds
 (of the per-seed differences when both arms ran the same seeds: a seed fixes the data order, so
@@ -39,7 +44,7 @@ paired across the two runs) for RL accuracy, checkpoint contexts (model, step) f
 intra-context AUC; the BASIS value study's own paired bootstrap over batches for its MSE ratios
 (its n-sensitivity table has s.e. only: a normal interval by the delta method). Le Critique's
 final table has one row per run, so one seed, or seeds that agree exactly, give no interval
-(NaN bounds: not reproduced).
+(NaN bounds: untestable).
 
 Layers: this module reads artifacts and method specs (`sparserl.methods.spec`); the figure a
 claim points to is resolved by the caller (the CLI passes the registered figures' paths), since
@@ -60,20 +65,22 @@ from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
 from sparserl.core.stats import LEVEL, normal_quantile, t_interval, welch_interval
 
-REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN = (
-    "reproduced", "not reproduced", "contradicted", "not run at this scale")
-DIRECTION_ONLY = "direction only"
-DIRECTION_STATUSES = (REPRODUCED, NOT_REPRODUCED, CONTRADICTED, NOT_RUN)
-STATUSES = (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, CONTRADICTED, NOT_RUN)
-# The paper's number and ours agree in magnitude when their ratio is within this factor: scale-free,
-# loose enough for small policies' smaller gains, tight enough that a 5x gap never passes.
+REPRODUCED, INCONCLUSIVE, UNTESTABLE, CONTRADICTED, NOT_RUN = (
+    "reproduced", "inconclusive", "untestable (single run)", "contradicted", "not run at this scale")
+DIRECTION_ONLY, PREMISE_ABSENT = "direction only", "premise absent"
+DIRECTION_STATUSES = (REPRODUCED, INCONCLUSIVE, UNTESTABLE, CONTRADICTED, NOT_RUN)
+STATUSES = (REPRODUCED, DIRECTION_ONLY, INCONCLUSIVE, UNTESTABLE, PREMISE_ABSENT, CONTRADICTED, NOT_RUN)
+# A scale-free quantity (an AUC, a % change of MSE, a coefficient) agrees with the paper's number
+# when their ratio is within this factor; accuracy points never do (a 4B model's +10 points and a
+# tiny policy's +2 are not one effect at two sizes), only the paper's number inside our interval.
 MAGNITUDE_FACTOR = 2.0
 IN_CI, WITHIN, OPPOSITE, NO_PAPER, NOT_MEASURED = (
     "in CI", f"within {MAGNITUDE_FACTOR:g}x", "opposite sign", "no paper number", "not measured")
+PRESENT, ABSENT, UNCLEAR = "present", "absent", "unclear"
+NI_FRACTION = 0.25  # a non-inferiority margin: a quarter of the compared method's own gain
+POWER = 0.80        # the power of an inconclusive row's smallest detectable effect
 BOOT = 2000
 BOOT_SEED = 0
-ACC_TOL = 0.01   # our tolerance for "matches" in held-out accuracy (one point), where the paper gives none
-AUC_TOL = 0.02   # the same for V0's intra-context AUC
 
 PAPERS = {"V0": "V0 (001)", "V0.5": "V0.5 (000)", "BASIS": "BASIS (004)", "Le Critique": "Le Critique (002)"}
 
@@ -114,20 +121,46 @@ class Claim:
     fmt: str = "{:.3f}"
     # the paper's number (or (lo, hi) range) on our scale, for magnitude_status; None where it gives none
     paper_value: float | tuple | None = None
+    scale_free: bool = False         # an AUC, a % change, a coefficient: `magnitude` may use the factor
+    premise: "Premise | None" = None  # the mechanism the claim rests on, measured
+    margin: "Margin | None" = None   # a non-inferiority claim: its threshold, from the compared method
+
+
+@dataclass(frozen=True)
+class Premise:
+    """A mechanism a claim rests on, measured here: `quantity relation threshold` must hold for the
+    claim to be judged (`decide` on its interval: present, absent, or unclear)."""
+    text: str
+    quantity: str
+    relation: str
+    threshold: float
+    inputs: Callable[[dict], list]
+    measure: Callable[["Context"], Interval]
+    fmt: str = "{:+.3f}"
+
+
+@dataclass(frozen=True)
+class Margin:
+    """`A matches B` as non-inferiority: A - B > -NI_FRACTION x B's own gain (B over the start
+    policy, or over chance), so the margin scales with what B achieves at this scale."""
+    of: str                                     # whose gain, in words
+    inputs: Callable[[dict], list]
+    gain: Callable[["Context"], Interval]
 
 
 def decide(lo: float, hi: float, relation: str, threshold: float) -> str:
-    """The status of a claim `quantity <relation> threshold` given its interval [lo, hi]."""
+    """The status of a claim `quantity <relation> threshold` given its interval [lo, hi]: reproduced
+    or contradicted only when the interval excludes the threshold; no interval is untestable."""
     if relation not in (">", "<"):
         raise ValueError(f"relation must be '>' or '<', got {relation!r}")
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        return NOT_REPRODUCED
+        return UNTESTABLE
     if lo > hi:
         raise ValueError(f"interval [{lo}, {hi}] has lo > hi")
     above, below = lo > threshold, hi < threshold
     if relation == ">":
-        return REPRODUCED if above else CONTRADICTED if below else NOT_REPRODUCED
-    return REPRODUCED if below else CONTRADICTED if above else NOT_REPRODUCED
+        return REPRODUCED if above else CONTRADICTED if below else INCONCLUSIVE
+    return REPRODUCED if below else CONTRADICTED if above else INCONCLUSIVE
 
 
 def _paper_range(value) -> tuple[float, float]:
@@ -138,9 +171,10 @@ def _paper_range(value) -> tuple[float, float]:
     return lo, hi
 
 
-def magnitude(value: float, lo: float, hi: float, paper_value) -> tuple[str, float]:
+def magnitude(value: float, lo: float, hi: float, paper_value, scale_free: bool = True) -> tuple[str, float]:
     """The magnitude status of a measurement `value` [lo, hi] against the paper's number (or range),
-    and measured / paper (the range's nearest end; NaN when undefined)."""
+    and measured / paper (the range's nearest end; NaN when undefined). The factor applies to
+    scale-free quantities only; an accuracy gap agrees only when the paper's lies in our CI."""
     if paper_value is None:
         return NO_PAPER, np.nan
     plo, phi = _paper_range(paper_value)
@@ -155,17 +189,42 @@ def magnitude(value: float, lo: float, hi: float, paper_value) -> tuple[str, flo
     if ratio < 0:
         return OPPOSITE, ratio
     factor = max(ratio, 1 / ratio)
-    return (WITHIN, ratio) if factor <= MAGNITUDE_FACTOR else (f"off by {factor:.1f}x", ratio)
+    if scale_free and factor <= MAGNITUDE_FACTOR:
+        return WITHIN, ratio
+    return f"off by {factor:.1f}x", ratio
 
 
-def overall(direction: str, magnitude_status: str) -> str:
-    """The row's status: reproduced needs the direction and, where the paper gives a number, its
-    magnitude (in our CI or within MAGNITUDE_FACTOR); a right sign alone is "direction only"."""
+def premise_status(iv: Interval, premise: Premise) -> str:
+    """present when the premise's interval lies on its side of the threshold, absent when it lies
+    on the other side, unclear otherwise (or with no interval)."""
+    d = decide(iv.lo, iv.hi, premise.relation, premise.threshold)
+    return PRESENT if d == REPRODUCED else ABSENT if d == CONTRADICTED else UNCLEAR
+
+
+def overall(direction: str, magnitude_status: str, premise: str = "") -> str:
+    """The row's status: not run; premise absent (the mechanism the claim rests on does not occur
+    here, so the data cannot judge it); reproduced when the interval excludes the threshold on the
+    claim's side and the paper's number is in our CI (or, scale-free, within the factor); direction
+    only when the side is right but the paper gives no number or its number is off; otherwise
+    inconclusive, untestable or contradicted, as `decide` said."""
     if direction not in DIRECTION_STATUSES:
         raise ValueError(f"direction status must be one of {DIRECTION_STATUSES}, got {direction!r}")
+    if direction == NOT_RUN:
+        return NOT_RUN
+    if premise == ABSENT:
+        return PREMISE_ABSENT
     if direction != REPRODUCED:
         return direction
-    return REPRODUCED if magnitude_status in (IN_CI, WITHIN, NO_PAPER) else DIRECTION_ONLY
+    return REPRODUCED if magnitude_status in (IN_CI, WITHIN) else DIRECTION_ONLY
+
+
+def detectable(lo: float, hi: float) -> float:
+    """The smallest effect this interval's precision detects at POWER (two-sided, 95%):
+    (z_.975 + z_power) x s.e., the s.e. read off the interval's half-width."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return np.nan
+    z = normal_quantile(0.5 + LEVEL / 2)
+    return float((z + normal_quantile(POWER)) * (hi - lo) / (2 * z))
 
 
 # --------------------------------------------------------------------------- intervals
@@ -173,7 +232,7 @@ def overall(direction: str, magnitude_status: str) -> str:
 def seed_interval(a: pd.Series, b: pd.Series | None = None) -> Interval:
     """t interval over seeds of `a` (indexed by seed), or of a - b: paired on common seeds when
     both ran the same ones, Welch otherwise. One seed, or seeds that agree exactly (a handful of
-    quantised rewards can), give no interval: NaN bounds, so `decide` says not reproduced."""
+    quantised rewards can), give no interval: NaN bounds, so `decide` says untestable."""
     if b is None:
         x, how = a.to_numpy(float), f"t over {len(a)} seeds"
     elif set(a.index) == set(b.index):
@@ -345,6 +404,52 @@ def rl_diff(a: str, b: str):
     return dict(inputs=_rl_inputs(a, b), measure=lambda ctx: rl_accuracy(ctx, a, b))
 
 
+def _start_per_problem_path(cfg: dict) -> Path:
+    from sparserl.evaluation.evaluate import per_problem_path
+    policy = (cfg.get("rl") or {}).get("policy")
+    if not policy:
+        raise NotRun("rl.policy is not set: no start policy to measure a gain from")
+    return per_problem_path(Paths(cfg).eval_table(policy))
+
+
+def _gain_inputs(method: str):
+    def inputs(cfg):
+        return _rl_inputs(method)(cfg) + [Paths(cfg).eval_table(cfg["rl"]["policy"])]
+    return inputs
+
+
+def rl_gain(ctx: Context, method: str) -> Interval:
+    """Final held-out accuracy of `method` minus its start policy's (runs.parquet's eval_gain): t
+    over seeds with >= 2, else a bootstrap over benchmark problems, paired with the start's."""
+    seeds = _rl_methods(ctx.cfg, method)
+    runs = ctx.table(ctx.P.rl_runs(), need=("method", "seed", "eval_accuracy_final"))
+    if "eval_gain" not in runs:
+        raise NotRun("runs.parquet has no eval_gain (the DAG does not evaluate the start policy)")
+    g = runs[runs["method"] == method].set_index("seed")["eval_gain"]
+    if len(seeds) >= 2:
+        iv = seed_interval(g)
+        return Interval(iv.value, iv.lo, iv.hi, iv.method)
+    path = _start_per_problem_path(ctx.cfg)
+    if not path.exists():
+        raise MissingArtifact(f"{path}: the start policy's per-problem evaluation is missing; run "
+                              f"`snakemake --cores 2 {Paths(ctx.cfg).eval_table(ctx.cfg['rl']['policy'])}`")
+    start = ctx.table(path, need=("benchmark", "id", "p"))
+    m, lo, hi = stratified_bootstrap_diff(_per_problem(ctx, method, seeds[0]), start)
+    return Interval(m, lo, hi, "bootstrap over benchmark problems (1 seed, paired with the start)")
+
+
+def collapses(method: str, name: str) -> Premise:
+    """The premise that `method` collapses here: its final accuracy falls below its start's."""
+    return Premise(text=f"{name} collapses", quantity=f"accuracy({name}) - accuracy(start policy)",
+                   relation="<", threshold=0.0, inputs=_gain_inputs(method),
+                   measure=lambda ctx: rl_gain(ctx, method))
+
+
+def gain_margin(method: str, name: str) -> Margin:
+    return Margin(of=f"{name}'s gain over the start policy", inputs=_gain_inputs(method),
+                  gain=lambda ctx: rl_gain(ctx, method))
+
+
 # --------------------------------------------------------------------------- V0
 
 def _v0_inputs(protocol: str):
@@ -392,6 +497,14 @@ def v0_auc_interval(ctx: Context, protocol: str, a: str, b: str | None = None) -
 
 def v0_auc(protocol: str, a: str, b: str | None = None):
     return dict(inputs=_v0_inputs(protocol), measure=lambda ctx: v0_auc_interval(ctx, protocol, a, b))
+
+
+def auc_margin(protocol: str, method: str, name: str) -> Margin:
+    """B's own achievement for an AUC: its intra-context AUC above chance (0.5)."""
+    def gain(ctx):
+        iv = v0_auc_interval(ctx, protocol, method)
+        return Interval(iv.value - 0.5, iv.lo - 0.5, iv.hi - 0.5, iv.method)
+    return Margin(of=f"{name}'s AUC above chance (0.5)", inputs=_v0_inputs(protocol), gain=gain)
 
 
 # --------------------------------------------------------------------------- BASIS value study
@@ -539,6 +652,17 @@ def critique_diff(exp: str, col: str, a: str, b: str):
     return dict(inputs=_critique_inputs(exp, a, b), measure=measure)
 
 
+def critic_learns(exp: str) -> Premise:
+    """Le Critique's value baselines rest on a critic that explains some return variance: EV(VF) > 0
+    at the end of the run (t over seeds; one seed gives no interval, so unclear)."""
+    def measure(ctx):
+        m = _critique_method(ctx.cfg, exp, "vf")
+        iv = seed_interval(_critique_col(ctx, exp, m, "ev_final"))
+        return Interval(iv.value, iv.lo, iv.hi, iv.method)
+    return Premise(text="the critic learns", quantity=f"EV(VF), final, {exp}", relation=">", threshold=0.0,
+                   inputs=_critique_inputs(exp, "vf"), measure=measure)
+
+
 def tether_rho(exp: str):
     """Tether's final rho (t over seeds), with its first-step value from runs.parquet."""
     def measure(ctx):
@@ -563,7 +687,7 @@ def _claims() -> list[Claim]:
     add(id="v0.sequential_auc", paper="V0", target="v0/t1",
         claim="V0 maintains high accuracy (Intra-AUC >0.85) from the very first step (Table 1, sequential alignment)",
         paper_number="Intra-AUC > 0.85", quantity="intra-context AUC of V0, sequential protocol, every policy",
-        relation=">", threshold=0.85, paper_value=0.85, **v0_auc("sequential", "v0"))
+        relation=">", threshold=0.85, paper_value=0.85, scale_free=True, **v0_auc("sequential", "v0"))
     add(id="v0.sequential_vs_vanilla", paper="V0", target="v0/t1",
         claim="V0 consistently outperforms coupled baselines across all architectures (Table 1)",
         paper_number="V0 above the Vanilla VM (Table 1)",
@@ -572,13 +696,16 @@ def _claims() -> list[Claim]:
     add(id="v0.sequential_matches_stepwise", paper="V0", target="v0/t1",
         claim="it matches the computationally expensive Step-wise Retrain method (Table 1)",
         paper_number="V0 = Step-wise Retrain",
-        quantity=f"AUC(V0) - AUC(step-wise retrain), sequential; 'matches' = above -{AUC_TOL} (our tolerance)",
-        relation=">", threshold=-AUC_TOL, **v0_auc("sequential", "v0", "stepwise_retrain"))
+        quantity=f"AUC(V0) - AUC(step-wise retrain), sequential; 'matches' = above -{NI_FRACTION:g} x step-wise "
+                 "retrain's AUC above chance", relation=">", threshold=np.nan,
+        margin=auc_margin("sequential", "stepwise_retrain", "step-wise retrain"),
+        **v0_auc("sequential", "v0", "stepwise_retrain"))
     add(id="v0.strict_vs_vanilla", paper="V0", target="v0/t2",
         claim="the Vanilla VM collapses to near-random guessing (AUC .560). In contrast, V0 retains robust "
               "predictive power (AUC .710) (Table 2, strict generalisation)",
         paper_number=".710 vs .560 (+.150)", quantity="AUC(V0) - AUC(vanilla value model), strict",
-        relation=">", threshold=0.0, paper_value=0.150, **v0_auc("strict", "v0", "vanilla_value_model"))
+        relation=">", threshold=0.0, paper_value=0.150, scale_free=True,
+        **v0_auc("strict", "v0", "vanilla_value_model"))
     add(id="v0.budget_allocation", paper="V0", target="v0/f5_budget",
         claim="By using V0 to estimate sample difficulty ... improving performance on OlympiadBench by ~2% "
               "compared to the allocation baselines w/o using V0 (Figure 5, left)",
@@ -599,8 +726,9 @@ def _claims() -> list[Claim]:
         claim="With k = 4 or k = 8, V0.5 (fusion only, no dynamic allocation) matches or outperforms GRPO at "
               "G = 16 across all six benchmarks (Figure 5)",
         paper_number="k=4 >= G=16 (curves, no numbers)",
-        quantity=f"accuracy(V0.5 k=4) - accuracy(GRPO G=16); 'matches' = above -{ACC_TOL} (our tolerance)",
-        relation=">", threshold=-ACC_TOL, **rl_diff("v05_k4", "grpo_g16"))
+        quantity=f"accuracy(V0.5 k=4) - accuracy(GRPO G=16); 'matches' = above -{NI_FRACTION:g} x GRPO G=16's "
+                 "gain", relation=">", threshold=np.nan, margin=gain_margin("grpo_g16", "GRPO G=16"),
+        **rl_diff("v05_k4", "grpo_g16"))
     add(id="v05.k8_vs_grpo16", paper="V0.5", target="v05/f5",
         claim="With k = 8, V0.5 outperforms GRPO (G = 16) more clearly, achieving higher final accuracy (Figure 5)",
         paper_number="k=8 > G=16 (curves)", quantity="accuracy(V0.5 k=8) - accuracy(GRPO G=16)",
@@ -609,7 +737,8 @@ def _claims() -> list[Claim]:
         add(id=f"v05.k{k}_collapse", paper="V0.5", target="v05/f5",
             claim=f"convergence fails completely at k = 1, 2 but succeeds at k = 4, 8 (Figure 5; here k = {k})",
             paper_number=f"k={k} fails, k=4 converges", quantity=f"accuracy(V0.5 k={k}) - accuracy(V0.5 k=4)",
-            relation="<", threshold=0.0, **rl_diff(f"v05_k{k}", "v05_k4"))
+            relation="<", threshold=0.0, premise=collapses(f"v05_k{k}", f"V0.5 k={k}"),
+            **rl_diff(f"v05_k{k}", "v05_k4"))
     add(id="v05.osla_vs_k4", paper="V0.5", target="v05/f5",
         claim="V0.5 with OSLA (Figure 1) achieves higher final accuracy than V0.5 with fixed k = 4 (Figure 5) "
               "on most benchmarks, though the improvement is modest",
@@ -624,11 +753,11 @@ def _claims() -> list[Claim]:
     add(id="basis.mse_vs_reinforce_pp", paper="BASIS", target="basis/f3a",
         claim="Compared with single-rollout baselines such as REINFORCE++, BASIS reduces the MSE by 69% (Figure 3a)",
         paper_number="-69%", quantity="100 (MSE(BASIS G=1) / MSE(REINFORCE++ G=1) - 1)", fmt="{:+.1f}%",
-        relation="<", threshold=0.0, paper_value=-69.0, **basis_headline("basis_vs_reinforce_pp_pct"))
+        relation="<", threshold=0.0, paper_value=-69.0, scale_free=True, **basis_headline("basis_vs_reinforce_pp_pct"))
     add(id="basis.mse_vs_grpo8", paper="BASIS", target="basis/f3a",
         claim="even with one rollout per prompt, BASIS achieves lower MSE than GRPO and RLOO with 8 rollouts (Figure 3a)",
         paper_number="MSE(BASIS G=1) < MSE(GRPO G=8)", quantity="100 (MSE(BASIS G=1) / MSE(GRPO G=8) - 1)",
-        fmt="{:+.1f}%", relation="<", threshold=0.0, **basis_headline("basis_vs_grpo_g8_pct"))
+        fmt="{:+.1f}%", relation="<", threshold=0.0, scale_free=True, **basis_headline("basis_vs_grpo_g8_pct"))
     add(id="basis.refined_vs_initial", paper="BASIS", target="basis/f2",
         claim="the refined estimator achieves considerably lower MSE and is much less sensitive to a calibration "
               "hyperparameter (Figure 2)",
@@ -638,15 +767,15 @@ def _claims() -> list[Claim]:
     add(id="basis.sensitivity_n", paper="BASIS", target="basis/f5b",
         claim="Increasing the offline cache from n=8 to n=64 reduces MSE by approximately 55-59% (Figure 5)",
         paper_number="-55% to -59%", quantity="100 (MSE(n=64) / MSE(n=8) - 1), BASIS G=1", fmt="{:+.1f}%",
-        relation="<", threshold=0.0, paper_value=(-59.0, -55.0),
+        relation="<", threshold=0.0, paper_value=(-59.0, -55.0), scale_free=True,
         inputs=_basis_inputs("sensitivity_n"), measure=basis_sensitivity_n)
     add(id="basis.rl_vs_grpo8", paper="BASIS", target="basis/t1",
         claim="BASIS is competitive with 8-rollout methods while halving the online learning budget ... a gain of "
               "0.2 percentage points (Table 1, GRPO)",
         paper_number="+0.2 points at 76.8K vs 153.6K rollouts",
-        quantity="accuracy(GRPO G=1 + BASIS, half the steps) - accuracy(GRPO G=8); 'competitive' = above -0.021 "
-                 "(the paper calls -2.1 points 'slightly lower')",
-        relation=">", threshold=-0.021, paper_value=0.002, **rl_diff("basis_grid_grpo_g1_basis", "grpo_g8"))
+        quantity=f"accuracy(GRPO G=1 + BASIS, half the steps) - accuracy(GRPO G=8); 'competitive' = above "
+                 f"-{NI_FRACTION:g} x GRPO G=8's gain", relation=">", threshold=np.nan, paper_value=0.002,
+        margin=gain_margin("grpo_g8", "GRPO G=8"), **rl_diff("basis_grid_grpo_g1_basis", "grpo_g8"))
     add(id="basis.rl_vs_rpp", paper="BASIS", target="basis/t1",
         claim="BASIS improves the average accuracy ... by 4.2 and 2.0 percentage points over their REINFORCE++ "
               "variants (Table 1, GRPO: 4.2)",
@@ -657,6 +786,7 @@ def _claims() -> list[Claim]:
               "over single-rollout vanilla GRPO and GPG (Table 1, GRPO: 28.1)",
         paper_number="+28.1 points", quantity="accuracy(GRPO G=1 + BASIS) - accuracy(vanilla GRPO G=1)",
         relation=">", threshold=0.0, paper_value=0.281,
+        premise=collapses("basis_grid_grpo_g1_vanilla", "vanilla GRPO G=1"),
         **rl_diff("basis_grid_grpo_g1_basis", "basis_grid_grpo_g1_vanilla"))
 
     # Le Critique (paper 002): Figures 3-7, per task
@@ -671,28 +801,31 @@ def _claims() -> list[Claim]:
         add(id=f"lc.pvf_reward.{exp}", paper="Le Critique", target="le_critique/f7",
             claim=f"privileged conditioning improves the value baseline across all four tasks (Figures 3, 7; {name})",
             paper_number="Pvf > VF (curves)", quantity=f"final train reward(Pvf) - (VF), {name}",
-            relation=">", threshold=0.0, **critique_diff(exp, "final_reward", "pvf", "vf"))
+            relation=">", threshold=0.0, premise=critic_learns(exp), **critique_diff(exp, "final_reward", "pvf", "vf"))
     for exp in ("rg_k8", "codeio_k4", "sudoku_k4"):
         add(id=f"lc.tether_vs_vf.{exp}", paper="Le Critique", target="le_critique/f5",
             claim=f"Tether consistently outperforms the simple value function baseline (VF) across all four tasks "
                   f"(Figures 5, 7; {tasks[exp]})",
             paper_number="Tether > VF (curves)", quantity=f"final train reward(Tether) - (VF), {tasks[exp]}",
-            relation=">", threshold=0.0, **critique_diff(exp, "final_reward", "tether", "vf"))
+            relation=">", threshold=0.0, premise=critic_learns(exp),
+            **critique_diff(exp, "final_reward", "tether", "vf"))
     for exp in ("rg_k8", "codeio_k4", "sudoku_k4"):
         add(id=f"lc.rho.{exp}", paper="Le Critique", target="le_critique/f6",
             claim=f"All runs begin with rho=0 ... The coefficient then moves away from zero (Figure 6; {tasks[exp]})",
             paper_number="rho: 0 -> above 0", quantity=f"Tether's final rho, {tasks[exp]}",
-            relation=">", threshold=0.0, **tether_rho(exp))
+            relation=">", threshold=0.0, scale_free=True, **tether_rho(exp))
     add(id="lc.vf_vs_mean.rg_k8", paper="Le Critique", target="le_critique/f7",
         claim="The improvement is smaller but still present at K=8, and both value baselines beat Mean in this task "
               "(Reasoning Gym K=8)",
         paper_number="VF > Mean", quantity="final train reward(VF) - (Mean), Reasoning Gym K=8",
-        relation=">", threshold=0.0, **critique_diff("rg_k8", "final_reward", "vf", "mean"))
+        relation=">", threshold=0.0, premise=critic_learns("rg_k8"),
+        **critique_diff("rg_k8", "final_reward", "vf", "mean"))
     add(id="lc.vf_vs_mean.sudoku_k4", paper="Le Critique", target="le_critique/f7",
         claim="Although it does not fully recover the performance of Mean on Sudoku, it substantially mitigates the "
               "degradation suffered by VF (Sudoku)",
         paper_number="VF < Mean", quantity="final train reward(VF) - (Mean), Sudoku K=4",
-        relation="<", threshold=0.0, **critique_diff("sudoku_k4", "final_reward", "vf", "mean"))
+        relation="<", threshold=0.0, premise=critic_learns("sudoku_k4"),
+        **critique_diff("sudoku_k4", "final_reward", "vf", "mean"))
     return C
 
 
@@ -702,13 +835,15 @@ CLAIMS: list[Claim] = _claims()
 # --------------------------------------------------------------------------- the table
 
 def claim_inputs(cfg: dict, claims: list[Claim] | None = None) -> list[str]:
-    """Every artifact the claims read that this config makes (the rule's inputs)."""
+    """Every artifact the claims (their premises and margins too) read that this config makes (the
+    rule's inputs)."""
     out = set()
     for c in claims or CLAIMS:
-        try:
-            out.update(str(p) for p in c.inputs(cfg))
-        except NotRun:
-            pass
+        for fn in (c.inputs, c.premise.inputs if c.premise else None, c.margin.inputs if c.margin else None):
+            try:
+                out.update(str(p) for p in fn(cfg)) if fn else None
+            except NotRun:
+                pass
     return sorted(out)
 
 
@@ -720,6 +855,41 @@ def resolve_target(prefix: str, figures: dict[str, str] | None) -> str:
     return str(figures[hits[0]]) if hits else f"{prefix} (no figure registered for this config)"
 
 
+def _judge_premise(ctx: Context, c: Claim) -> tuple[float, str, str]:
+    """(threshold, premise status, premise text) of a claim: a margin's threshold from the compared
+    method's gain (absent when it gains nothing), then the claim's own premise."""
+    threshold, status, parts = c.threshold, "", []
+    if c.margin is not None:
+        try:
+            g = c.margin.gain(ctx)
+        except NotRun as e:
+            threshold, status = np.nan, UNCLEAR
+            parts.append(f"{c.margin.of}: not measured ({e}), so no margin")
+        else:
+            ci = f" [{g.lo:+.3f}, {g.hi:+.3f}]" if np.isfinite(g.lo) and np.isfinite(g.hi) else " (no interval)"
+            if np.isfinite(g.value) and g.value > 0:
+                threshold = -NI_FRACTION * g.value
+                parts.append(f"{c.margin.of} {g.value:+.3f}{ci}: margin -{NI_FRACTION:g}x = {threshold:+.3f}")
+                status = PRESENT if np.isfinite(g.lo) and g.lo > 0 else UNCLEAR
+            else:
+                threshold, status = np.nan, ABSENT
+                parts.append(f"{c.margin.of} {g.value:+.3f}{ci}: no gain to be non-inferior within")
+    if c.premise is not None and status != ABSENT:
+        p = c.premise
+        try:
+            piv = p.measure(ctx)
+        except NotRun as e:
+            status = UNCLEAR
+            parts.append(f"{p.text}: not measured ({e})")
+        else:
+            status = premise_status(piv, p)
+            ci = (f" [{p.fmt.format(piv.lo)}, {p.fmt.format(piv.hi)}]" if np.isfinite(piv.lo) and np.isfinite(piv.hi)
+                  else " (no interval)")
+            parts.append(f"{p.text}: {p.quantity} = {p.fmt.format(piv.value)}{ci}, needs {p.relation} "
+                         f"{p.fmt.format(p.threshold)}")
+    return threshold, status, "; ".join(parts)
+
+
 def build_rows(cfg: dict, figures: dict[str, str] | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:
     """Measure every claim. Raises MissingArtifact naming every missing artifact at once."""
     ctx = Context(cfg)
@@ -729,12 +899,14 @@ def build_rows(cfg: dict, figures: dict[str, str] | None = None, claims: list[Cl
         row = dict(id=c.id, paper=c.paper, claim=c.claim, paper_number=c.paper_number, quantity=c.quantity,
                    relation=c.relation, threshold=c.threshold, paper_lo=plo, paper_hi=phi, measured=np.nan,
                    ci_lo=np.nan, ci_hi=np.nan, ci_method="", detail="", measured_over_paper=np.nan,
-                   scale=cfg["scale"], direction_status="", magnitude_status="", status="", reason="",
-                   target=resolve_target(c.target, figures), sources="")
+                   scale=cfg["scale"], direction_status="", magnitude_status="", premise="", premise_status="",
+                   status="", detectable=np.nan, reason="", target=resolve_target(c.target, figures), sources="")
+        prem = ""
         try:
             sources = c.inputs(cfg)
             row["sources"] = " ".join(str(s) for s in sources)
             iv = c.measure(ctx)
+            threshold, prem, prem_text = _judge_premise(ctx, c)
         except NotRun as e:
             iv = Interval(np.nan, np.nan, np.nan, "")
             row["reason"] = str(e)
@@ -743,11 +915,15 @@ def build_rows(cfg: dict, figures: dict[str, str] | None = None, claims: list[Cl
             missing.append(str(e))
             continue
         else:
-            row.update(measured=iv.value, ci_lo=iv.lo, ci_hi=iv.hi, ci_method=iv.method, detail=iv.detail)
-            direction = decide(iv.lo, iv.hi, c.relation, c.threshold)
-        mag, ratio = magnitude(iv.value, iv.lo, iv.hi, c.paper_value)
+            row.update(measured=iv.value, ci_lo=iv.lo, ci_hi=iv.hi, ci_method=iv.method, detail=iv.detail,
+                       threshold=threshold, premise=prem_text, premise_status=prem)
+            # a margin with no gain to be within: the direction against 0, for the reader only
+            direction = decide(iv.lo, iv.hi, c.relation, threshold if np.isfinite(threshold) else 0.0)
+            if direction == INCONCLUSIVE:
+                row["detectable"] = detectable(iv.lo, iv.hi)
+        mag, ratio = magnitude(iv.value, iv.lo, iv.hi, c.paper_value, c.scale_free)
         row.update(measured_over_paper=ratio, direction_status=direction, magnitude_status=mag,
-                   status=overall(direction, mag))
+                   status=overall(direction, mag, prem))
         row["fmt"] = c.fmt
         rows.append(row)
     if missing:
@@ -772,23 +948,40 @@ def _measured_text(r, fmt: str) -> str:
         return f"— ({r.reason})"
     text = fmt.format(r.measured) + (f" [{fmt.format(r.ci_lo)}, {fmt.format(r.ci_hi)}]"
                                      if np.isfinite(r.ci_lo) and np.isfinite(r.ci_hi) else " (no interval)")
+    if np.isfinite(r.detectable):
+        text += f"; detectable here: ±{fmt.format(r.detectable).lstrip('+')}"
     return text + (f"; {r.detail}" if r.detail else "")
 
 
+def _premise_cell(r) -> str:
+    return f"{r.premise_status}: {r.premise}" if r.premise else "—"
+
+
+def _threshold_text(r, fmt: str) -> str:
+    return fmt.format(r.threshold) if np.isfinite(r.threshold) else "— (no margin)"
+
+
 def legend() -> list[str]:
-    """What the three status columns mean (the rule is in code: `decide`, `magnitude`, `overall`)."""
+    """What the status columns mean (the rule is in code: `decide`, `magnitude`, `overall`)."""
     return [
         "direction (`decide`): for a claim `quantity > t`, reproduced when the 95% interval lies above t, "
-        "contradicted when it lies below t, not reproduced when it contains t (mirrored for `<`); not run at "
-        "this scale when the config does not make the claim's artifact or run its methods. t is the paper's "
-        "bound, 0 for 'A beats B', -tolerance for 'A matches B'.",
+        "contradicted when it lies below t, inconclusive when it contains t (the row then gives the smallest "
+        f"effect this scale detects at {POWER:.0%} power), untestable when there is no interval (a single run); "
+        "mirrored for `<`. t is the paper's bound, 0 for 'A beats B', and for 'A matches B' minus "
+        f"{NI_FRACTION:g} x B's own gain (over the start policy, or over chance for an AUC), so the margin "
+        "scales with what B achieves here.",
+        "premise: the mechanism a claim rests on, measured here (vanilla's collapse, k <= 2's collapse, a "
+        "critic that explains variance, a compared method that gains at all): present, absent or unclear by "
+        "the same rule. When it is absent the data cannot judge the claim: premise absent.",
         "magnitude (`magnitude`), against the paper's own number on our scale: in CI when our interval "
-        f"contains it, within {MAGNITUDE_FACTOR:g}x when measured / paper lies in [1/{MAGNITUDE_FACTOR:g}, "
-        f"{MAGNITUDE_FACTOR:g}], else off by Nx or opposite sign; no paper number where the paper states none "
-        "(curves, bars, 'A beats B').",
-        "status (`overall`): reproduced only when the direction is reproduced and the magnitude is in CI, "
-        f"within {MAGNITUDE_FACTOR:g}x or has no paper number; direction only when the sign agrees but the "
-        "paper's number is off; otherwise the direction status.",
+        f"contains it; for scale-free quantities (AUC, % change of MSE, a coefficient) within "
+        f"{MAGNITUDE_FACTOR:g}x when measured / paper lies in [1/{MAGNITUDE_FACTOR:g}, {MAGNITUDE_FACTOR:g}]; "
+        "else off by Nx or opposite sign (accuracy points are never compared by a factor across scales); "
+        "no paper number where the paper states none.",
+        "status (`overall`): not run; premise absent; reproduced only when the direction is reproduced and the "
+        f"paper's number is in CI (or, scale-free, within {MAGNITUDE_FACTOR:g}x); direction only when the side "
+        "is right but the paper gives no number or its number is off; otherwise inconclusive, untestable "
+        "(single run) or contradicted.",
         "Intervals: t over seeds with >= 2 seeds, else a bootstrap over the per-unit artifact (column CI).",
     ]
 
@@ -815,14 +1008,14 @@ def to_markdown(df: pd.DataFrame, *, scale: str, config_name: str, config_hash: 
         lines += [p, ""]
     lines += [f"- {item}" for item in legend()] + ["", f"Counts: {_counts(df)}.", "",
               "| # | paper | claim | paper's number | quantity (claim: relation threshold) | measured [95% CI] "
-              "| CI | direction | magnitude | status | target | sources |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| CI | premise | direction | magnitude | status | target | sources |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(df.itertuples(), 1):
         fmt = r.fmt
         lines.append("| " + " | ".join(_cell(x) for x in (
             i, PAPERS.get(r.paper, r.paper), r.claim, _paper_text(r, fmt),
-            f"{r.quantity}: {r.relation} {fmt.format(r.threshold)}", _measured_text(r, fmt), r.ci_method or "—",
-            r.direction_status, r.magnitude_status, f"**{r.status}**", f"`{r.target}`",
+            f"{r.quantity}: {r.relation} {_threshold_text(r, fmt)}", _measured_text(r, fmt), r.ci_method or "—",
+            _premise_cell(r), r.direction_status, r.magnitude_status, f"**{r.status}**", f"`{r.target}`",
             " ".join(f"`{s}`" for s in r.sources.split()))) + " |")
     lines.append("")
     return "\n".join(lines)
@@ -835,10 +1028,10 @@ def to_html(df: pd.DataFrame, *, scale: str, config_name: str, config_hash: str,
              _header_lines(scale, config_name, config_hash, commit, "CLAIMS.md and CLAIMS.csv hold the same rows")]
     intro.append(f"Counts: {_counts(df)}.")
     header = ["#", "paper", "claim", "paper's number", "quantity: relation threshold", "measured [95% CI]", "CI",
-              "direction", "magnitude", "status", "target"]
+              "premise", "direction", "magnitude", "status", "target"]
     rows = [[i, PAPERS.get(r.paper, r.paper), r.claim, _paper_text(r, r.fmt),
-             f"{r.quantity}: {r.relation} {r.fmt.format(r.threshold)}", _measured_text(r, r.fmt), r.ci_method or "—",
-             r.direction_status, r.magnitude_status, (r.status, css_class(r.status)), r.target]
+             f"{r.quantity}: {r.relation} {_threshold_text(r, r.fmt)}", _measured_text(r, r.fmt), r.ci_method or "—",
+             _premise_cell(r), r.direction_status, r.magnitude_status, (r.status, css_class(r.status)), r.target]
             for i, r in enumerate(df.itertuples(), 1)]
     return html_page(f"Claims of the four papers, measured at scale {scale}", intro, header, rows,
                      legend=[x.replace("`", "") for x in legend()])

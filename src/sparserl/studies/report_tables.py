@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-STYLE = """
+STYLE = r"""
 body { font-family: sans-serif; font-size: 13px; margin: 1em; }
 table { border-collapse: collapse; }
 th, td { border: 1px solid #ccc; padding: 3px 6px; vertical-align: top; text-align: left; }
@@ -23,6 +23,7 @@ td.num { text-align: right; white-space: nowrap; }
 .status-reproduced { background: #d9f2d9; }
 .status-direction-only { background: #fff3c4; }
 .status-contradicted { background: #f8d0d0; }
+.status-premise-absent, .status-untestable-\(single-run\) { background: #e6e6e6; }
 """
 
 
