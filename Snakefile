@@ -114,3 +114,14 @@ onsuccess:
             print(f"  {f}")
     for _name in sorted(t for t in targets if isinstance(t, str) and t.startswith("rl/")):
         print(f"\n{_name}: " + ", ".join(str(d) for d in rl_method_dirs(_name[3:])))
+
+
+# A target no rule makes (`rl/<method>` for a method without a file, or under a config without an
+# rl section) stops here in one line naming it and the targets there are (sparserl.core.targets)
+from sparserl.core.targets import check_targets, unknown_target_message
+from sparserl.methods.spec import method_names as _method_names
+
+check_targets(workflow, lambda target: unknown_target_message(
+    target, rules=[r.name for r in workflow.rules if not r.has_wildcards()],
+    methods=_method_names() if RL else None, results=str(P.results),
+    config_files=", ".join(map(str, workflow.overwrite_configfiles or workflow.configfiles))))

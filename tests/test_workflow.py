@@ -224,6 +224,30 @@ def test_any_method_file_is_a_target(repo, tmp_path):
     assert "wildcards: method=grpo_median_g8, seed=0" in log
 
 
+@pytest.mark.parametrize("target, config, shown", [
+    ("rl/grpo_g4", "smoke.yaml", "configs/smoke.yaml has no rl section, so there are no rl/<method> "
+                                 "targets; add an rl section (as in configs/tiny.yaml)"),
+    ("rl/grpo_g5", "tiny.yaml", "there is no configs/methods/grpo_g5.yaml; did you mean rl/grpo_g8? "
+                                "the rl/<method> targets are: rl/basis_grid_gpg_g1_basis, "),
+    ("results/tiny/nothing.txt", "tiny.yaml", "no rule makes it; ask for a rule (all, basis, "),
+])
+def test_an_unknown_target_is_one_line_naming_it_and_the_targets_there_are(repo, tmp_path, target,
+                                                                           config, shown):
+    """Snakemake's own report of a target no rule makes is a raw AttributeError (sparserl.core.targets)."""
+    out = snakemake(repo, tmp_path, target, "--cores", "1", "-n", "--configfile",
+                    str(repo / "configs" / config))
+    assert out.returncode == 1
+    log = out.stdout + out.stderr
+    assert "Traceback" not in log and "AttributeError" not in log, log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1
+    assert [line for line in log.splitlines()  # Snakemake's preamble, then the one error
+            if not line.startswith(("Using workflow specific profile", "host: "))] == errors
+    assert errors[0].startswith(f"Error: unknown target {target}: ") and shown in errors[0], errors
+    locks = tmp_path / ".snakemake" / "locks"  # it stops before Snakemake locks the folder
+    assert not locks.exists() or not any(locks.iterdir())
+
+
 def test_a_file_target_finishes_quietly_and_a_config_rerun_names_its_keys(repo, tmp_path):
     cfg = str(repo / "configs/smoke.yaml")
     target = "results/smoke/tasks/train_pool.parquet"
