@@ -96,6 +96,8 @@ def load_policy(path: str, backend: str):
         from sparserl.rollout.cpu_engine import load_tokenizer
         return Qwen3LM.from_dir(path), load_tokenizer(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from sparserl.core.weights import check_hf_weights
+    check_hf_weights(path)  # a truncated or foreign model.safetensors: one line, the file and the fix
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
