@@ -53,7 +53,10 @@ if CFG.get("rl"):
 P = Paths(CFG)
 SCALE = CFG["scale"]
 # Jobs read the config Snakemake resolved (files + `--config` overrides), never the files again
-CONFIGS = str(write_resolved(CFG, P.results / ".config"))
+try:  # a results folder that cannot be written: the one line that names it, without our frames
+    CONFIGS = str(write_resolved(CFG, P.results / ".config"))
+except OSError as e:
+    raise WorkflowError(str(e)) from None
 # the settings behind each rule's hash param (common.smk cfg_key, method_key), so that a rerun's
 # reason names the changed keys ("rl.steps: 60 -> 20"), not two hashes
 KEYS_DIR = P.results / ".config" / "keys"
@@ -71,6 +74,10 @@ try:
         _ParamsChange.__str__ = _params_change_str
 except ImportError:  # a Snakemake without it: its own reason (two hashes) stays
     pass
+# a failed job's outputs on a folder that turned read-only: one line with the fix, not a traceback
+from sparserl.core.snakemake_io import name_failed_removals
+
+name_failed_removals()
 # the figures' footer names the config files given (the resolved file is named by its hash)
 CONFIG_NAME = "+".join(os.path.basename(str(f)) for f in (workflow.overwrite_configfiles or workflow.configfiles))
 SPARSERL = f"{sys.executable} -m sparserl"

@@ -191,8 +191,8 @@ def atomic_file(path: str | os.PathLike):
         _discard(tmp)
 
 
-def _fix_for(path: Path, e: OSError) -> str:
-    """What to do about a failed write of `path`, by its cause."""
+def write_fix(path: Path, e: OSError) -> str:
+    """What to do about a failed write of `path` (or of an entry of its folder), by its cause."""
     where = path.parent
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"free space on the disk that holds {where} (or point results_dir elsewhere)"
@@ -208,6 +208,27 @@ def _fix_for(path: Path, e: OSError) -> str:
     return f"check that {where} is writable and has space"
 
 
+# the causes of a failed write: named with their fix wherever they surface (`name_os_error`)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def name_os_error(e: OSError, path: str | os.PathLike | None = None) -> OSError:
+    """A write failure outside the atomic writers (TensorBoard's event file, a removal, a log) as
+    one line with the path, the cause and the fix, like theirs; an OSError already named, or of
+    another cause, as it is. `path`: the file, when the error does not name one."""
+    if getattr(e, "write_cause", None) is not None or e.errno not in WRITE_ERRNOS:
+        return e
+    where = e.filename if e.filename is not None else path
+    if where is None:
+        return e
+    where = Path(os.fsdecode(where))
+    code = errno.errorcode.get(e.errno, str(e.errno))
+    err = type(e)(e.errno, f"{where}: could not write ({os.strerror(e.errno)}, {code}); "
+                           f"{write_fix(where, e)}, then rerun")
+    err.write_cause = e
+    return err
+
+
 def _name_path(path: Path, e: OSError, cleaned: bool = True) -> OSError:
     """The same OSError with the artifact's path, the cause and the fix in its message. An error
     already named by a nested writer (a file inside an `atomic_dir`) is named again from its
@@ -218,7 +239,7 @@ def _name_path(path: Path, e: OSError, cleaned: bool = True) -> OSError:
         "its temp file could not be removed (`sparserl clean --tmp` removes it)"
     # os.strerror: pyarrow's strerror wraps the same text in its own detail
     err = type(e)(e.errno, f"{path}: could not write ({os.strerror(e.errno)}, {code}); {left}; "
-                           f"{_fix_for(path, e)}, then rerun")
+                           f"{write_fix(path, e)}, then rerun")
     err.write_cause = e
     return err
 

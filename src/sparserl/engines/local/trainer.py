@@ -424,7 +424,7 @@ class Trainer(CriticLoop):
         bar = progress(self.steps, f"rl {self.m.name} s{self.seed}", logger=_log, every=1,
                        initial=self.step)
         with open_verifier(self.cfg) as self._ver, contextlib.ExitStack() as closing:
-            closing.callback(tb.close)
+            closing.enter_context(tb)  # closed quietly when the run fails: its own error is the one shown
             closing.callback(bar.close)
             warmup_s = 0.0
             if self.critic is not None and self.step == 0:
