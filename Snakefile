@@ -74,10 +74,11 @@ try:
         _ParamsChange.__str__ = _params_change_str
 except ImportError:  # a Snakemake without it: its own reason (two hashes) stays
     pass
-# a failed job's outputs on a folder that turned read-only: one line with the fix, not a traceback
-from sparserl.core.snakemake_io import name_failed_removals
+# Snakemake's removal of an output takes its manifest too, and a folder that turned read-only
+# under a failed job's outputs is one line with the fix, not a traceback
+from sparserl.core.snakemake_io import install_removal_hooks
 
-name_failed_removals()
+install_removal_hooks()
 # the figures' footer names the config files given (the resolved file is named by its hash)
 CONFIG_NAME = "+".join(os.path.basename(str(f)) for f in (workflow.overwrite_configfiles or workflow.configfiles))
 SPARSERL = f"{sys.executable} -m sparserl"

@@ -243,6 +243,36 @@ def test_load_checkpoint_falls_back_on_the_previous_state_or_names_the_fix(tmp_p
     assert not prev.exists()
 
 
+def test_saves_keep_the_previous_state_in_a_file_of_its_own(tmp_path):
+    """last.pt and prev.pt are two files, never two names of one (a hard link), so truncating the
+    last leaves the previous whole; a save cut off between its two renames (last.pt missing)
+    resumes from prev.pt, and a damaged prev.pt alone is named with the fix."""
+    from sparserl.core.artifacts import (CorruptCheckpointError, load_checkpoint, previous_checkpoint,
+                                         save_checkpoint)
+    last = tmp_path / "ckpt" / "last.pt"
+    prev = previous_checkpoint(last)
+    for step in (1, 2, 3):
+        save_checkpoint({"step": step}, last)
+        assert last.stat().st_nlink == 1
+    assert prev.stat().st_nlink == 1 and prev.stat().st_ino != last.stat().st_ino
+    with open(last, "r+b") as f:
+        f.truncate(10)
+    said = []
+    assert load_checkpoint(last, log=said.append)["step"] == 2
+    os.replace(last, prev)  # as a kill between the renames leaves it
+    assert load_checkpoint(last, what="the run x", log=said.append)["step"] == 2
+    assert said[-1] == (f"{last} is missing (a save was cut off before the new state took its name); "
+                        f"resuming the run x from the previous checkpoint {prev} (step 2)")
+    assert sorted(os.listdir(last.parent)) == ["last.pt"]
+    os.replace(last, prev)
+    prev.write_bytes(b"")
+    with pytest.raises(CorruptCheckpointError) as e:
+        load_checkpoint(last, what="the run x")
+    assert str(e.value) == (f"{prev}: the previous resume checkpoint is truncated or corrupt (EOFError: Ran out "
+                            f"of input) and {last} is missing; delete it (`rm {prev}`) and rerun to start the "
+                            "run x over from step 0")
+
+
 # --------------------------------------------------------------------------- writes that fail mid-run
 
 

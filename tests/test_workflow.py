@@ -259,16 +259,18 @@ def test_a_file_target_finishes_quietly_and_a_config_rerun_names_its_keys(repo, 
     assert "Params have changed since last execution: config keys changed: seed: 0 -> 3" in out.stdout + out.stderr
 
 
-def test_a_failed_jobs_output_that_cannot_be_removed_is_one_line(tmp_path, monkeypatch, caplog):
+def test_snakemakes_removal_of_an_output_names_a_failure_and_takes_the_manifest(tmp_path, monkeypatch, caplog):
     """Snakemake removes a failed job's outputs; on a folder that turned read-only its os.remove
-    raised through Snakemake as a raw traceback (sparserl.core.snakemake_io)."""
+    raised through Snakemake as a raw traceback, and a removed table left its manifest behind
+    (sparserl.core.snakemake_io)."""
     import asyncio
     import errno
     import os
     import snakemake.io as sio
-    from sparserl.core.snakemake_io import name_failed_removals
+    from sparserl.core.artifacts import write_table
+    from sparserl.core.snakemake_io import install_removal_hooks
     monkeypatch.setattr(sio, "remove", sio.remove)  # the hook is undone after the test
-    name_failed_removals()
+    install_removal_hooks()
     out = tmp_path / "rl" / "metrics.parquet"
     out.parent.mkdir()
     out.write_text("x")
@@ -284,11 +286,17 @@ def test_a_failed_jobs_output_that_cannot_be_removed_is_one_line(tmp_path, monke
         f"is on a read-only filesystem; point results_dir at a writable one, then delete it (`rm -r {out}`) "
         "and rerun"]
     assert out.read_text() == "x"
+    monkeypatch.undo()
+    monkeypatch.setattr(sio, "remove", sio.remove)
+    install_removal_hooks()
+    write_table(pd.DataFrame({"a": [1]}), out)
+    asyncio.run(sio.IOFile(str(out)).remove())  # its manifest goes with it, not left without its table
+    assert sorted(os.listdir(out.parent)) == []
 
 
 MINI_SNAKEFILE = '''
-from sparserl.core.snakemake_io import name_failed_removals
-name_failed_removals()
+from sparserl.core.snakemake_io import install_removal_hooks
+install_removal_hooks()
 
 rule made_then_failed:
     output: "out/done.txt"

@@ -1,11 +1,14 @@
-"""Snakemake's removal of a failed job's outputs, on a folder that can no longer be written.
+"""Snakemake's removal of outputs: with their manifests, and on a folder that can no longer be written.
 
-Snakemake deletes the outputs of a failed job "since they might be corrupted". When the folder has
-turned read-only (a remount, a permission change) that `os.remove` raises, and Snakemake stops
-with a raw traceback before it reports the failed job or finishes its other jobs. Installed by the
-Snakefile, `name_failed_removals` makes that one line naming the output, the cause and the fix;
-Snakemake then goes on as after any failed job. Our writers are atomic, so an output left there
-is whole, but it is one of a failed job: the line says to delete it before the rerun.
+Snakemake deletes the outputs of a failed job "since they might be corrupted" (and a job's old
+outputs before it reruns, and temp files). It knows nothing of the `<name>.manifest.json` beside
+each of our tables, which stayed as a manifest without its table; it goes with its table now.
+When the folder has turned read-only (a remount, a permission change) Snakemake's `os.remove`
+raised, and Snakemake stopped with a raw traceback before it reported the failed job or finished
+its other jobs; that is one line naming the output, the cause and the fix now, and Snakemake goes
+on as after any failed job. Our writers are atomic, so an output left there is whole, but it is
+one of a failed job: the line says to delete it before the rerun. The Snakefile installs both
+(`install_removal_hooks`).
 """
 from __future__ import annotations
 
@@ -13,9 +16,9 @@ import errno
 import os
 from pathlib import Path
 
-from sparserl.core.artifacts import write_fix
+from sparserl.core.artifacts import manifest_path, write_fix
 
-__all__ = ["name_failed_removals", "removal_message"]
+__all__ = ["install_removal_hooks", "removal_message"]
 
 
 def removal_message(path: str | os.PathLike, e: OSError) -> str:
@@ -25,7 +28,7 @@ def removal_message(path: str | os.PathLike, e: OSError) -> str:
             f"{write_fix(where, e)}, then delete it (`rm -r {where}`) and rerun")
 
 
-def name_failed_removals() -> None:
+def install_removal_hooks() -> None:
     import snakemake.io as sio
     from snakemake.logging import logger
 
@@ -35,7 +38,8 @@ def name_failed_removals() -> None:
 
     async def remove(file, *args, **kwargs):
         try:
-            return await inner(file, *args, **kwargs)
+            await inner(file, *args, **kwargs)
+            manifest_path(os.fsdecode(file)).unlink(missing_ok=True)
         except OSError as e:
             if e.errno is None:
                 raise

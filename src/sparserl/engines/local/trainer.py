@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sparserl.core.artifacts import config_hash, read_table, write_table
+from sparserl.core.artifacts import config_hash, manifest_path, read_table, write_table
 from sparserl.core.config import rl_max_new_tokens
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths
@@ -414,6 +414,7 @@ class Trainer(CriticLoop):
             for stale in (self.run_paths.checkpoints, self.run_paths.eval_dir, self.run_paths.rollouts,
                           self.run_paths.tensorboard):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+                manifest_path(stale).unlink(missing_ok=True)  # no manifest stays without its table
         self._saved_step = self.step  # the resumed state's step (0: none)
         every = self.rl.get("checkpoint_every", 10)
         # evaluated snapshots, and those the BASIS value study reads (saving reads the model only)
