@@ -53,7 +53,10 @@ if CFG.get("rl"):
 P = Paths(CFG)
 SCALE = CFG["scale"]
 # Jobs read the config Snakemake resolved (files + `--config` overrides), never the files again
-CONFIGS = str(write_resolved(CFG, P.results / ".config"))
+try:  # a results folder that cannot be written: the one line that names it, without our frames
+    CONFIGS = str(write_resolved(CFG, P.results / ".config"))
+except OSError as e:
+    raise WorkflowError(str(e)) from None
 # the settings behind each rule's hash param (common.smk cfg_key, method_key), so that a rerun's
 # reason names the changed keys ("rl.steps: 60 -> 20"), not two hashes
 KEYS_DIR = P.results / ".config" / "keys"
@@ -71,6 +74,11 @@ try:
         _ParamsChange.__str__ = _params_change_str
 except ImportError:  # a Snakemake without it: its own reason (two hashes) stays
     pass
+# Snakemake's removal of an output takes its manifest too, and a folder that turned read-only
+# under a failed job's outputs is one line with the fix, not a traceback
+from sparserl.core.snakemake_io import install_removal_hooks
+
+install_removal_hooks()
 # the figures' footer names the config files given (the resolved file is named by its hash)
 CONFIG_NAME = "+".join(os.path.basename(str(f)) for f in (workflow.overwrite_configfiles or workflow.configfiles))
 SPARSERL = f"{sys.executable} -m sparserl"
@@ -128,3 +136,14 @@ onsuccess:
             print(f"  {f}")
     for _name in sorted(t for t in targets if isinstance(t, str) and t.startswith("rl/")):
         print(f"\n{_name}: " + ", ".join(str(d) for d in rl_method_dirs(_name[3:])))
+
+
+# A target no rule makes (`rl/<method>` for a method without a file, or under a config without an
+# rl section) stops here in one line naming it and the targets there are (sparserl.core.targets)
+from sparserl.core.targets import check_targets, unknown_target_message
+from sparserl.methods.spec import method_names as _method_names
+
+check_targets(workflow, lambda target: unknown_target_message(
+    target, rules=[r.name for r in workflow.rules if not r.has_wildcards()],
+    methods=_method_names() if RL else None, results=str(P.results),
+    config_files=", ".join(map(str, workflow.overwrite_configfiles or workflow.configfiles))))

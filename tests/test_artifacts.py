@@ -241,3 +241,137 @@ def test_load_checkpoint_falls_back_on_the_previous_state_or_names_the_fix(tmp_p
     last.unlink()
     save_checkpoint({"step": 1}, last)  # a fresh start drops the old run's previous state
     assert not prev.exists()
+
+
+def test_saves_keep_the_previous_state_in_a_file_of_its_own(tmp_path):
+    """last.pt and prev.pt are two files, never two names of one (a hard link), so truncating the
+    last leaves the previous whole; a save cut off between its two renames (last.pt missing)
+    resumes from prev.pt, and a damaged prev.pt alone is named with the fix."""
+    from sparserl.core.artifacts import (CorruptCheckpointError, load_checkpoint, previous_checkpoint,
+                                         save_checkpoint)
+    last = tmp_path / "ckpt" / "last.pt"
+    prev = previous_checkpoint(last)
+    for step in (1, 2, 3):
+        save_checkpoint({"step": step}, last)
+        assert last.stat().st_nlink == 1
+    assert prev.stat().st_nlink == 1 and prev.stat().st_ino != last.stat().st_ino
+    with open(last, "r+b") as f:
+        f.truncate(10)
+    said = []
+    assert load_checkpoint(last, log=said.append)["step"] == 2
+    os.replace(last, prev)  # as a kill between the renames leaves it
+    assert load_checkpoint(last, what="the run x", log=said.append)["step"] == 2
+    assert said[-1] == (f"{last} is missing (a save was cut off before the new state took its name); "
+                        f"resuming the run x from the previous checkpoint {prev} (step 2)")
+    assert sorted(os.listdir(last.parent)) == ["last.pt"]
+    os.replace(last, prev)
+    prev.write_bytes(b"")
+    with pytest.raises(CorruptCheckpointError) as e:
+        load_checkpoint(last, what="the run x")
+    assert str(e.value) == (f"{prev}: the previous resume checkpoint is truncated or corrupt (EOFError: Ran out "
+                            f"of input) and {last} is missing; delete it (`rm {prev}`) and rerun to start the "
+                            "run x over from step 0")
+
+
+# --------------------------------------------------------------------------- writes that fail mid-run
+
+
+def _unshare_works() -> bool:
+    """Whether this process may mount in a mount namespace of its own (root, or a user namespace)."""
+    import shutil
+    import subprocess
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        return subprocess.run(["unshare", "-m", "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _fill_event_file(logdir):
+    """Point the run log's event file at /dev/full: the kernel fails each append with ENOSPC."""
+    [event] = logdir.glob("events.out.tfevents.*")
+    event.unlink()
+    event.symlink_to("/dev/full")
+    return event
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_tensorboard_write_that_fails_in_its_thread_is_one_line_in_the_main_flow(tmp_path, capfd):
+    """TensorBoard writes in a thread of its own: its failure is raised once, named, in the main
+    flow, and Python prints no "Exception in thread" for it."""
+    from sparserl.core.runlog import RunLog
+    logdir = tmp_path / "tensorboard"
+    tb = RunLog({}, logdir, "x")
+    tb.scalars({"a": 1.0}, 1)
+    tb.tb.flush()
+    event = _fill_event_file(logdir)
+    with pytest.raises(OSError) as e:
+        for step in range(2, 500):  # the thread's error reaches a later write, or the close
+            tb.scalars({"a": 1.0}, step)
+        tb.close()
+    assert str(e.value) == (f"[Errno 28] {event}: could not write (No space left on device, ENOSPC); free "
+                            f"space on the disk that holds {logdir} (or point results_dir elsewhere), then rerun")
+    tb.close()  # said once: the writer is gone
+    err = capfd.readouterr().err
+    assert "Exception in thread" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_run_that_fails_keeps_its_own_error_over_the_event_files(tmp_path, capfd):
+    from sparserl.core.runlog import RunLog
+    logdir = tmp_path / "tensorboard"
+    with pytest.raises(ValueError, match="the run's own error"):
+        with RunLog({}, logdir, "x") as tb:
+            tb.scalars({"a": 1.0}, 1)
+            tb.tb.flush()
+            _fill_event_file(logdir)
+            tb.scalars({"a": 2.0}, 2)
+            raise ValueError("the run's own error")
+    err = capfd.readouterr().err
+    assert "Exception in thread" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -m` (root or user namespaces)")
+def test_a_run_log_folder_that_turns_read_only_mid_run_is_named_with_the_fix(tmp_path):
+    """A real read-only filesystem: the folder is bind-mounted read-only on itself mid-run, in a
+    mount namespace of the child's own."""
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import subprocess, sys
+        from pathlib import Path
+        from sparserl.core.runlog import RunLog
+        logdir = Path(sys.argv[1])
+        tb = RunLog({}, logdir, "x")
+        tb.scalars({"a": 1.0}, 1)
+        tb.tb.flush()
+        subprocess.run(["mount", "--bind", "-o", "ro", str(logdir), str(logdir)], check=True)
+        try:
+            for step in range(2, 500):
+                tb.scalars({"a": 1.0}, step)
+            tb.close()
+        except OSError as e:
+            print(e)
+    """)
+    logdir = tmp_path / "tensorboard"
+    out = subprocess.run(["unshare", "-m", sys.executable, "-c", script, str(logdir)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [event] = logdir.glob("events.out.tfevents.*")
+    assert out.stdout == (f"[Errno 30] {event}: could not write (Read-only file system, EROFS); {logdir} is on "
+                          "a read-only filesystem; point results_dir at a writable one, then rerun\n")
+    assert "Exception in thread" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_an_os_error_outside_the_atomic_writers_gets_the_path_and_the_fix(tmp_path):
+    import errno
+    from sparserl.core.artifacts import name_os_error
+    e = name_os_error(PermissionError(errno.EACCES, "Permission denied", os.fsencode(tmp_path / "x.log")))
+    assert isinstance(e, PermissionError)
+    assert str(e) == (f"[Errno 13] {tmp_path / 'x.log'}: could not write (Permission denied, EACCES); make "
+                      f"{tmp_path} writable for this user (or point results_dir elsewhere), then rerun")
+    assert name_os_error(e) is e  # named once
+    other = FileNotFoundError(errno.ENOENT, "No such file or directory", "x")
+    assert name_os_error(other) is other  # not a write failure: as it is

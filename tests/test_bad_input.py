@@ -425,3 +425,117 @@ def test_missing_start_policy_names_the_path_and_the_rule(repo, tmp_path):
                                           rf"there; build it first \(`snakemake --cores 2 {path}`, rule "
                                           r"pretrain_policy\)"):
         Trainer(cfg, "grpo_g4", 0)
+
+
+# --------------------------------------------------------------------------- a policy's weights
+
+
+@pytest.fixture(scope="module")
+def policy_dirs(tmp_path_factory, tiny_lm):
+    """A pre-trained policy's folder (results/smoke/policies/s) and a wider model's weights."""
+    import torch
+    from sparserl.models.policies import build_model, save_hf
+    model, tok = tiny_lm
+    root = tmp_path_factory.mktemp("weights")
+    good = root / "results" / "smoke" / "policies" / "s"
+    save_hf(model, tok, good, {"policy": "s"})
+    torch.manual_seed(1)
+    wide = build_model({"hidden_size": 48, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "ffn_size": 96},
+                       tok, 24)
+    save_hf(wide, tok, root / "wide", {"policy": "wide"})
+    return good, root / "wide" / "model.safetensors"
+
+
+def _load_qwen3(path):
+    from sparserl.models.qwen3 import Qwen3LM
+    Qwen3LM.from_dir(path)
+
+
+def _load_cpu_engine(path):
+    from sparserl.rollout.cpu_engine import CPUEngine
+    CPUEngine(path)
+
+
+def _load_hf(path):
+    from sparserl.engines.local.trainer import load_policy
+    load_policy(str(path), "hf")
+
+
+def _load_hf_backend(path):
+    from sparserl.rollout.hf import HFBackend
+    HFBackend(path)
+
+
+def _damage(how, ckpt, wide):
+    f = ckpt / "model.safetensors"
+    if how == "truncated":
+        with open(f, "r+b") as fh:
+            fh.truncate(f.stat().st_size // 2)
+    elif how == "not safetensors":
+        f.write_text("not weights\n")
+    else:  # another model's file: valid safetensors, other shapes
+        shutil.copyfile(wide, f)
+
+
+@pytest.mark.parametrize("load", [_load_qwen3, _load_cpu_engine, _load_hf, _load_hf_backend])
+@pytest.mark.parametrize("how, cause", [
+    ("truncated", r"truncated or not a safetensors file \(incomplete metadata, file not fully covered\)"),
+    ("not safetensors", r"truncated or not a safetensors file \(header too large\)"),
+    ("foreign", r"weights of another model \(.*model\.embed_tokens\.weight is \[\d+, 48\], config\.json says "
+                r"\[\d+, 32\].*\), not the one .*/config\.json describes"),
+])
+def test_a_damaged_policy_checkpoint_names_the_file_and_how_to_rebuild_it(policy_dirs, tmp_path, load, how,
+                                                                         cause):
+    import re
+    from sparserl.core.weights import WeightsError
+    good, wide = policy_dirs
+    ckpt = tmp_path / "results" / "smoke" / "policies" / "s"
+    shutil.copytree(good, ckpt)
+    load(ckpt)  # the whole checkpoint loads
+    _damage(how, ckpt, wide)
+    with pytest.raises(WeightsError) as e:
+        load(ckpt)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert re.fullmatch(rf"{ckpt}/model\.safetensors: {cause}; delete the folder and pre-train it again "
+                        rf"\(rule pretrain_policy\): `rm -r {ckpt} && snakemake --cores 2 {ckpt}`", msg), msg
+
+
+def test_a_truncated_policy_stops_a_job_in_one_line(repo, policy_dirs, tmp_path):
+    """Through the command line: exit 1, one line with the file and the fix, no traceback."""
+    cfg = str(repo / "configs/smoke.yaml")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "sparserl", *a, "--config", cfg],  # noqa: E731
+                                    capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run("make-tasks").returncode == 0
+    ckpt = tmp_path / "results" / "smoke" / "policies" / "s"
+    shutil.copytree(policy_dirs[0], ckpt)
+    _damage("truncated", ckpt, None)
+    out = run("evaluate", "--policy", "s")
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr and "SafetensorError" not in out.stderr, out.stderr[-3000:]
+    errors = [line for line in out.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and errors[0].endswith(
+        "ERROR sparserl.cli: results/smoke/policies/s/model.safetensors: truncated or not a safetensors "
+        "file (incomplete metadata, file not fully covered); delete the folder and pre-train it again (rule "
+        "pretrain_policy): `rm -r results/smoke/policies/s && snakemake --cores 2 results/smoke/policies/s`"), errors
+
+
+@pytest.mark.parametrize("where, fix", [
+    ("models/Qwen/Qwen3-4B", "delete the folder and fetch it again on a machine with internet (rule "
+                             "fetch_models): `rm -r models/Qwen/Qwen3-4B && snakemake --cores 2 fetch_models`"),
+    ("results/tiny/rl/grpo_g4/seed0/checkpoints/step00030",
+     "delete the run and train it again (rule rl_train): `rm -r results/tiny/rl/grpo_g4/seed0 && snakemake "
+     "--cores 2 rl/grpo_g4`"),
+    ("results/paper/rl/grpo_g4/seed1/openrlhf/ckpt/global_step30_hf",
+     "delete the run and train it again (rule rl_train): `rm -r results/paper/rl/grpo_g4/seed1 && snakemake "
+     "--cores 2 rl/grpo_g4`"),
+    ("results/tiny/rl/grpo_g4/seed0/final", "delete the folder and rerun the rule that makes it: `rm -r "
+                                            "results/tiny/rl/grpo_g4/seed0/final && snakemake --cores 2 "
+                                            "results/tiny/rl/grpo_g4/seed0/final`"),
+    ("results/tiny/critique/runs/x/final", "delete the folder and rerun the rule that makes it: `rm -r "
+                                           "results/tiny/critique/runs/x/final && snakemake --cores 2 "
+                                           "results/tiny/critique/runs/x/final`"),
+])
+def test_the_fix_for_damaged_weights_names_the_rule_that_makes_the_folder(where, fix):
+    from sparserl.core.weights import rebuild_hint
+    assert rebuild_hint(where) == fix

@@ -571,3 +571,109 @@ def test_length_sorted_micro_batches_give_the_one_pass_update(world, method):
     assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # two code paths ran
     for k in weights[0]:
         torch.testing.assert_close(weights[1][k], weights[0][k], rtol=1e-5, atol=1e-7)
+
+
+KILL_EACH_STEP = r'''
+import json, os, shutil, signal, sys
+from pathlib import Path
+import torch
+from sparserl.cli.clean import find_leftovers
+from sparserl.core.artifacts import (MANIFEST_SUFFIX, load_checkpoint, previous_checkpoint, read_manifest,
+                                     read_table)
+from sparserl.engines.local.trainer import Trainer
+
+t = Trainer(json.loads(Path(sys.argv[1]).read_text()), "grpo_g4", 0)
+last, run = t.state_file, t.dir
+prev = previous_checkpoint(last)
+
+
+def save(step):  # Trainer.save_state: the resume state, then metrics.parquet and rollouts.parquet
+    t.step = step
+    t.metrics = [{"step": s, "reward_mean": s / 10} for s in range(1, step + 1)]
+    t.harvest = [{"prompt_id": 0, "step": s, "reward": 1.0, "length": 3} for s in range(1, step + 1)]
+    t.save_state()
+
+
+def kill_at(k):
+    """SIGKILL this process just before its k-th os call that changes the disk (or opens a file)."""
+    n = [0]
+    for name in ("open", "fchmod", "fsync", "close", "replace", "rename", "link", "unlink", "remove",
+                 "mkdir", "rmdir"):
+        def call(*a, _real=getattr(os, name), **kw):
+            n[0] += 1
+            if n[0] == k:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return _real(*a, **kw)
+        setattr(os, name, call)
+
+
+def shared():
+    return last.exists() and prev.exists() and last.stat().st_ino == prev.stat().st_ino
+
+
+def orphans():
+    """Manifests without their artifact, or describing another file (its row count)."""
+    out = []
+    for m in sorted(run.rglob("*" + MANIFEST_SUFFIX)):
+        art = m.with_name(m.name[:-len(MANIFEST_SUFFIX)])
+        if not art.exists() or read_manifest(art)["rows"] != len(read_table(art)):
+            out.append(m.name)
+    return out
+
+
+save(1)
+save(2)
+base = run.parent / "baseline"
+shutil.copytree(run, base)
+for k in range(1, 1000):
+    shutil.rmtree(run)
+    shutil.copytree(base, run)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            kill_at(k)
+            save(3)
+        finally:
+            os._exit(0)  # the save finished before its k-th call
+    killed = os.WIFSIGNALED(os.waitpid(pid, 0)[1])
+    rec = {"k": k, "killed": killed, "shared": shared(), "files": sorted(p.name for p in last.parent.iterdir()),
+           "orphans_before": orphans()}
+    try:
+        rec["loaded"] = load_checkpoint(last, log=lambda m: None)["step"]
+    except Exception as e:
+        rec["loaded"] = f"{type(e).__name__}: {e}"
+    save(4)  # the next save
+    rec.update(shared_after=shared(), after=load_checkpoint(last)["step"],
+               prev_after=torch.load(prev, weights_only=False)["step"], orphans=orphans(),
+               leftovers=[p.name for p in find_leftovers([run])])
+    print(json.dumps(rec), flush=True)
+    if not killed:
+        break
+'''
+
+
+def test_a_kill_at_any_step_of_a_save_leaves_a_loadable_state_never_shared(world, tmp_path):
+    """Trainer.save_state killed (SIGKILL) just before each of its os calls in turn: a state always
+    loads (the new one or the one before), ckpt/last.pt and ckpt/prev.pt are never one file (a
+    hard link, which one truncation damages in both), and after the next save no manifest lacks
+    its table or describes another one, and no temp file is left."""
+    import json
+    import subprocess
+    import sys
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps(world))
+    out = subprocess.run([sys.executable, "-c", KILL_EACH_STEP, str(cfg)], capture_output=True, text=True,
+                         timeout=600, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    recs = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(recs) > 20 and all(r["killed"] for r in recs[:-1]) and not recs[-1]["killed"], recs[-1]
+    for r in recs:
+        assert r["loaded"] in (2, 3), r
+        assert not r["shared"] and not r["shared_after"], r
+        assert (r["after"], r["prev_after"]) == (4, r["loaded"]), r
+        assert r["orphans"] == [] and r["leftovers"] == [], r
+    # the kill between the two renames: last.pt missing, prev.pt the state before (it loads)
+    assert any(r["files"] == ["prev.pt"] or ("last.pt" not in r["files"] and "prev.pt" in r["files"])
+               for r in recs), [r["files"] for r in recs]
+    assert recs[-1]["loaded"] == 3
+    assert any(r["orphans_before"] for r in recs)  # a kill between a table and its manifest was among them

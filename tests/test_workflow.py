@@ -224,6 +224,30 @@ def test_any_method_file_is_a_target(repo, tmp_path):
     assert "wildcards: method=grpo_median_g8, seed=0" in log
 
 
+@pytest.mark.parametrize("target, config, shown", [
+    ("rl/grpo_g4", "smoke.yaml", "configs/smoke.yaml has no rl section, so there are no rl/<method> "
+                                 "targets; add an rl section (as in configs/tiny.yaml)"),
+    ("rl/grpo_g5", "tiny.yaml", "there is no configs/methods/grpo_g5.yaml; did you mean rl/grpo_g8? "
+                                "the rl/<method> targets are: rl/basis_grid_gpg_g1_basis, "),
+    ("results/tiny/nothing.txt", "tiny.yaml", "no rule makes it; ask for a rule (all, basis, "),
+])
+def test_an_unknown_target_is_one_line_naming_it_and_the_targets_there_are(repo, tmp_path, target,
+                                                                           config, shown):
+    """Snakemake's own report of a target no rule makes is a raw AttributeError (sparserl.core.targets)."""
+    out = snakemake(repo, tmp_path, target, "--cores", "1", "-n", "--configfile",
+                    str(repo / "configs" / config))
+    assert out.returncode == 1
+    log = out.stdout + out.stderr
+    assert "Traceback" not in log and "AttributeError" not in log, log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1
+    assert [line for line in log.splitlines()  # Snakemake's preamble, then the one error
+            if not line.startswith(("Using workflow specific profile", "host: "))] == errors
+    assert errors[0].startswith(f"Error: unknown target {target}: ") and shown in errors[0], errors
+    locks = tmp_path / ".snakemake" / "locks"  # it stops before Snakemake locks the folder
+    assert not locks.exists() or not any(locks.iterdir())
+
+
 def test_a_file_target_finishes_quietly_and_a_config_rerun_names_its_keys(repo, tmp_path):
     cfg = str(repo / "configs/smoke.yaml")
     target = "results/smoke/tasks/train_pool.parquet"
@@ -233,3 +257,72 @@ def test_a_file_target_finishes_quietly_and_a_config_rerun_names_its_keys(repo, 
     out = snakemake(repo, tmp_path, target, "--cores", "1", "-n", "--configfile", cfg, "--config", "seed=3")
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Params have changed since last execution: config keys changed: seed: 0 -> 3" in out.stdout + out.stderr
+
+
+def test_snakemakes_removal_of_an_output_names_a_failure_and_takes_the_manifest(tmp_path, monkeypatch, caplog):
+    """Snakemake removes a failed job's outputs; on a folder that turned read-only its os.remove
+    raised through Snakemake as a raw traceback, and a removed table left its manifest behind
+    (sparserl.core.snakemake_io)."""
+    import asyncio
+    import errno
+    import os
+    import snakemake.io as sio
+    from sparserl.core.artifacts import write_table
+    from sparserl.core.snakemake_io import install_removal_hooks
+    monkeypatch.setattr(sio, "remove", sio.remove)  # the hook is undone after the test
+    install_removal_hooks()
+    out = tmp_path / "rl" / "metrics.parquet"
+    out.parent.mkdir()
+    out.write_text("x")
+
+    def read_only(path, *a, **k):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), path)
+
+    monkeypatch.setattr(os, "remove", read_only)
+    with caplog.at_level("ERROR", logger="snakemake.logging"):
+        asyncio.run(sio.IOFile(str(out)).remove())  # as Snakemake removes a failed job's output
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{out}: could not remove this output of the failed job (Read-only file system, EROFS); {out.parent} "
+        f"is on a read-only filesystem; point results_dir at a writable one, then delete it (`rm -r {out}`) "
+        "and rerun"]
+    assert out.read_text() == "x"
+    monkeypatch.undo()
+    monkeypatch.setattr(sio, "remove", sio.remove)
+    install_removal_hooks()
+    write_table(pd.DataFrame({"a": [1]}), out)
+    asyncio.run(sio.IOFile(str(out)).remove())  # its manifest goes with it, not left without its table
+    assert sorted(os.listdir(out.parent)) == []
+
+
+MINI_SNAKEFILE = '''
+from sparserl.core.snakemake_io import install_removal_hooks
+install_removal_hooks()
+
+rule made_then_failed:
+    output: "out/done.txt"
+    shell: "echo done > {output}; mount --bind -o ro out out; exit 1"
+'''
+
+
+def test_a_job_whose_folder_turns_read_only_fails_in_one_line_keeping_its_output(repo, tmp_path):
+    """A real read-only filesystem (a bind mount in a mount namespace of Snakemake's own): the job
+    fails, Snakemake cannot remove its output and says so in one line, then reports the failed job
+    as usual, without a traceback."""
+    import os
+    import shutil
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"],
+                                                         capture_output=True).returncode != 0:
+        pytest.skip("needs `unshare -m` (root or user namespaces)")
+    (tmp_path / "Snakefile").write_text(MINI_SNAKEFILE)
+    env = {**os.environ, "PYTHONPATH": str(repo / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run(["unshare", "-m", sys.executable, "-m", "snakemake", "-s", str(tmp_path / "Snakefile"),
+                          "-d", str(tmp_path), "--cores", "1", "out/done.txt"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    log = out.stdout + out.stderr
+    assert out.returncode == 1, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    assert ("out/done.txt: could not remove this output of the failed job (Read-only file system, EROFS); out "
+            "is on a read-only filesystem; point results_dir at a writable one, then delete it (`rm -r "
+            "out/done.txt`) and rerun") in log.splitlines(), log[-3000:]
+    assert "Error in rule made_then_failed" in log
+    assert (tmp_path / "out" / "done.txt").read_text() == "done\n"

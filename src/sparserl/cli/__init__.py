@@ -248,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    from sparserl.core.artifacts import CorruptCheckpointError
+    from sparserl.core.artifacts import CorruptCheckpointError, name_os_error
     from sparserl.core.config import ConfigError
     t0 = time.time()
     try:
@@ -261,7 +261,8 @@ def main(argv=None) -> int:
         return 0
     except (CorruptCheckpointError, OSError) as e:  # named: the file, the cause and the fix
         log.debug("traceback", exc_info=True)
-        log.error(str(e))
+        # a write outside the atomic writers (a removal, a log) gets its fix here
+        log.error(str(name_os_error(e) if isinstance(e, OSError) else e))
         return 1
     if args.command not in ("show", "methods"):
         log.info(f"{args.command} done in {time.time() - t0:.1f}s")

@@ -8,8 +8,8 @@ half-written artifact that Snakemake would mistake for a finished one. Beside ea
 Every atomic write fsyncs the data before the rename and the folder after it, gives files and
 folders the modes the umask allows (0644 / 0755 under 022, weights included), and on an OSError
 names the artifact, the cause and the fix, leaving no temp file. Resume states go through
-`save_checkpoint` / `load_checkpoint`, which keep the previous state for a truncated one to fall
-back on.
+`save_checkpoint` / `load_checkpoint`, which keep the previous state (a file of its own, never a
+link to the last) for a truncated one to fall back on.
 """
 from __future__ import annotations
 
@@ -160,10 +160,14 @@ def _discard(tmp: Path | None) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike):
+def atomic_file(path: str | os.PathLike, previous: str | os.PathLike | None = None):
     """Yield a temp file beside `path`; on success it is fsynced and replaces `path`, and the
     folder is fsynced. The temp file is always gone afterwards, and an OSError (from making the
-    folder or the temp file too) names `path`, the cause and the fix. The twin of `atomic_dir`."""
+    folder or the temp file too) names `path`, the cause and the fix. The twin of `atomic_dir`.
+
+    `previous`: where the file `path` held goes, renamed just before the new one takes its name
+    (no copy, no hard link: the two names never share a file); when `path` held none, a file
+    there is of an earlier run and is removed once the new one is in place."""
     path = Path(path)
     tmp = None
     try:
@@ -178,8 +182,14 @@ def atomic_file(path: str | os.PathLike):
             os.close(fd)
         yield tmp
         fsync_file(tmp)
+        had = previous is not None and path.exists()
+        if had:
+            # a kill between the two renames leaves `path` missing and `previous` whole
+            os.replace(path, previous)
         os.replace(tmp, path)
         tmp = None
+        if previous is not None and not had:
+            Path(previous).unlink(missing_ok=True)
         fsync_dir(path.parent)
     except OSError as e:
         cleaned = _discard(tmp)
@@ -191,8 +201,8 @@ def atomic_file(path: str | os.PathLike):
         _discard(tmp)
 
 
-def _fix_for(path: Path, e: OSError) -> str:
-    """What to do about a failed write of `path`, by its cause."""
+def write_fix(path: Path, e: OSError) -> str:
+    """What to do about a failed write of `path` (or of an entry of its folder), by its cause."""
     where = path.parent
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"free space on the disk that holds {where} (or point results_dir elsewhere)"
@@ -208,6 +218,27 @@ def _fix_for(path: Path, e: OSError) -> str:
     return f"check that {where} is writable and has space"
 
 
+# the causes of a failed write: named with their fix wherever they surface (`name_os_error`)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def name_os_error(e: OSError, path: str | os.PathLike | None = None) -> OSError:
+    """A write failure outside the atomic writers (TensorBoard's event file, a removal, a log) as
+    one line with the path, the cause and the fix, like theirs; an OSError already named, or of
+    another cause, as it is. `path`: the file, when the error does not name one."""
+    if getattr(e, "write_cause", None) is not None or e.errno not in WRITE_ERRNOS:
+        return e
+    where = e.filename if e.filename is not None else path
+    if where is None:
+        return e
+    where = Path(os.fsdecode(where))
+    code = errno.errorcode.get(e.errno, str(e.errno))
+    err = type(e)(e.errno, f"{where}: could not write ({os.strerror(e.errno)}, {code}); "
+                           f"{write_fix(where, e)}, then rerun")
+    err.write_cause = e
+    return err
+
+
 def _name_path(path: Path, e: OSError, cleaned: bool = True) -> OSError:
     """The same OSError with the artifact's path, the cause and the fix in its message. An error
     already named by a nested writer (a file inside an `atomic_dir`) is named again from its
@@ -218,7 +249,7 @@ def _name_path(path: Path, e: OSError, cleaned: bool = True) -> OSError:
         "its temp file could not be removed (`sparserl clean --tmp` removes it)"
     # os.strerror: pyarrow's strerror wraps the same text in its own detail
     err = type(e)(e.errno, f"{path}: could not write ({os.strerror(e.errno)}, {code}); {left}; "
-                           f"{_fix_for(path, e)}, then rerun")
+                           f"{write_fix(path, e)}, then rerun")
     err.write_cause = e
     return err
 
@@ -307,11 +338,12 @@ class _WriteErrors(io.RawIOBase):
         self.f.flush()
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
-    """torch.save, atomically. Through an open file: given a path, torch names the zip archive
-    after the file, so the random temp name would make two identical saves differ in bytes."""
+def atomic_torch_save(obj: Any, path: str | os.PathLike, previous: str | os.PathLike | None = None) -> Path:
+    """torch.save, atomically (`previous`: as `atomic_file`'s). Through an open file: given a
+    path, torch names the zip archive after the file, so the random temp name would make two
+    identical saves differ in bytes."""
     import torch
-    with atomic_file(path) as tmp, open(tmp, "wb") as f:
+    with atomic_file(path, previous) as tmp, open(tmp, "wb") as f:
         w = _WriteErrors(f)
         try:
             torch.save(obj, w)
@@ -335,34 +367,29 @@ def previous_checkpoint(path: str | os.PathLike) -> Path:
 
 def save_checkpoint(obj: Any, path: str | os.PathLike) -> Path:
     """Save a resume state atomically (`atomic_torch_save`), keeping the one it replaces as
-    `previous_checkpoint(path)` for `load_checkpoint` to fall back on. The previous one is a hard
-    link, so `path` itself is never missing; a state of an earlier run (no `path`) is dropped."""
+    `previous_checkpoint(path)` for `load_checkpoint` to fall back on. The new state is written
+    and fsynced under a temp name; then the current one is renamed to the previous one's name and
+    the new one to `path`. Renames only: the two names never share a file, so one truncation
+    cannot damage both, and a kill at any instant leaves a whole state under one of them (under
+    the previous name alone between the renames). A state of an earlier run (no `path`) is
+    dropped once the new one is in place."""
     path = Path(path)
-    prev = previous_checkpoint(path)
-    if path.is_file():
-        with atomic_file(prev) as tmp:
-            tmp.unlink()
-            try:
-                os.link(path, tmp)
-            except OSError:  # a filesystem without hard links
-                shutil.copyfile(path, tmp)
-    else:
-        prev.unlink(missing_ok=True)
-    return atomic_torch_save(obj, path)
+    return atomic_torch_save(obj, path, previous=previous_checkpoint(path))
 
 
 def load_checkpoint(path: str | os.PathLike, *, what: str = "this job",
                     log=None) -> dict | None:
     """The resume state `save_checkpoint` wrote at `path`; None if there is none. A truncated or
-    corrupt one falls back on the previous state (which then becomes `path`, so the next save keeps
+    corrupt one, or none where a save was cut off between its renames (the previous one is then
+    the last), falls back on the previous state (which then becomes `path`, so the next save keeps
     it), or raises `CorruptCheckpointError` naming the file and how to start over."""
     import pickle
     import zipfile
     import torch
     path = Path(path)
-    if not path.exists():
-        return None
     prev = previous_checkpoint(path)
+    if not path.exists() and not prev.exists():
+        return None
     bad = []
     for cand in (path, prev):
         if not cand.exists():
@@ -377,11 +404,17 @@ def load_checkpoint(path: str | os.PathLike, *, what: str = "this job",
             bad.append(f"{type(e).__name__}: {first}")
             continue
         if cand == prev:
-            (log or logging.getLogger(__name__).warning)(f"{path} is truncated or corrupt ({bad[0]}); resuming {what} from the "
-                           f"previous checkpoint {prev} (step {st.get('step', '?')})")
+            why = (f"is truncated or corrupt ({bad[0]})" if bad else
+                   "is missing (a save was cut off before the new state took its name)")
+            (log or logging.getLogger(__name__).warning)(f"{path} {why}; resuming {what} from the "
+                                                         f"previous checkpoint {prev} (step {st.get('step', '?')})")
             os.replace(prev, path)
             fsync_dir(path.parent)
         return st
+    if not path.exists():
+        raise CorruptCheckpointError(
+            f"{prev}: the previous resume checkpoint is truncated or corrupt ({bad[0]}) and {path} is "
+            f"missing; delete it (`rm {prev}`) and rerun to start {what} over from step 0")
     if len(bad) == 1:
         raise CorruptCheckpointError(
             f"{path}: the resume checkpoint is truncated or corrupt ({bad[0]}) and no previous "

@@ -10,6 +10,7 @@ runs, `eval/heldout_reward` at the last step for Le Critique's runs.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from sparserl.core.artifacts import name_os_error
 from sparserl.core.logs import get_logger
 
 _log = get_logger(__name__)
@@ -82,6 +84,29 @@ def _wandb_run(cfg: dict, logdir: Path, name: str, hparams: dict | None, log: Ca
     return wandb.init(**kw)
 
 
+def _quiet_writer_threads() -> None:
+    """TensorBoard's writer thread keeps a failed write's error for the main thread, which raises
+    it at the next write, flush or close, and then re-raises it, so Python would also print the
+    thread's traceback ("Exception in thread ..."). That print is skipped; every other thread's
+    error is printed as before."""
+    import threading
+    try:
+        from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+    except ImportError:
+        return
+    inner = threading.excepthook
+    if getattr(inner, "_sparserl", False):
+        return
+
+    def excepthook(args):
+        if isinstance(args.thread, _AsyncWriterThread) and args.thread.exception is args.exc_value:
+            return
+        inner(args)
+
+    excepthook._sparserl = True
+    threading.excepthook = excepthook
+
+
 def _after_earlier_files(logdir: Path) -> None:
     """Wait, if need be, until the second after the newest event file's. TensorBoard reads a
     folder's event files in name order, and a name starts with the second its writer opened
@@ -112,15 +137,34 @@ class RunLog:
         except ImportError:  # torch's writer needs the tensorboard package (extra `cpu`)
             SummaryWriter = None
         if SummaryWriter is not None:
-            if suffix:
-                for old in self.logdir.glob(f"events.out.tfevents.*{suffix}"):
-                    old.unlink()
-            _after_earlier_files(self.logdir)
-            self.tb = SummaryWriter(str(self.logdir), purge_step=purge_step, filename_suffix=suffix)
+            _quiet_writer_threads()
+            with self._named():
+                if suffix:
+                    for old in self.logdir.glob(f"events.out.tfevents.*{suffix}"):
+                        old.unlink()
+                _after_earlier_files(self.logdir)
+                self.tb = SummaryWriter(str(self.logdir), purge_step=purge_step, filename_suffix=suffix)
         self.wandb = _wandb_run(cfg, self.logdir, name, hparams, log)
         self._eval_defined = False
         if hparams is not None:
             self.hparams(hparams, metrics)
+
+    @contextlib.contextmanager
+    def _named(self):
+        """A failed write to the event files (raised here from TensorBoard's writer thread too)
+        as one line with the file, the cause and the fix; the writer is dropped, so closing the
+        run log does not raise it again."""
+        try:
+            yield
+        except OSError as e:
+            tb, self.tb = self.tb, None
+            # the thread's write error names no file: the event file it appends to
+            event_file = getattr(getattr(getattr(tb, "file_writer", None), "event_writer", None),
+                                 "_file_name", None)
+            if tb is not None:
+                with contextlib.suppress(OSError):
+                    tb.close()
+            raise name_os_error(e, event_file or self.logdir) from None
 
     def hparams(self, hparams: dict, metrics: tuple[str, ...]) -> None:
         """The run's hyperparameters for TensorBoard's HParams dashboard, in this run's folder
@@ -130,16 +174,18 @@ class RunLog:
             return
         from torch.utils.tensorboard.summary import hparams as hparams_summary
         exp, ssi, sei = hparams_summary(hparams, {m: None for m in metrics})
-        writer = self.tb._get_file_writer()
-        for summary in (exp, ssi, sei):
-            writer.add_summary(summary)
+        with self._named():
+            writer = self.tb._get_file_writer()
+            for summary in (exp, ssi, sei):
+                writer.add_summary(summary)
 
     def scalars(self, row: dict, step: int) -> None:
         """Every numeric entry of `row` (a metrics.parquet row) at `step`, under its own name."""
         values = _numeric(row)
         if self.tb is not None:
-            for k, v in values.items():
-                self.tb.add_scalar(k, v, int(step))
+            with self._named():
+                for k, v in values.items():
+                    self.tb.add_scalar(k, v, int(step))
         if self.wandb is not None:
             self.wandb.log(values, step=int(step))
 
@@ -147,8 +193,9 @@ class RunLog:
         """Evaluation scalars (tags `eval/...`) at the evaluated checkpoint's training step. W&B
         gets them against their own `eval/step`: its run's step has passed them by then."""
         if self.tb is not None:
-            for k, v in values.items():
-                self.tb.add_scalar(k, float(v), int(step))
+            with self._named():
+                for k, v in values.items():
+                    self.tb.add_scalar(k, float(v), int(step))
         if self.wandb is not None:
             if not self._eval_defined:
                 self.wandb.define_metric("eval/*", step_metric="eval/step")
@@ -156,15 +203,23 @@ class RunLog:
             self.wandb.log({**{k: float(v) for k, v in values.items()}, "eval/step": int(step)})
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = None
-        if self.wandb is not None:
-            self.wandb.finish()
-            self.wandb = None
+        try:
+            if self.tb is not None:
+                with self._named():
+                    self.tb.close()
+                self.tb = None
+        finally:
+            if self.wandb is not None:
+                self.wandb.finish()
+                self.wandb = None
 
     def __enter__(self) -> "RunLog":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # the run already failed: its error is the one to report, not the event file's after it
+        with contextlib.suppress(OSError):
+            self.close()

@@ -163,20 +163,18 @@ class Qwen3LM(nn.Module):
     # files ---------------------------------------------------------------------------------
     @classmethod
     def from_dir(cls, path) -> "Qwen3LM":
-        from safetensors.torch import load_file
+        from sparserl.core.weights import check_shapes, read_safetensors
         path = Path(path)
         files = sorted(path.glob("*.safetensors"))
         if not (path / "config.json").is_file() or not files:
             raise FileNotFoundError(f"{path}: not a safetensors checkpoint (config.json and *.safetensors)")
         model = cls(json.loads((path / "config.json").read_text()))
-        state: dict = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        missing, unexpected = model.load_state_dict(state, strict=False)
-        allowed = {"lm_head.weight"} if model.config.get("tie_word_embeddings") else set()
-        if set(missing) - allowed or unexpected:
-            raise ValueError(f"{path}: weights do not fit Qwen3LM (missing {sorted(set(missing) - allowed)}, "
-                             f"unexpected {sorted(unexpected)})")
+        # a truncated or foreign file: one error naming it and how to rebuild the folder
+        state = read_safetensors(path)
+        check_shapes(path, {k: v.shape for k, v in state.items()},
+                     {k: v.shape for k, v in model.state_dict().items()},
+                     optional={"lm_head.weight"} if model.config.get("tie_word_embeddings") else ())
+        model.load_state_dict(state, strict=False)
         model.source = path
         return model
 

@@ -53,6 +53,33 @@ class _Layer:
     wdown: torch.Tensor
 
 
+def _expected_shapes(c: dict) -> tuple[dict[str, tuple], set[str]]:
+    """The shapes of the weights `_Decoder` reads, by the config, and those that may be missing
+    (a tied head; biases, which Qwen2 has; q/k norms outside Qwen3)."""
+    H, V, L = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+    nh = c["num_attention_heads"]
+    kvh = c.get("num_key_value_heads") or nh
+    hd = c.get("head_dim") or H // nh
+    inter = c["intermediate_size"]
+    out = {"model.embed_tokens.weight": (V, H), "model.norm.weight": (H,), "lm_head.weight": (V, H)}
+    optional = {"lm_head.weight"} if c.get("tie_word_embeddings") else set()
+    for i in range(L):
+        a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        out.update({f"model.layers.{i}.input_layernorm.weight": (H,),
+                    f"model.layers.{i}.post_attention_layernorm.weight": (H,),
+                    a + "q_proj.weight": (nh * hd, H), a + "k_proj.weight": (kvh * hd, H),
+                    a + "v_proj.weight": (kvh * hd, H), a + "o_proj.weight": (H, nh * hd),
+                    m + "gate_proj.weight": (inter, H), m + "up_proj.weight": (inter, H),
+                    m + "down_proj.weight": (H, inter)})
+        extra = {a + "q_proj.bias": (nh * hd,), a + "k_proj.bias": (kvh * hd,),
+                 a + "v_proj.bias": (kvh * hd,), a + "o_proj.bias": (H,)}
+        norms = {a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)}
+        out.update(extra)
+        out.update(norms)
+        optional |= set(extra) | (set() if c.get("model_type") == "qwen3" else set(norms))
+    return out, optional
+
+
 class _Decoder:
     """The weights of a Qwen/Llama causal LM under their transformers names, fused for inference,
     and its forward pass. Built from a checkpoint's config dict and weights, either read from its
@@ -102,16 +129,20 @@ class _Decoder:
 
     @classmethod
     def from_dir(cls, path: Path) -> "_Decoder":
-        from safetensors.torch import load_file
+        from sparserl.core.weights import check_shapes, read_safetensors
         path = Path(path)
         files = sorted(path.glob("*.safetensors"))
         if not (path / "config.json").is_file() or not files:
             raise FileNotFoundError(f"{path}: not a safetensors checkpoint (config.json and "
                                     "*.safetensors); save it with save_pretrained or use rollout.backend: hf")
-        w: dict[str, torch.Tensor] = {}
-        for f in files:
-            w.update(load_file(str(f)))
-        return cls(json.loads((path / "config.json").read_text()), w)
+        config = json.loads((path / "config.json").read_text())
+        # a truncated or foreign file: one error naming it and how to rebuild the folder, not a
+        # KeyError here or a shape error mid-generation
+        w = read_safetensors(path)
+        if config.get("model_type") in SUPPORTED:
+            expected, optional = _expected_shapes(config)
+            check_shapes(path, {k: v.shape for k, v in w.items()}, expected, optional=optional, extra_ok=True)
+        return cls(config, w)
 
     def _rms(self, x, w):
         # transformers' RMSNorm: normalise in float32, cast back, then scale

@@ -31,6 +31,8 @@ class HFBackend(RolloutBackend):
         if threads:
             torch.set_num_threads(int(threads))
         if isinstance(model_or_path, (str, bytes)) or hasattr(model_or_path, "__fspath__"):
+            from sparserl.core.weights import check_hf_weights
+            check_hf_weights(str(model_or_path))  # a truncated or foreign file: named, with the fix
             self.model = AutoModelForCausalLM.from_pretrained(str(model_or_path))
             self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(str(model_or_path))
         else:

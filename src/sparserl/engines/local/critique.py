@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sparserl.core.artifacts import atomic_write_text, config_hash, write_table
+from sparserl.core.artifacts import atomic_write_text, config_hash, manifest_path, write_table
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.runlog import flatten
 from sparserl.engines.local.adamw import AdamW
@@ -222,6 +222,7 @@ class CritiqueTrainer(Trainer):
             for stale in (self.run_paths.final, self.run_paths.metrics, self.run_paths.dir / "summary.json",
                           self.run_paths.tensorboard):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+                manifest_path(stale).unlink(missing_ok=True)  # no manifest stays without its table
         with self.open_runlog() as tb:
             return self._run(tb, stop_after)
 

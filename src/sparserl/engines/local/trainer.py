@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sparserl.core.artifacts import config_hash, read_table, write_table
+from sparserl.core.artifacts import config_hash, manifest_path, read_table, write_table
 from sparserl.core.config import rl_max_new_tokens
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths
@@ -96,6 +96,8 @@ def load_policy(path: str, backend: str):
         from sparserl.rollout.cpu_engine import load_tokenizer
         return Qwen3LM.from_dir(path), load_tokenizer(path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from sparserl.core.weights import check_hf_weights
+    check_hf_weights(path)  # a truncated or foreign model.safetensors: one line, the file and the fix
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
@@ -412,6 +414,7 @@ class Trainer(CriticLoop):
             for stale in (self.run_paths.checkpoints, self.run_paths.eval_dir, self.run_paths.rollouts,
                           self.run_paths.tensorboard):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+                manifest_path(stale).unlink(missing_ok=True)  # no manifest stays without its table
         self._saved_step = self.step  # the resumed state's step (0: none)
         every = self.rl.get("checkpoint_every", 10)
         # evaluated snapshots, and those the BASIS value study reads (saving reads the model only)
@@ -422,7 +425,7 @@ class Trainer(CriticLoop):
         bar = progress(self.steps, f"rl {self.m.name} s{self.seed}", logger=_log, every=1,
                        initial=self.step)
         with open_verifier(self.cfg) as self._ver, contextlib.ExitStack() as closing:
-            closing.callback(tb.close)
+            closing.enter_context(tb)  # closed quietly when the run fails: its own error is the one shown
             closing.callback(bar.close)
             warmup_s = 0.0
             if self.critic is not None and self.step == 0:
