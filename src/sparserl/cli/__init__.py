@@ -240,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.head_to_head import register as register_head_to_head; register_head_to_head(sub, add)
     from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
     from sparserl.cli.show import register as register_show; register_show(sub, add)
+    from sparserl.cli.provenance import register as register_provenance
+    register_provenance(sub, add)
     from sparserl.cli.world_compare import register as register_world_compare
     register_world_compare(sub, add)
     return ap
@@ -263,6 +265,6 @@ def main(argv=None) -> int:
         log.debug("traceback", exc_info=True)
         log.error(str(e))
         return 1
-    if args.command not in ("show", "methods"):
+    if args.command not in ("show", "methods", "provenance"):
         log.info(f"{args.command} done in {time.time() - t0:.1f}s")
     return rc
