@@ -18,7 +18,7 @@ SRC = str(Path(sparserl.__file__).resolve().parents[1])
 
 # a record as a torch job on an AVX-512 machine writes it; tests edit copies
 RECORD = {
-    "cpu": {"model": "Intel(R) Xeon(R) Processor", "arch": "x86_64", "cores": 2,
+    "cpu": {"model": "Intel(R) Xeon(R) Processor", "vendor": "GenuineIntel", "arch": "x86_64", "cores": 2,
             "flags": ["avx", "avx2", "avx512f", "fma"], "flags_source": "/proc/cpuinfo"},
     "platform": {"system": "Linux-6", "python": "3.11.7", "libc": "glibc 2.36"},
     "versions": {"numpy": "2.3.5", "torch": "2.13.0+cpu"},
@@ -52,7 +52,7 @@ def test_the_record_has_the_numerics_keys_and_follows_torchs_thread_count(tmp_pa
     torch = pytest.importorskip("torch")
     rec = machine.machine_record()
     assert set(rec) == {"cpu", "platform", "versions", "torch", "numpy", "blas_libs", "env"}
-    assert {"model", "arch", "flags"} <= set(rec["cpu"])
+    assert {"model", "vendor", "arch", "flags"} <= set(rec["cpu"])
     assert {"cpu_capability", "blas", "mkldnn", "openmp", "threads", "matmul_precision"} <= set(rec["torch"])
     assert rec["torch"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert rec["versions"]["torch"] == torch.__version__ and "numpy" in rec["versions"]
@@ -87,7 +87,7 @@ def _umask() -> int:
 
 def test_the_build_and_cpu_parts_are_computed_once_per_process(tmp_path, monkeypatch):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("model name\t: Fake CPU\nflags\t\t: fpu sse avx fma\n")
+    cpuinfo.write_text("vendor_id\t: FakeVendor\nmodel name\t: Fake CPU\nflags\t\t: fpu sse avx fma\n")
     monkeypatch.setattr(machine, "CPUINFO", str(cpuinfo))
     monkeypatch.setattr(machine, "_cache", {})
     calls = []
@@ -96,6 +96,7 @@ def test_the_build_and_cpu_parts_are_computed_once_per_process(tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "torch", pytest.importorskip("torch"))
     first = machine.machine_record()
     assert first["cpu"]["model"] == "Fake CPU" and first["cpu"]["flags"] == ["avx", "fma"]
+    assert first["cpu"]["vendor"] == "FakeVendor"
     cpuinfo.write_text("model name\t: Other CPU\nflags\t\t: avx512f\n")
     second = machine.machine_record()
     assert second["cpu"] == first["cpu"] and len(calls) == 1
@@ -135,6 +136,7 @@ def test_identical_records_are_expected_equal():
     ("torch.cpu_capability", "AVX2", "machine.torch.cpu_capability: AVX512 (A) vs AVX2 (B)"),
     ("cpu.flags", ["avx", "avx2", "fma"], "machine.cpu.flags: avx512f in A only"),
     ("blas_libs.openblas (libscipy_openblas).architecture", "Haswell", "SkylakeX (A) vs Haswell (B)"),
+    ("cpu.vendor", "AuthenticAMD", "machine.cpu.vendor: GenuineIntel (A) vs AuthenticAMD (B)"),
     ("torch.threads", 4, "machine.torch.threads: 1 (A) vs 4 (B)"),
     ("env.OMP_NUM_THREADS", None, "machine.env.OMP_NUM_THREADS: 1 (A) vs unset (B)"),
     ("env.MKL_NUM_THREADS", "2", "machine.env.MKL_NUM_THREADS: unset (A) vs 2 (B)"),

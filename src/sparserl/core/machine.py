@@ -54,7 +54,7 @@ def _once(key: str, fn):
 
 
 def _cpu() -> dict:
-    model, flags, source = None, None, None
+    model, vendor, flags, source = None, None, None, None
     try:
         with open(CPUINFO, encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -62,9 +62,11 @@ def _cpu() -> dict:
                 key = key.strip()
                 if key in ("model name", "Processor", "cpu model") and model is None:
                     model = value.strip()
+                elif key in ("vendor_id", "CPU implementer") and vendor is None:
+                    vendor = value.strip()  # MKL picks kernels by vendor as well as by flags
                 elif key in ("flags", "Features") and flags is None:
                     flags = set(value.split())
-                if model is not None and flags is not None:
+                if model is not None and vendor is not None and flags is not None:
                     break
         source = CPUINFO
     except OSError:
@@ -73,6 +75,7 @@ def _cpu() -> dict:
         model = platform.processor() or None
     return {
         "model": model,
+        "vendor": vendor,
         "arch": platform.machine() or None,
         # None: unknown here (no /proc/cpuinfo), not "none of them"
         "flags": sorted(f for f in NUMERIC_FLAGS if f in flags) if flags is not None else None,
