@@ -50,8 +50,8 @@ def _pair_report(a: dict, b: dict) -> tuple[bool | None, list[str]]:
     from sparserl.core.machine import compare
     equal, diffs, notes = compare(a, b)
     if equal:
-        lines = ["expected equal: same config, commit, ISA path (torch CPU capability, CPU flags, "
-                 "BLAS kernels), thread counts and versions"]
+        lines = [("expected equal: same config, commit, ISA path (torch CPU capability, CPU flags, "
+                  "BLAS kernels), thread counts and versions")]
     elif equal is None:
         lines = ["unknown: the manifests do not record enough to say"]
     else:
