@@ -4,7 +4,7 @@ import shutil
 import pytest
 import torch
 
-from sparserl.core.artifacts import write_table
+from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.core.config import load_config
 from sparserl.core.paths import Paths
 from sparserl.models.policies import pretrain
@@ -43,6 +43,11 @@ def test_pretrain_resumes_after_a_kill_with_its_snapshots(repo, tmp_path):
         a, b = _weights(Pf.policy(ref)), _weights(Pk.policy(ref))
         assert all(torch.equal(a[k], b[k]) for k in a), ref
     assert not Pk.pretrain_state("s").exists(), "a finished run keeps no resume state"
+    # the machine that pre-trained each policy is recorded beside it, outside the checkpoint
+    for ref in ("s", "s@p50"):
+        man = read_manifest(Pf.policy(ref))
+        assert man["machine"]["torch"]["cpu_capability"] and man["step"] == (20 if ref == "s" else 10)
+        assert not any(p.name.endswith(".manifest.json") for p in Pf.policy(ref).iterdir())
 
 
 def test_length_chunks_give_the_one_pass_loss_and_gradient():

@@ -240,6 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.head_to_head import register as register_head_to_head; register_head_to_head(sub, add)
     from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
     from sparserl.cli.show import register as register_show; register_show(sub, add)
+    from sparserl.cli.provenance import register as register_provenance
+    register_provenance(sub, add)
     from sparserl.cli.world_compare import register as register_world_compare
     register_world_compare(sub, add)
     return ap
@@ -264,6 +266,6 @@ def main(argv=None) -> int:
         # a write outside the atomic writers (a removal, a log) gets its fix here
         log.error(str(name_os_error(e) if isinstance(e, OSError) else e))
         return 1
-    if args.command not in ("show", "methods"):
+    if args.command not in ("show", "methods", "provenance"):
         log.info(f"{args.command} done in {time.time() - t0:.1f}s")
     return rc

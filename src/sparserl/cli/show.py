@@ -37,7 +37,10 @@ def summarize_dir(path: Path) -> str:
         lines += ["  " + line for line in _json_lines(meta)]
     man = read_manifest(path)
     if man:
-        lines.append("manifest: " + ", ".join(f"{k}={v}" for k, v in man.items() if k not in ("columns", "artifact")))
+        from sparserl.core.machine import summary
+        lines.append("manifest: " + ", ".join(f"{k}={v}" for k, v in man.items()
+                                              if k not in ("columns", "artifact", "machine")))
+        lines.append(f"  machine: {summary(man.get('machine'))}")
     files = sorted(p for p in path.rglob("*") if p.is_file()
                    and not any(part.startswith(".") for part in p.relative_to(path).parts))
     total = sum(p.stat().st_size for p in files)

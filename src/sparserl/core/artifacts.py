@@ -3,7 +3,9 @@
 Every table the pipeline writes goes through `write_table` / `write_json`: the data lands in a
 temporary file in the same directory and is renamed into place, so a killed job never leaves a
 half-written artifact that Snakemake would mistake for a finished one. Beside each artifact sits
-`<name>.manifest.json` with the config hash, git commit, time, row count and columns.
+`<name>.manifest.json` with the config hash, git commit, time, row count and columns, and the
+machine's numerics (`machine`: CPU flags, torch's SIMD path, BLAS, threads, versions;
+`sparserl.core.machine`), which say whether another run's bytes are expected to match.
 
 Every atomic write fsyncs the data before the rename and the folder after it, gives files and
 folders the modes the umask allows (0644 / 0755 under 022, weights included), and on an OSError
@@ -30,6 +32,8 @@ from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
+
+from sparserl.core.machine import machine_record, summary as machine_summary
 
 MANIFEST_SUFFIX = ".manifest.json"
 
@@ -450,6 +454,7 @@ def write_manifest(path: str | os.PathLike, *, rows: int | None, columns: list[s
         "scale": (cfg or {}).get("scale") if isinstance(cfg, dict) else None,
         "rows": rows,
         "columns": columns,
+        "machine": machine_record(),
     }
     if extra:
         m.update(_jsonable(extra))
@@ -552,8 +557,9 @@ def summarize(path: str | os.PathLike, head: int = 3) -> str:
         keys = ["created", "git_commit", "config_hash", "scale", "rows"]
         lines.append("manifest: " + ", ".join(f"{k}={man.get(k)}" for k in keys))
         for k, v in man.items():
-            if k not in keys + ["artifact", "columns"]:
+            if k not in keys + ["artifact", "columns", "machine"]:
                 lines.append(f"  {k}: {v}")
+        lines.append(f"  machine: {machine_summary(man.get('machine'))}")
     else:
         lines.append("manifest: none")
     if path.is_dir():

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sparserl.core.artifacts import atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint
+from sparserl.core.artifacts import (atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint,
+                                     write_manifest)
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths, snapshot_tag
 from sparserl.tasks import corpus_targets, format_prompt
@@ -90,6 +91,14 @@ def save_hf(model, tokenizer, out_dir: Path, info: dict) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "sparserl.json").write_text(json.dumps(info, indent=2, sort_keys=True))
+
+
+def _save_policy(model, tokenizer, out: Path, cfg: dict, info: dict) -> None:
+    """save_hf, and a manifest beside the folder: the machine that pre-trained a start policy
+    decides its weights (`sparserl provenance`); the manifest stays out of the checkpoint's bytes."""
+    save_hf(model, tokenizer, out, info)
+    write_manifest(out, rows=None, columns=None, cfg=cfg,
+                   extra={"policy": info["policy"], "step": info["step"]})
 
 
 def _lr_lambda(warmup: int, total: int):
@@ -191,7 +200,7 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
         bar.update(1)
         if done in snaps:
             ref = f"{name}@{snaps[done]}"
-            save_hf(model, tokenizer, Path(paths.policy(ref)), _info(cfg, name, done, history))
+            _save_policy(model, tokenizer, Path(paths.policy(ref)), cfg, _info(cfg, name, done, history))
             # a copy in the state dir: Snakemake deletes a killed job's outputs before a rerun
             save_hf(model, tokenizer, state_dir / "snapshots" / snaps[done], _info(cfg, name, done, history))
         if done % every == 0 and done < steps:
@@ -204,7 +213,7 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
     log(f"[pretrain {name}] {steps} steps, loss {np.mean(history[-50:]):.4f} "
         f"({time.time() - t0:.0f}s)")
     out = Path(paths.policy(name))
-    save_hf(model, tokenizer, out, _info(cfg, name, steps, history))
+    _save_policy(model, tokenizer, out, cfg, _info(cfg, name, steps, history))
     # the state only serves a killed run; a finished one reruns from scratch when asked again
     shutil.rmtree(state_dir, ignore_errors=True)
     return out
