@@ -1,7 +1,7 @@
 """The head-to-head's aggregates through rliable (sparserl.studies.aggregates): IQM against a hand
 computation, its interval, probability of improvement for identical and dominating methods, the
 performance profile against rliable's own, the study on a synthetic runs tree (byte-equal on a
-rerun), the CLI and the rule."""
+rerun), the CLI, the rule and the figures."""
 import subprocess
 import sys
 
@@ -13,9 +13,11 @@ import yaml
 from head_to_head_tables import problems, write_runs
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
+from sparserl.figures import get_figure, list_figures, make_figure
 from sparserl.studies import aggregates as agg
 
 METHODS = ["grpo_g8", "rloo_g8", "grpo_g4", "vanilla_g1", "basis_grid_grpo_g1_vanilla"]
+FIGURES = ["head_to_head/aggregates_iqm", "head_to_head/aggregates_improvement", "head_to_head/aggregates_profile"]
 
 
 def make_cfg(repo, methods=METHODS, seeds=(0, 1, 2)):
@@ -179,3 +181,37 @@ def test_rule_writes_the_three_tables_from_the_runs(repo, tmp_path):
     assert "results/tiny/rl/vanilla_g1/seed0/eval.parquet" in block and "results/tiny/eval/s/eval.parquet" in block
     for n in agg.TABLES:
         assert f"results/tiny/head_to_head/{n}.parquet" in block
+
+
+# --- figures ---------------------------------------------------------------------------------------
+
+def test_figures_are_registered_and_drawn_with_the_scale_footer(repo, tmp_path, monkeypatch):
+    from sparserl.figures.registry import pyplot
+    monkeypatch.chdir(tmp_path)
+    cfg = make_cfg(repo)
+    write_runs(cfg)
+    agg.write_aggregates(cfg, reps=100)
+    assert set(FIGURES) <= {f.id for f in list_figures(cfg)}
+    assert not set(FIGURES) & {f.id for f in list_figures({k: v for k, v in cfg.items() if k != "rl"})}
+    for fig_id in FIGURES:
+        f = get_figure(fig_id)
+        assert f.bars and "rliable" in f.caption
+        out = make_figure(fig_id, cfg)
+        assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, fig_id
+        assert out.with_suffix(".pdf").exists() and len(pd.read_csv(out.with_suffix(".csv")))
+        data = f.read(cfg, f.tables(cfg))
+        fig, axes = f.layout(data)
+        from sparserl.figures.registry import footer
+        f.draw(data, axes)
+        footer(fig, f.tables(cfg), cfg, "smoke.yaml", bars=f.bars)
+        text = fig.texts[-1].get_text()
+        assert text.startswith("scale=smoke  [SMOKE SCALE") and "smoke.yaml" in text and "rliable" in text
+        pyplot().close(fig)
+    # the IQM figure: one point per method and metric at the table's IQM
+    f = get_figure(FIGURES[0])
+    data = f.read(cfg, f.tables(cfg))
+    fig, axes = f.layout(data)
+    f.draw(data, axes)
+    xs = sorted(float(c.lines[0].get_xdata()[0]) for c in axes[0].containers)
+    np.testing.assert_allclose(xs, sorted(data[data["metric"] == "accuracy"]["iqm"]))
+    pyplot().close(fig)
