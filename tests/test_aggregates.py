@@ -139,6 +139,7 @@ def test_one_seed_study_and_start_policy_reference(repo, tmp_path, monkeypatch):
     write_runs(cfg)
     t = agg.aggregates(cfg, reps=50)
     assert t["iqm"]["ci_lo"].isna().all() and t["improvement"]["ci_lo"].isna().all()
+    assert t["profiles"]["ci_hi"].isna().all() and t["profiles"]["fraction"].between(0, 1).all()
     imp = t["improvement"]
     assert set(imp["against"]) == {"reference", "best"}
     assert set(imp[imp["against"] == "reference"]["x"]) == {"rloo_g8", "grpo_g4"}

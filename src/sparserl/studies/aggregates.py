@@ -73,8 +73,13 @@ def _seeded(seed: int, key: str):
 
 def interval(scores, func: Callable, key: str, reps: int, seed: int, level: float = LEVEL):
     """(point, lower, upper) of `func` by rliable's stratified bootstrap (percentile interval);
-    `scores` is a (runs x tasks) array, or a list of them for an independent bootstrap of each."""
+    `scores` is a (runs x tasks) array, or a list of them for an independent bootstrap of each.
+    With 1 run in any of them the bounds are NaN: resampling one run gives back the point."""
     library, _ = _rliable()
+    arrays = list(scores) if isinstance(scores, (list, tuple)) else [scores]
+    if min(np.shape(a)[0] for a in arrays) < 2:
+        point = np.asarray(func(*arrays), dtype=float)
+        return point, np.full(point.shape, np.nan), np.full(point.shape, np.nan)
     with _seeded(seed, key):
         point, ci = library.get_interval_estimates({key: scores}, func, reps=reps, confidence_interval_size=level)
     point = np.asarray(point[key], dtype=float)
@@ -99,8 +104,6 @@ def iqm_table(scores: dict[str, np.ndarray], metric: str, reps: int = BOOTSTRAP,
     for m, s in scores.items():
         s = np.asarray(s, dtype=float)
         point, lo, hi = interval(s, func, f"{metric}/{m}", reps, seed, level)
-        if s.shape[0] < 2:
-            lo = hi = np.full(2, np.nan)
         rows.append({"method": m, "metric": metric, "runs": s.shape[0], "tasks": s.shape[1],
                      "iqm": point[0], "ci_lo": lo[0], "ci_hi": hi[0], "mean": point[1], "mean_ci_lo": lo[1],
                      "mean_ci_hi": hi[1], "ci_method": _ci_method(s.shape[0], f"{reps} resamples of runs within "
@@ -142,8 +145,6 @@ def improvement_table(scores: dict[str, np.ndarray], pairs: list[tuple[str, str,
         _, lo, hi = interval([sx, sy], probability_of_improvement, f"{x},{y}", reps, seed, level)
         point = metrics.probability_of_improvement(sx, sy)
         runs = min(sx.shape[0], sy.shape[0])
-        if runs < 2:
-            lo = hi = np.nan
         rows.append({"x": x, "y": y, "against": against, "metric": "accuracy", "p_improvement": float(point),
                      "ci_lo": float(lo), "ci_hi": float(hi), "runs_x": sx.shape[0], "runs_y": sy.shape[0],
                      "tasks": sx.shape[1], "ci_method": _ci_method(runs, f"{reps} resamples of x's and y's runs, "
@@ -160,13 +161,15 @@ def profile_table(scores: dict[str, np.ndarray], taus: np.ndarray = TAUS, reps: 
     rows = []
     for m, s in scores.items():
         s = np.asarray(s, dtype=float)
-        with _seeded(seed, f"profile/{m}"):
-            point, ci = library.create_performance_profile({m: s}, taus, reps=reps, confidence_interval_size=level)
-        lo, hi = ci[m]
-        if s.shape[0] < 2:
-            lo = hi = np.full(len(taus), np.nan)
+        if s.shape[0] < 2:  # nothing to resample (see `interval`)
+            point, lo, hi = library.score_distributions(s, taus), np.full(len(taus), np.nan), np.full(len(taus), np.nan)
+        else:
+            with _seeded(seed, f"profile/{m}"):
+                profile, ci = library.create_performance_profile({m: s}, taus, reps=reps,
+                                                                 confidence_interval_size=level)
+            point, (lo, hi) = profile[m], ci[m]
         rows += [{"method": m, "tau": float(t), "fraction": float(p), "ci_lo": float(a), "ci_hi": float(b)}
-                 for t, p, a, b in zip(taus, point[m], lo, hi)]
+                 for t, p, a, b in zip(taus, point, lo, hi)]
     return pd.DataFrame(rows)
 
 
