@@ -52,7 +52,8 @@ METRICS = ("accuracy", "gain")
 
 
 def _rliable():
-    # imported at the first use: the rule files import this module on every Snakemake parse
+    # imported at first use: rliable pulls in arch and statsmodels (about a second), which
+    # importing sparserl.studies for anything else need not pay
     from rliable import library, metrics
     return library, metrics
 
