@@ -87,8 +87,11 @@ def write_runs(cfg: dict, lift: Callable[[str, int], float] | None = None,
 
 
 def write_head_to_head_tables(cfg: dict, n_boot: int = 200, **kw) -> dict:
-    """Synthetic runs, then the study's tables (ranking, pairs, curves) as `sparserl head-to-head` writes them."""
+    """Synthetic runs, then the study's tables (ranking, pairs, curves) as `sparserl head-to-head` writes them,
+    and the rliable aggregates (iqm, improvement, profiles) as `sparserl head-to-head-aggregates` does."""
     from sparserl.core.artifacts import read_table
+    from sparserl.studies.aggregates import write_aggregates
     from sparserl.studies.head_to_head import write_head_to_head
     write_runs(cfg, **kw)
-    return {name: read_table(path) for name, path in write_head_to_head(cfg, n_boot=n_boot).items()}
+    out = {**write_head_to_head(cfg, n_boot=n_boot), **write_aggregates(cfg, reps=min(n_boot, 100))}
+    return {name: read_table(path) for name, path in out.items()}

@@ -31,8 +31,9 @@ STUDY_FIGURES = {
     "v05/stat_bias_by_k": "bias_mse_by_k", "v05/stat_mse_by_k": "bias_mse_by_k", "v05/stat_budget_by_offset": "budget_by_offset",
     "v05/stat_c_sweep": "c_sweep", "v05/stat_stopping_hist": "stopping_hist",
 }
-RL_FIGURES = ["head_to_head/learning_curves", "head_to_head/final_accuracy"] + ["head_to_head/" + n for n in ("accuracy_vs_rollouts", "accuracy_vs_wall_time", "ranking",
-                                                                                                     "sharpening_curves")]
+RL_FIGURES = ["head_to_head/learning_curves", "head_to_head/final_accuracy"] + ["head_to_head/" + n for n in (
+    "accuracy_vs_rollouts", "accuracy_vs_wall_time", "ranking", "sharpening_curves", "aggregates_iqm",
+    "aggregates_improvement", "aggregates_profile")]
 V0_FIGURES = ["v0/t1_sequential", "v0/t2_strict", "v0/f3_tracking", "v0/f4_robustness",
               "v0/t6_ablations", "v0/f5_routing"]  # smoke and tiny have v0.harvest
 LE_CRITIQUE_FIGURES = ["le_critique/" + n for n in ("f3_pvf_rewards", "f5_tether_rewards", "f6_tether_rho",

@@ -1,12 +1,14 @@
 # Stage: the head-to-head of every RL method (issue 14; no paper has it), from the RL runs' cached
 # tables only: ranking with 95% CIs and tie groups, the pairs, accuracy vs rollouts and wall time.
 #   snakemake --cores 2 head_to_head                               # results/{scale}/head_to_head/*.parquet
+#   snakemake --cores 2 head_to_head_aggregates    # iqm, improvement, profiles.parquet (rliable)
 # Its figures (paper_figures/{scale}/head_to_head/) are registered in sparserl.figures.head_to_head.
 
 
 def head_to_head_targets():
     """The head-to-head's tables; empty without an `rl` section."""
-    return [str(P.head_to_head(t)) for t in ("ranking", "pairs", "curves")] if CFG.get("rl") else []
+    tables = ("ranking", "pairs", "curves", "iqm", "improvement", "profiles")
+    return [str(P.head_to_head(t)) for t in tables] if CFG.get("rl") else []
 
 
 if CFG.get("rl"):
@@ -39,3 +41,23 @@ if CFG.get("rl"):
         shell:
             "{SPARSERL} head-to-head --config {CONFIGS} > {log} 2>&1 && "
             "{SPARSERL} ranking-html --config {CONFIGS} --out {output.table} >> {log} 2>&1"
+
+    # IQM, probability of improvement and performance profiles over benchmarks x seeds through
+    # rliable (sparserl.studies.aggregates); the same runs as the head-to-head, read the same way
+    rule head_to_head_aggregates:
+        input:
+            [str(t) for t in head_to_head_inputs(CFG)],
+        output:
+            iqm=str(P.head_to_head("iqm")),
+            improvement=str(P.head_to_head("improvement")),
+            profiles=str(P.head_to_head("profiles")),
+        log:
+            str(P.stage("logs", "head_to_head_aggregates.log")),
+        # a minute of bootstrap from cached tables (42 methods x 3 seeds x 6 benchmarks; 1 seed
+        # has nothing to resample and takes seconds): not worth a cluster job
+        localrule: True
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} head-to-head-aggregates --config {CONFIGS} "
+            "--out {output.iqm} {output.improvement} {output.profiles} > {log} 2>&1"

@@ -356,3 +356,132 @@ def _sharpening_curves(data, axes):
     legend_ax.axis("off")
     legend_ax.legend(*g_ax.get_legend_handles_labels(), loc="center left", fontsize=6, frameon=False,
                      ncol=1 + len(methods) // 16)
+
+
+# --- aggregates over benchmarks x seeds through rliable (sparserl.studies.aggregates) ----------------
+
+AGG_BUILT_BY = "rule head_to_head_aggregates (`sparserl head-to-head-aggregates`)"
+AGG_BARS = ("95% stratified-bootstrap percentile interval (rliable: runs resampled within each benchmark); "
+            "none with 1 seed")
+IQM_COLS = ("rank", "method", "metric", "runs", "tasks", "iqm", "ci_lo", "ci_hi")
+IMPROVEMENT_COLS = ("x", "y", "against", "p_improvement", "ci_lo", "ci_hi", "runs_x", "tasks")
+PROFILE_COLS = ("method", "tau", "fraction", "ci_lo", "ci_hi")
+
+
+def _read_agg(cols):
+    def read(cfg: dict, tables: list[Path]) -> pd.DataFrame:
+        (path,) = tables
+        return _need(read_table(path), cols, path)
+    return read
+
+
+def _scores_note(df: pd.DataFrame, runs: str = "runs") -> str:
+    n, t = int(df[runs].max()), int(df["tasks"].max())
+    return f"{n} seed{'s' if n > 1 else ''} x {t} benchmarks" + ("" if n > 1 else ", 1 seed: no interval")
+
+
+def _iqm_layout(df):
+    n = df["method"].nunique()
+    return pyplot().subplots(1, 2, figsize=(10, 1.4 + 0.22 * n), sharey=True)
+
+
+@register_figure("head_to_head/aggregates_iqm", tables=_tables("iqm"), read=_read_agg(IQM_COLS), layout=_iqm_layout,
+                 built_by=AGG_BUILT_BY, unavailable=_no_rl, bars=AGG_BARS,
+                 caption="Interquartile mean (IQM: the mean of the middle half of the scores, rliable's aggregate_iqm) "
+                         "of every method's seeds x benchmarks scores: left, final accuracy per benchmark (mean@k "
+                         "over its held-out problems); right, its gain over the start policy on the same benchmark. "
+                         "Whisker = 95% stratified-bootstrap interval (rliable's get_interval_estimates: each "
+                         "benchmark's runs resampled). Methods in order of accuracy IQM. The IQM is less swayed by "
+                         "one outlying run or benchmark than the mean and less noisy than the median.")
+def _aggregates_iqm(df, axes):
+    acc = df[df["metric"] == "accuracy"].sort_values(["rank", "method"], kind="stable")
+    order = list(acc["method"])
+    y = {m: i for i, m in enumerate(order[::-1])}
+    for ax, metric, label in zip(axes, ("accuracy", "gain"), ("final accuracy", "gain over the start policy")):
+        d = df[df["metric"] == metric]
+        if d.empty:
+            ax.text(0.5, 0.5, "no gain: the start policy is not evaluated by this config", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=8)
+            ax.set_title(f"IQM of {label}")
+            continue
+        for _, r in d.iterrows():
+            lo, hi = float(r["ci_lo"]), float(r["ci_hi"])
+            xerr = [[r["iqm"] - lo], [hi - r["iqm"]]] if np.isfinite(lo) and np.isfinite(hi) else None
+            ax.errorbar(r["iqm"], y[r["method"]], xerr=xerr, fmt="o", ms=4, color=method_color(r["method"]),
+                        capsize=2, lw=1)
+        if metric == "gain":
+            ax.axvline(0, color="0.4", lw=0.8, ls="--")
+        ax.set_xlabel(f"IQM of {label} (benchmark scores, mean@k)")
+        ax.set_title(f"IQM of {label} ({_scores_note(d)})")
+    axes[0].set_yticks(list(y.values()), list(y), fontsize=7)
+
+
+def _improvement_layout(df):
+    n = int(df.groupby("against").size().max()) if len(df) else 1
+    return pyplot().subplots(1, 2, figsize=(12, 1.4 + 0.24 * n))
+
+
+@register_figure("head_to_head/aggregates_improvement", tables=_tables("improvement"),
+                 read=_read_agg(IMPROVEMENT_COLS), layout=_improvement_layout, built_by=AGG_BUILT_BY,
+                 unavailable=_no_rl,
+                 bars="95% stratified-bootstrap percentile interval of P(X > Y) (rliable: X's and Y's runs resampled "
+                      "independently within each benchmark); none with 1 seed",
+                 caption="Probability of improvement P(X > Y) (rliable's probability_of_improvement): the chance that "
+                         "a run of X scores a higher final accuracy than a run of Y on a benchmark (ties count one "
+                         "half), averaged over benchmarks; left, every method X against GRPO G=8; right, against the "
+                         "method with the highest accuracy IQM. Tick = the estimate, bar = its 95% interval; 0.5 = no "
+                         "preference, an interval that excludes 0.5 says the data order the two. Drawn with rliable's "
+                         "plot_probability_of_improvement.")
+def _aggregates_improvement(df, axes):
+    from rliable import plot_utils
+    for ax, against in zip(axes, ("reference", "best")):
+        d = df[df["against"] == against]
+        if d.empty:
+            ax.axis("off")
+            why = ("GRPO G=8 (grpo_g8) is not in rl.methods" if against == "reference"
+                   else "GRPO G=8 has the highest IQM: the left panel is against the best")
+            ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, fontsize=8)
+            continue
+        d = d.sort_values("p_improvement", ascending=True, kind="stable")
+        keys = [f"{x},{y}" for x, y in zip(d["x"], d["y"])]
+        plot_utils.plot_probability_of_improvement(
+            dict(zip(keys, d["p_improvement"])), {k: np.array([lo, hi]) for k, lo, hi in zip(keys, d["ci_lo"], d["ci_hi"])},
+            ax=ax, colors=[method_color(x) for x in d["x"]], xticks=[0, 0.25, 0.5, 0.75, 1.0], xlabel="P(X > Y)",
+            ticklabelsize=6.5, labelsize=8, wrect=2, interval_height=0.6)
+        ax.axvline(0.5, color="0.4", lw=0.8, ls="--")
+        ax.set_xlim(0, 1)
+        ax.set_title(f"P(X > {d['y'].iloc[0]}) ({'GRPO G=8' if against == 'reference' else 'best IQM'}; "
+                     f"{_scores_note(d, 'runs_x')})", fontsize=8)
+
+
+def _read_profiles(cfg: dict, tables: list[Path]) -> pd.DataFrame:
+    df = _read_agg(PROFILE_COLS)(cfg, tables)
+    return df.assign(method=pd.Categorical(df["method"], list(dict.fromkeys(df["method"])))).sort_values(
+        ["method", "tau"], kind="stable").assign(method=lambda d: d["method"].astype(str))
+
+
+@register_figure("head_to_head/aggregates_profile", tables=_tables("profiles"), read=_read_profiles,
+                 layout=_curves_layout, built_by=AGG_BUILT_BY, unavailable=_no_rl, bars=AGG_BARS,
+                 caption="Performance profiles (rliable's score distributions, as create_performance_profile): for "
+                         "every accuracy threshold tau, the fraction of a method's seeds x benchmarks final "
+                         "accuracies above tau, with a 95% stratified-bootstrap band. A curve that lies above another "
+                         "everywhere dominates it (stochastic dominance); crossing curves mean the ranking depends on "
+                         "the threshold. The area under a profile is the mean score. Drawn with rliable's "
+                         "plot_performance_profiles.")
+def _aggregates_profile(df, axes):
+    from rliable import plot_utils
+    ax, legend_ax = axes
+    methods = list(dict.fromkeys(df["method"]))
+    taus = np.sort(df["tau"].unique())
+    prof = {m: df[df["method"] == m]["fraction"].to_numpy() for m in methods}
+    cis = {m: (df[df["method"] == m]["ci_lo"].to_numpy(), df[df["method"] == m]["ci_hi"].to_numpy()) for m in methods}
+    styles = _line_style(methods)
+    plot_utils.plot_performance_profiles(
+        prof, taus, performance_profile_cis=cis, ax=ax, colors={m: method_color(m) for m in methods},
+        linestyles={m: styles[m]["ls"] for m in methods}, xticks=[0, 0.25, 0.5, 0.75, 1.0],
+        xlabel=r"final accuracy on a benchmark ($\tau$)", ylabel=r"fraction of seeds x benchmarks with accuracy > $\tau$",
+        labelsize=8, ticklabelsize=7, wrect=2, hrect=2)
+    ax.set_title("Performance profiles of final accuracy")
+    legend_ax.axis("off")
+    legend_ax.legend(*ax.get_legend_handles_labels(), loc="center left", fontsize=6, frameon=False,
+                     ncol=1 + len(methods) // 16)

@@ -1,0 +1,240 @@
+"""Aggregates of the head-to-head over benchmarks x seeds through `rliable` (Agarwal et al., "Deep
+Reinforcement Learning at the Edge of the Statistical Precipice", NeurIPS 2021).
+
+A method's scores are a (seeds x benchmarks) matrix: each run's final accuracy on each benchmark
+(the mean over that benchmark's problems of the per-problem score p, mean@k at tiny scale, read from
+`eval/final_per_problem.parquet` as `sparserl.studies.head_to_head` reads it), and its gain over the
+start policy (that accuracy minus the start policy's on the same benchmark, when the DAG evaluates
+the start policy). Three tables under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
+
+  iqm.parquet          one row per (method, metric in accuracy | gain): the interquartile mean of
+                       its seeds x benchmarks scores (`metrics.aggregate_iqm`) and the plain mean,
+                       each with a 95% stratified-bootstrap percentile interval
+                       (`library.get_interval_estimates`: runs resampled within each benchmark)
+  improvement.parquet  one row per (x, y): P(X > Y), the share of (run of x, run of y) pairs on a
+                       benchmark where x scores higher, averaged over benchmarks
+                       (`metrics.probability_of_improvement`, Mann-Whitney U), with its 95% interval;
+                       every method against GRPO G=8 (`REFERENCE`, when run) and against the method
+                       with the highest IQM accuracy. Accuracy only: the gain subtracts the same start
+                       score from every run of a benchmark, which leaves P(X > Y) unchanged
+  profiles.parquet     one row per (method, tau): the fraction of its runs x benchmarks scores above
+                       tau (`library.score_distributions`, the performance profile of
+                       `library.create_performance_profile`) with its 95% interval
+
+With 1 seed there is no run to resample: rliable's intervals collapse to the point, so they are
+written as NaN (`ci_method` says so) rather than as a certainty the data do not give. The bootstrap
+RNG is fixed (`BOOTSTRAP_SEED`, the config's `seed`, the method's or pair's name; rliable 1.2 draws
+from numpy's global RNG, which `_seeded` sets and restores): the same tables give the same bytes, and
+adding a method leaves the others' intervals as they were.
+"""
+from __future__ import annotations
+
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from sparserl.core.artifacts import read_table, write_table
+from sparserl.core.logs import get_logger
+from sparserl.core.paths import Paths
+from sparserl.core.stats import LEVEL
+from sparserl.studies.head_to_head import (BOOTSTRAP, BOOTSTRAP_SEED, HeadToHeadError, read_run, start_eval_table)
+
+log = get_logger(__name__)
+
+REFERENCE = "grpo_g8"
+TAUS = np.linspace(0.0, 1.0, 51)  # accuracy thresholds of the performance profile
+TABLES = ("iqm", "improvement", "profiles")
+METRICS = ("accuracy", "gain")
+
+
+def _rliable():
+    # imported at first use: rliable pulls in arch and statsmodels (about a second), which
+    # importing sparserl.studies for anything else need not pay
+    from rliable import library, metrics
+    return library, metrics
+
+
+@contextmanager
+def _seeded(seed: int, key: str):
+    """rliable 1.2 draws its resamples from numpy's global RNG (`np.random.choice` in
+    `update_indices`; its random_state only reaches arch, which does not draw them): seed that for
+    the call and put it back after. One stream per method or pair, so that the intervals of one do
+    not depend on which others were computed before it."""
+    state = np.random.get_state()
+    np.random.seed([BOOTSTRAP_SEED, int(seed), zlib.crc32(key.encode())])
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def interval(scores, func: Callable, key: str, reps: int, seed: int, level: float = LEVEL):
+    """(point, lower, upper) of `func` by rliable's stratified bootstrap (percentile interval);
+    `scores` is a (runs x tasks) array, or a list of them for an independent bootstrap of each.
+    With 1 run in any of them the bounds are NaN: resampling one run gives back the point."""
+    library, _ = _rliable()
+    arrays = list(scores) if isinstance(scores, (list, tuple)) else [scores]
+    if min(np.shape(a)[0] for a in arrays) < 2:
+        point = np.asarray(func(*arrays), dtype=float)
+        return point, np.full(point.shape, np.nan), np.full(point.shape, np.nan)
+    with _seeded(seed, key):
+        point, ci = library.get_interval_estimates({key: scores}, func, reps=reps, confidence_interval_size=level)
+    point = np.asarray(point[key], dtype=float)
+    # the interval comes as (2, ...) with a scalar func's bounds in arrays of one: shape them as the point
+    lo, hi = (np.asarray(b, dtype=float).reshape(point.shape) for b in ci[key])
+    return point, lo, hi
+
+
+def _ci_method(runs: int, what: str) -> str:
+    if runs < 2:
+        return "none: 1 seed (no run to resample)"
+    return f"rliable stratified bootstrap: {what}"
+
+
+def iqm_table(scores: dict[str, np.ndarray], metric: str, reps: int = BOOTSTRAP, seed: int = 0,
+              level: float = LEVEL) -> pd.DataFrame:
+    """One row per method: IQM and mean of its (runs x tasks) scores with their intervals;
+    `rank` 1 = highest IQM (equal IQMs share a rank)."""
+    _, metrics = _rliable()
+    func = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])  # noqa: E731
+    rows = []
+    for m, s in scores.items():
+        s = np.asarray(s, dtype=float)
+        point, lo, hi = interval(s, func, f"{metric}/{m}", reps, seed, level)
+        rows.append({"method": m, "metric": metric, "runs": s.shape[0], "tasks": s.shape[1],
+                     "iqm": point[0], "ci_lo": lo[0], "ci_hi": hi[0], "mean": point[1], "mean_ci_lo": lo[1],
+                     "mean_ci_hi": hi[1], "ci_method": _ci_method(s.shape[0], f"{reps} resamples of runs within "
+                                                                             f"each task, {level:.0%} percentile")})
+    df = pd.DataFrame(rows)
+    df.insert(0, "rank", [1 + int((df["iqm"] > v).sum()) for v in df["iqm"]])
+    return df
+
+
+def best_method(iqm: pd.DataFrame) -> str:
+    """The method with the highest IQM accuracy; equal IQMs keep the config's order."""
+    acc = iqm[iqm["metric"] == "accuracy"].reset_index(drop=True)
+    return str(acc.loc[int(acc["iqm"].to_numpy().argmax()), "method"])
+
+
+def improvement_pairs(methods: list[str], best: str, reference: str = REFERENCE) -> list[tuple[str, str, str]]:
+    """(x, y, against) for every method x against GRPO G=8 (when run) and against the best, x != y;
+    once when GRPO G=8 is the best."""
+    refs = ([("reference", reference)] if reference in methods else []) + ([("best", best)] if best != reference else [])
+    return [(x, y, against) for against, y in refs for x in methods if x != y]
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """rliable's `metrics.probability_of_improvement` (Mann-Whitney U / (n_x n_y), ties count one
+    half, averaged over tasks) without a scipy call per task: the bootstrap calls it thousands of
+    times per pair, which took minutes at tiny scale. tests/test_aggregates.py checks the two agree."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    d = x[:, None, :] - y[None, :, :]                     # (runs_x, runs_y, tasks)
+    return float(((d > 0).mean(axis=(0, 1)) + 0.5 * (d == 0).mean(axis=(0, 1))).mean())
+
+
+def improvement_table(scores: dict[str, np.ndarray], pairs: list[tuple[str, str, str]], reps: int = BOOTSTRAP,
+                      seed: int = 0, level: float = LEVEL) -> pd.DataFrame:
+    """P(X > Y) of each pair with its interval (runs of x and y resampled independently per task)."""
+    _, metrics = _rliable()
+    rows = []
+    for x, y, against in pairs:
+        sx, sy = np.asarray(scores[x], dtype=float), np.asarray(scores[y], dtype=float)
+        _, lo, hi = interval([sx, sy], probability_of_improvement, f"{x},{y}", reps, seed, level)
+        point = metrics.probability_of_improvement(sx, sy)
+        runs = min(sx.shape[0], sy.shape[0])
+        rows.append({"x": x, "y": y, "against": against, "metric": "accuracy", "p_improvement": float(point),
+                     "ci_lo": float(lo), "ci_hi": float(hi), "runs_x": sx.shape[0], "runs_y": sy.shape[0],
+                     "tasks": sx.shape[1], "ci_method": _ci_method(runs, f"{reps} resamples of x's and y's runs, "
+                                                                         f"independently within each task")})
+    return pd.DataFrame(rows, columns=["x", "y", "against", "metric", "p_improvement", "ci_lo", "ci_hi", "runs_x",
+                                       "runs_y", "tasks", "ci_method"])
+
+
+def profile_table(scores: dict[str, np.ndarray], taus: np.ndarray = TAUS, reps: int = BOOTSTRAP, seed: int = 0,
+                  level: float = LEVEL) -> pd.DataFrame:
+    """Per method and tau: the fraction of its runs x tasks scores above tau, with its interval
+    (rliable's `create_performance_profile`, one method at a time under its own seed)."""
+    library, _ = _rliable()
+    rows = []
+    for m, s in scores.items():
+        s = np.asarray(s, dtype=float)
+        if s.shape[0] < 2:  # nothing to resample (see `interval`)
+            point, lo, hi = library.score_distributions(s, taus), np.full(len(taus), np.nan), np.full(len(taus), np.nan)
+        else:
+            with _seeded(seed, f"profile/{m}"):
+                profile, ci = library.create_performance_profile({m: s}, taus, reps=reps,
+                                                                 confidence_interval_size=level)
+            point, (lo, hi) = profile[m], ci[m]
+        rows += [{"method": m, "tau": float(t), "fraction": float(p), "ci_lo": float(a), "ci_hi": float(b)}
+                 for t, p, a, b in zip(taus, point, lo, hi)]
+    return pd.DataFrame(rows)
+
+
+# --- reading the runs ------------------------------------------------------------------------------
+
+def score_matrices(cfg: dict) -> tuple[dict[str, dict[str, np.ndarray]], list[str]]:
+    """({metric: {method: (seeds x benchmarks)}}, the benchmarks): final accuracy per benchmark of
+    each run and, when the start policy is evaluated, its gain over the start policy's accuracy."""
+    rl = cfg["rl"]
+    methods, seeds = list(dict.fromkeys(rl["methods"])), list(rl["seeds"])
+    if not methods or not seeds:
+        raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
+    acc: dict[str, np.ndarray] = {}
+    benchmarks: list[str] | None = None
+    for m in methods:
+        rows = []
+        for s in seeds:
+            r = read_run(cfg, m, s)  # checks the per-problem table against eval.parquet
+            per = r.final.groupby("benchmark", sort=False)["p"].mean()
+            if benchmarks is None:
+                benchmarks = list(per.index)
+            if set(per.index) != set(benchmarks):
+                raise HeadToHeadError(f"{r.eval_path}: benchmarks {sorted(per.index)} differ from the first run's "
+                                      f"{sorted(benchmarks)}; rerun `sparserl rl-eval --method {m} --seed {s}`")
+            rows.append(per.loc[benchmarks].to_numpy(dtype=float))
+        acc[m] = np.stack(rows)
+    out = {"accuracy": acc}
+    start = start_eval_table(cfg)
+    if start is not None:
+        ev = read_table(start)
+        if not {"benchmark", "accuracy"} <= set(ev.columns) or not set(benchmarks) <= set(ev["benchmark"]):
+            raise HeadToHeadError(f"{start}: needs columns benchmark, accuracy with rows for {benchmarks}; "
+                                  f"rerun `sparserl evaluate` for the start policy {rl['policy']}")
+        a0 = ev.groupby("benchmark")["accuracy"].mean().loc[benchmarks].to_numpy(dtype=float)
+        out["gain"] = {m: a - a0[None, :] for m, a in acc.items()}
+    return out, benchmarks
+
+
+def aggregates(cfg: dict, reps: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
+    """The three tables of the module doc."""
+    scores, benchmarks = score_matrices(cfg)
+    seed = int(cfg.get("seed", 0))
+    iqm = pd.concat([iqm_table(scores[k], k, reps, seed) for k in METRICS if k in scores], ignore_index=True)
+    methods = list(scores["accuracy"])
+    pairs = improvement_pairs(methods, best_method(iqm))
+    return {"iqm": iqm, "improvement": improvement_table(scores["accuracy"], pairs, reps, seed),
+            "profiles": profile_table(scores["accuracy"], TAUS, reps, seed)}
+
+
+def write_aggregates(cfg: dict, reps: int = BOOTSTRAP, out: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Compute the aggregates and write their tables atomically, with manifests (to `out[name]`,
+    default `Paths.head_to_head(name)`)."""
+    P = Paths(cfg)
+    paths = {name: Path((out or {}).get(name) or P.head_to_head(name)) for name in TABLES}
+    tables = aggregates(cfg, reps)
+    from importlib.metadata import version
+    extra = {"study": "head_to_head_aggregates", "library": f"rliable {version('rliable')}", "level": LEVEL,
+             "bootstrap": reps, "bootstrap_seed": BOOTSTRAP_SEED, "seed": int(cfg.get("seed", 0)),
+             "reference": REFERENCE, "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"])}
+    written = {name: write_table(tables[name], paths[name], cfg=cfg, extra=extra) for name in TABLES}
+    iqm = tables["iqm"]
+    acc = iqm[iqm["metric"] == "accuracy"].sort_values("rank", kind="stable")
+    with pd.option_context("display.width", 200):
+        log.info("IQM of final accuracy over seeds x benchmarks:\n"
+                 + acc[["rank", "method", "runs", "tasks", "iqm", "ci_lo", "ci_hi"]].round(4).to_string(index=False))
+    log.info(f"aggregates -> {paths['iqm'].parent}")
+    return written
