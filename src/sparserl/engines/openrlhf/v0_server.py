@@ -42,7 +42,9 @@ class V0PriorServer:
         from sparserl.values.v0.prior import V0Prior, make_v0_prior
         if embeddings is not None:  # a prebuilt EmbeddingTable of the pool (tests, or a cache)
             from sparserl.values.v0.embedder import EmbeddingTable
-            self.prior = V0Prior(load_v0(model_path), EmbeddingTable.load(embeddings))
+            from sparserl.values.v0.settings import v0_device
+            # v0.device auto, as the config path: the GPU share Ray gave the actor, else the CPU
+            self.prior = V0Prior(load_v0(model_path, device=v0_device({})), EmbeddingTable.load(embeddings))
         else:
             from sparserl.core.config import load_config
             if not config_paths:
