@@ -1,9 +1,10 @@
 """Where Ray places a paper run's actors, the V0 prior actor among them (engines.openrlhf.placement).
 
 The plan comes from the launcher's own path (config -> flags -> OpenRLHF's parser -> `plan_from_args`)
-for the paper's shapes, 8 GPUs on 1 node and 8 x 2 nodes. One test runs Ray on this CPU with 8
-logical GPUs: the colocated group as OpenRLHF makes it, V0's bundle filled as the plan says, and the
-real V0PriorServer actor placed in it (and a share that does not fit left pending until the timeout).
+for the paper's shapes, 8 GPUs on 1 node and 8 x 2 nodes. One test runs Ray on this CPU with 1 and
+2 nodes of 8 logical GPUs: the colocated group as OpenRLHF makes it, V0's bundle filled as the plan
+says, and the real V0PriorServer actor placed in it (and a share that does not fit left pending
+until the timeout).
 """
 from __future__ import annotations
 
@@ -133,25 +134,36 @@ def test_v0_actor_options_follow_its_share(monkeypatch):
     assert rec["args"] == ("/m/v0.pt", ["/c.json"], None, 12)
 
 
-def test_v0_actor_schedules_in_the_colocated_group_of_a_cpu_ray(tmp_path, monkeypatch):
-    """Ray on this CPU with 8 logical GPUs: OpenRLHF's group (named as the patched train_ppo_ray
-    names it), V0's bundle holding what the plan puts there, and the V0 actor placed in it with
-    its threads; then a share that does not fit stays pending and the client stops on the timeout."""
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_v0_actor_schedules_in_the_colocated_group_of_a_cpu_ray(tmp_path, monkeypatch, nodes):
+    """Ray on this CPU, `nodes` nodes of 8 logical GPUs (ray.cluster_utils): OpenRLHF's group (named
+    as the patched train_ppo_ray names it) packed node by node as the plan says, V0's bundle holding
+    what the plan puts there, and the V0 actor placed in it with its threads, on the last node;
+    then a share that does not fit stays pending and the client stops on the timeout."""
     ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as PGS
     if ray.is_initialized():
         pytest.skip("Ray already running in this process")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")]))
     model, emb = toy_v0(tmp_path)
-    plan = placement.colocated_plan(nodes=1, gpus_per_node=8, vllm_engines=8, v0_gpus=0.1)
-    ray.init(num_cpus=8, num_gpus=8, include_dashboard=False, log_to_driver=False)
+    plan = placement.colocated_plan(nodes=nodes, gpus_per_node=8, vllm_engines=8 * nodes, v0_gpus=0.1)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 8, "include_dashboard": False})
+    for _ in range(nodes - 1):
+        cluster.add_node(num_cpus=8, num_gpus=8)
+    ray.init(address=cluster.address, log_to_driver=False)
     try:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as PGS
+        cluster.wait_for_nodes()
         pg = placement.named_placement_group(plan.bundles, strategy="PACK")
         ray.get(pg.ready(), timeout=30)
         assert placement.colocated_group().id == pg.id
+        on = ray.util.placement_group_table(pg)["bundles_to_node_id"]
+        first_seen = list(dict.fromkeys(on[b] for b in range(len(plan.bundles))))
+        assert [first_seen.index(on[b]) for b in range(len(plan.bundles))] == \
+            [plan.node_of(b) for b in range(len(plan.bundles))]
 
         @ray.remote
-        class Resident:  # stands in for vLLM engine 7 and policy rank 7
+        class Resident:  # stands in for the vLLM engine and policy rank of V0's bundle
             def ok(self):
                 return True
         last = plan.v0.bundle
@@ -163,10 +175,11 @@ def test_v0_actor_schedules_in_the_colocated_group_of_a_cpu_ray(tmp_path, monkey
                                         timeout_s=30, start_timeout_s=30)
         assert prior(["a", "c"], []).tolist() == [0.5, 0.5]
         where = ray.get(prior.handle.where.remote(), timeout=30)
-        assert where["placement_group"] == pg.id.hex() and where["gpu_ids"] == [str(last)]
-        assert where["threads"] == 3 and where["omp_num_threads"] == "3"
+        assert where["placement_group"] == pg.id.hex() and where["threads"] == 3 and where["omp_num_threads"] == "3"
+        assert where["gpu_ids"] == [str(last % 8)]  # the bundle's GPU on its node
+        assert first_seen.index(where["node_id"]) == plan.node_of(last) == nodes - 1
 
-        ray.kill(prior.handle)  # a share beyond the bundle's free 0.5 never schedules
+        ray.kill(prior.handle)  # a share beyond the bundle's free 0.6 never schedules
         big = placement.Share(placement.V0_ROLE, last, 0.7, 0.7)
         stuck = v0_server.RemoteV0Prior(v0_server.v0_server(model, [], share=big, threads=1, embeddings=emb),
                                         timeout_s=1, start_timeout_s=2)
@@ -177,3 +190,20 @@ def test_v0_actor_schedules_in_the_colocated_group_of_a_cpu_ray(tmp_path, monkey
         assert "over 2 s (rl.openrlhf.v0_start_timeout_s)" in msg and "lower rl.openrlhf.v0_gpus" in msg
     finally:
         ray.shutdown()
+        cluster.shutdown()
+
+
+def test_openrlhf_colocated_group_gets_the_name_the_v0_actor_looks_up():
+    """train_ppo_ray looks `placement_group` up as a module global (read from the installed
+    source, not imported: that pulls in vLLM); `patches` puts `named_placement_group` there."""
+    import importlib.util
+    from sparserl.engines.openrlhf import patches
+    spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")
+    if spec is None:
+        pytest.skip("openrlhf is not installed")
+    src = Path(spec.origin).read_text()
+    assert "from ray.util.placement_group import placement_group" in src
+    assert src.count("pg = placement_group(bundles") == 2  # the colocated group first, a critic's second
+    assert src.index("if args.train.colocate_actor_ref or args.train.colocate_all") < src.index("pg = placement_group(bundles")
+    target = patches.PATCHES["openrlhf.cli.train_ppo_ray"]["placement_group"]
+    assert patches._resolve(target) is placement.named_placement_group

@@ -75,8 +75,9 @@ class V0PriorServer:
         try:
             import ray
             if ray.is_initialized():
-                out.update(gpu_ids=[str(g) for g in ray.get_gpu_ids()],
-                           placement_group=ray.get_runtime_context().get_placement_group_id())
+                ctx = ray.get_runtime_context()
+                out.update(gpu_ids=[str(g) for g in ray.get_gpu_ids()], node_id=ctx.get_node_id(),
+                           placement_group=ctx.get_placement_group_id())
         except ImportError:
             pass
         return out
