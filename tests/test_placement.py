@@ -207,3 +207,18 @@ def test_openrlhf_colocated_group_gets_the_name_the_v0_actor_looks_up():
     assert src.index("if args.train.colocate_actor_ref or args.train.colocate_all") < src.index("pg = placement_group(bundles")
     target = patches.PATCHES["openrlhf.cli.train_ppo_ray"]["placement_group"]
     assert patches._resolve(target) is placement.named_placement_group
+
+
+def test_patched_train_ppo_ray_uses_the_naming_placement_group():
+    """In a fresh process, as the launcher does it (import shims without CUDA, then the patches):
+    OpenRLHF's train_ppo_ray calls our `named_placement_group`."""
+    import subprocess
+    import sys
+    pytest.importorskip("openrlhf")
+    code = ("from sparserl.engines.openrlhf import cpu_shims, patches, placement\n"
+            "cpu_shims.install_import_shims()\npatches.install_patches()\n"
+            "import openrlhf.cli.train_ppo_ray as t\n"
+            "print('NAMED', t.placement_group is placement.named_placement_group)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert "NAMED True" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
