@@ -171,8 +171,11 @@ def test_v0_actor_schedules_in_the_colocated_group_of_a_cpu_ray(tmp_path, monkey
             placement_group=pg, placement_group_bundle_index=last)).remote()
             for s in plan.shares if s.bundle == last and s.role != placement.V0_ROLE]
         assert ray.get([r.ok.remote() for r in residents], timeout=30) == [True, True]
-        prior = v0_server.RemoteV0Prior(v0_server.v0_server(model, [], share=plan.v0, threads=3, embeddings=emb),
-                                        timeout_s=30, start_timeout_s=30)
+
+        @ray.remote(num_cpus=0)
+        def start(share):  # in a Ray worker, as OpenRLHF's experience maker starts it: the group by name
+            return v0_server.v0_server(model, [], share=share, threads=3, embeddings=emb)
+        prior = v0_server.RemoteV0Prior(ray.get(start.remote(plan.v0), timeout=30), timeout_s=30, start_timeout_s=30)
         assert prior(["a", "c"], []).tolist() == [0.5, 0.5]
         where = ray.get(prior.handle.where.remote(), timeout=30)
         assert where["placement_group"] == pg.id.hex() and where["threads"] == 3 and where["omp_num_threads"] == "3"
