@@ -58,8 +58,8 @@ class Plan:
 
     def lines(self) -> list[str]:
         """One line per bundle: node, its actors and the GPU / CPU sums."""
-        out = [f"placement group {GROUP_NAME}: {len(self.bundles)} bundles "
-               f"{self.bundles[0] if self.bundles else {}} x {len(self.bundles)}, PACK over {self.nodes} node(s)"]
+        out = [f"placement group {GROUP_NAME}: {len(self.bundles)} bundles of {self.bundles[0]}, PACK over "
+               f"{self.nodes} node(s)" if self.bundles else "no colocated placement group (train.colocate_all off)"]
         for b in range(len(self.bundles)):
             who = ", ".join(f"{s.role} {s.gpus:g}" for s in self.shares if s.bundle == b)
             out.append(f"  bundle {b} (node {self.node_of(b)}): {who}; GPU {self.used(b):g} CPU {self.used(b, 'cpus'):g}")
