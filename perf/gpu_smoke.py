@@ -29,6 +29,7 @@ import argparse
 import importlib.util
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -238,14 +239,19 @@ def run_all(work: Path) -> int:
         else:
             cmd, log = command(p, work), logs / f"{p.name}.log"
             t = time.time()
-            try:
-                with open(log, "w") as fh:
-                    r = subprocess.run(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, timeout=min(p.timeout_s, left - 10))
-                tail = log.read_text().strip().splitlines()[-1:] or [""]
-                results[p.name] = ("passed" if r.returncode == 0 else "failed",
-                                   f"{tail[0][:300]} ({time.time() - t:.0f} s; log {log})")
-            except subprocess.TimeoutExpired:
-                results[p.name] = ("failed", f"over its {min(p.timeout_s, left - 10):.0f} s limit (log {log})")
+            limit = min(p.timeout_s, left - 10)
+            with open(log, "w") as fh:  # own session: a timeout stops Ray's and vLLM's processes too
+                proc = subprocess.Popen(cmd, cwd=REPO, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+                try:
+                    rc = proc.wait(timeout=limit)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    rc = None
+            tail = (log.read_text().strip().splitlines()[-1:] or [""])[0][:300]
+            results[p.name] = (("passed" if rc == 0 else "failed"),
+                               f"{tail} ({time.time() - t:.0f} s; log {log})" if rc is not None
+                               else f"over its {limit:.0f} s limit (log {log})")
         print(f"[{time.time() - t0:5.0f} s] {p.name}: {results[p.name][0]}  {results[p.name][1]}", flush=True)
     if "openrlhf_grpo" in results and results["openrlhf_grpo"][0] == "passed":
         print(f"  openrlhf_grpo ran with: {grpo_flags_note()}")

@@ -105,11 +105,33 @@ def test_a_missing_package_is_reported_not_installed(tmp_path, monkeypatch, caps
     monkeypatch.setattr(gpu_smoke, "missing", lambda p: [m for m in p.needs if m == "vllm"])
 
     class Done:
-        returncode = 0
-    monkeypatch.setattr(gpu_smoke.subprocess, "run", lambda cmd, **kw: ran.append(cmd) or Done())
+        pid = 0
+
+        def __init__(self, cmd, **kw):
+            ran.append(cmd)
+
+        def wait(self, timeout=None):
+            return 0
+    monkeypatch.setattr(gpu_smoke.subprocess, "Popen", Done)
     assert gpu_smoke.run_all(tmp_path) == 0
     summary = " ".join(capsys.readouterr().out.split("gpu_smoke summary")[1].split())
     for line in ("passed cuda:", "not installed openrlhf_grpo: missing vllm", "skipped vllm_kl: openrlhf_grpo did not pass",
                  "passed v0_actor:", "not installed vllm_rollouts: missing vllm", "passed local_parts:"):
         assert line in summary, summary
     assert [c[-1] for c in ran] == [str(tmp_path), str(tmp_path), "perf/gpu_smoke_local.py"]
+
+
+def test_a_piece_over_its_limit_fails_and_its_children_stop(tmp_path, monkeypatch, capsys):
+    """A piece's Ray and vLLM processes must not outlive its limit (they would hold the GPU)."""
+    import os
+    import time
+    pidfile = tmp_path / "child.pid"
+    monkeypatch.setattr(gpu_smoke, "PIECES", [gpu_smoke.Piece("cuda", "a piece that hangs", (), 2)])
+    monkeypatch.setattr(gpu_smoke, "command", lambda p, work: [
+        "bash", "-c", f"sleep 60 & echo $! > {pidfile}; wait"])
+    assert gpu_smoke.run_all(tmp_path) == 1
+    assert "failed        cuda: over its 2 s limit" in capsys.readouterr().out
+    pid = int(pidfile.read_text())
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
