@@ -1040,19 +1040,30 @@ def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_pa
     class FakeHandle:  # stands in for the Ray actor handle: .predict.remote(...) -> the server's answer
         def __init__(self, server):
             self.predict = SimpleNamespace(remote=lambda ids, ctx: calls.append((ids, ctx)) or server.predict(ids, ctx))
+            self.describe = SimpleNamespace(remote=server.describe)
     model, emb = toy_v0(tmp_path)
-    monkeypatch.setattr(v0_server, "v0_server", lambda m, c, gpus, embeddings: FakeHandle(
-        v0_server.V0PriorServer(m, embeddings=embeddings)))
+    shares = []
+    monkeypatch.setattr(v0_server, "v0_server", lambda m, c, share, threads, embeddings: shares.append(share) or
+                        FakeHandle(v0_server.V0PriorServer(m, embeddings=embeddings, threads=threads)))
     import ray
-    monkeypatch.setattr(ray, "get", lambda x: x)
+    monkeypatch.setattr(ray, "get", lambda x, timeout: x)
     experience._LIVE_PRIORS.clear()
     spec = {"estimator": "v05_fusion", "group_size": 4, "prior": {"kind": "v0"},
             "support_buffer": {"size": 512, "context": 256}}
     maker = _maker(experience.SparseRLExperienceMaker, "v05_fusion", spec=spec)
     maker.strategy.args.sparserl.v0_model = model
     maker.strategy.args.sparserl.v0_embeddings = emb
+    # what the parser sets: the cluster shape the placement plan reads, the V0 actor's settings
+    from sparserl.core.config import v0_actor_settings
+    a = maker.strategy.args
+    vars(a.sparserl).update(v0_actor_settings({}))
+    a.actor, a.critic = SimpleNamespace(num_nodes=1, num_gpus_per_node=1), SimpleNamespace(model_name_or_path=None)
+    a.vllm.num_engines, a.vllm.tensor_parallel_size = 1, 1
+    a.train = SimpleNamespace(colocate_all=True, colocate_actor_ref=False, async_enable=False)
+    a.algo.kl = SimpleNamespace(init_coef=0.0)
     lp = experience.live_prior(maker.strategy.args, experience.method_spec(maker.strategy.args))
-    assert isinstance(lp.prior, v0_server.RemoteV0Prior)
+    assert isinstance(lp.prior, v0_server.RemoteV0Prior) and lp.prior.timeout_s == 600
+    assert shares[0].role == "v0 prior" and shares[0].gpus == 0.1  # the plan's share, the schema's default
     lp.observe(["a", "b"], [1.0, 0.0])
     p = lp(["c", "a"])
     assert p.shape == (2,) and calls and calls[-1][0] == ["c", "a"] and len(calls[-1][1]) == 2

@@ -6,6 +6,7 @@ Errors name the file that set the offending key, the key's dotted path and the f
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from pathlib import Path
@@ -250,6 +251,7 @@ def _check_semantics(cfg: dict, layers) -> None:
                 raise ConfigError(f"{where}: critique.experiments.{name}.env '{e['env']}' is not under "
                                   f"critique.envs ({', '.join(crit['envs'])}); add it or fix the name")
     _check_cluster(cfg, layers)
+    _check_v0_actor(cfg, layers)
 
 
 # OpenRLHF's cluster shape where rl.openrlhf leaves it out (engines.openrlhf.flags reads these)
@@ -292,6 +294,51 @@ def _check_cluster(cfg: dict, layers) -> None:
             raise ConfigError(f"{where}: {key}.rollouts_per_step / mini_batches = {rollouts} / {mini} is not a "
                               f"multiple of train.micro_batch_size x GPUs = {micro} x {nodes * gpn} (DeepSpeed "
                               f"refuses it); change {key}.mini_batches or {key}.openrlhf train.micro_batch_size")
+
+
+@functools.lru_cache(maxsize=1)
+def _v0_actor_defaults() -> tuple:
+    props = load_schema()["$defs"]["openrlhf"]["properties"]  # read once: parsing the schema takes ~0.1 s
+    return tuple((k, spec["default"]) for k, spec in props.items() if k.startswith("v0_"))
+
+
+def v0_actor_settings(over: dict) -> dict:
+    """The V0 prior actor's launcher keys of an rl.openrlhf mapping, defaults from the schema."""
+    return {k: (over or {}).get(k, d) for k, d in _v0_actor_defaults()}
+
+
+def _check_v0_actor(cfg: dict, layers) -> None:
+    """The V0 prior actor must fit inside OpenRLHF's colocated placement group, which holds every
+    GPU of the job (engines.openrlhf.placement); checked per method of rl.methods that queries V0."""
+    rl = cfg.get("rl") or {}
+    if not rl.get("methods"):
+        return
+    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS
+    from sparserl.engines.openrlhf.placement import colocated_plan
+    from sparserl.methods.spec import load_method
+    over = {**CLUSTER_DEFAULTS, **OPENRLHF_SHAPE_DEFAULTS, **(rl.get("openrlhf") or {})}
+    nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
+    shape = dict(nodes=nodes, gpus_per_node=gpn, tensor_parallel_size=tp,
+                 vllm_engines=int(over.get("vllm.num_engines") or max(1, nodes * gpn // tp)),
+                 colocate_all=bool(over.get("train.colocate_all")),
+                 colocate_actor_ref=bool(over.get("train.colocate_actor_ref")),
+                 async_enable=bool(over.get("train.async_enable")), v0_gpus=float(v0_actor_settings(over)["v0_gpus"]))
+    try:  # a share that fits beside a reference and a critic fits every method: no method file read
+        colocated_plan(**shape, ref=True, critic=True)
+        return
+    except ConfigError:
+        pass
+    for name in rl["methods"]:
+        try:
+            m = load_method(name)
+        except ConfigError:  # an unknown or broken method file is reported where methods are read
+            continue
+        if not m.needs_v0_model:
+            continue
+        try:
+            colocated_plan(**shape, ref=m.kl_coef > 0, critic=m.critic is not None)
+        except ConfigError as e:
+            raise ConfigError(f"{_origin(['rl', 'openrlhf'], layers)}: {e} (method {name})") from None
 
 
 def rollout_max_new_tokens(cfg: dict) -> int:

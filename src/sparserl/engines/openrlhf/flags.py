@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sparserl.core.config import OPENRLHF_SHAPE_DEFAULTS, ConfigError, rl_max_new_tokens
+from sparserl.core.config import OPENRLHF_SHAPE_DEFAULTS, ConfigError, rl_max_new_tokens, v0_actor_settings
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.methods.spec import MethodSpec, prompts_per_step, snapshot_steps, total_steps
 
@@ -55,7 +55,8 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     # OpenRLHF, so `save_steps` keeps them to evaluated steps
     "ckpt.max_num": 2,
 }
-LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port", "v0_gpus")
+LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port", "v0_gpus", "v0_threads",
+                 "v0_timeout_s", "v0_start_timeout_s")
 AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
 LOSS_TYPE = {"ppo_clip": "ppo", "gspo": "gspo", "gpg": "gpg"}
 
@@ -220,7 +221,8 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     f["sparserl.seed"] = int(seed)
     if method.needs_v0_model:  # the V0 prior actor (engines.openrlhf.v0_server)
         f["sparserl.v0_model"] = str(Path(Paths(cfg).v0_prior_model()).absolute())
-        f["sparserl.v0_gpus"] = float(over.get("v0_gpus", 0.0))
+        for k, v in v0_actor_settings(over).items():  # share, threads, timeouts (engines.openrlhf.placement)
+            f[f"sparserl.{k}"] = v
         if config_paths:
             f["sparserl.config"] = json.dumps([str(Path(c).absolute()) for c in config_paths])
 

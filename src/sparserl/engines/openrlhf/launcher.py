@@ -18,6 +18,7 @@ from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_argv, 
 from sparserl.engines.openrlhf.metrics import harvested_rollouts, metrics_from_tensorboard
 from sparserl.engines.openrlhf.parser import parse_args
 from sparserl.engines.openrlhf.patches import init_ray, install_patches
+from sparserl.engines.openrlhf.placement import plan_from_args
 from sparserl.methods.spec import load_method
 
 
@@ -25,6 +26,8 @@ def launch(argv: list[str], *, address: str | None = None, extra_env: dict | Non
     """Parse argv with the rebuilt parser, install our classes (here and, through the setup hook,
     in every Ray worker), start Ray and call OpenRLHF's own `train(args)`."""
     args = parse_args(argv)
+    for line in plan_from_args(args).lines():  # refuses a V0 share that does not fit (ConfigError)
+        print(f"[openrlhf-launch] {line}", flush=True)
     cpu_env = cpu_shims.activate()  # None with a CUDA GPU: nothing changes
     install_patches()
     ray_kw = {}

@@ -105,7 +105,15 @@ def build_parser(source_path: Path | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--sparserl.v0_model", type=str, default=None, help="the trained V0 (prior kind 'v0')")
     parser.add_argument("--sparserl.v0_embeddings", type=str, default=None,
                         help="a prebuilt EmbeddingTable of the pool for V0 (default: embed it in the V0 actor)")
-    parser.add_argument("--sparserl.v0_gpus", type=float, default=0.0, help="GPUs of the V0 prior actor")
+    from sparserl.core.config import v0_actor_settings
+    d = v0_actor_settings({})  # the schema's defaults (rl.openrlhf.v0_*)
+    parser.add_argument("--sparserl.v0_gpus", type=float, default=d["v0_gpus"],
+                        help="share of one GPU of the V0 prior actor in the colocated placement group")
+    parser.add_argument("--sparserl.v0_threads", type=int, default=d["v0_threads"], help="CPU threads of the V0 prior actor")
+    parser.add_argument("--sparserl.v0_timeout_s", type=float, default=d["v0_timeout_s"],
+                        help="seconds one V0 prior query may take")
+    parser.add_argument("--sparserl.v0_start_timeout_s", type=float, default=d["v0_start_timeout_s"],
+                        help="seconds for the V0 prior actor to be placed and start")
     parser.add_argument("--sparserl.config", type=str, default=None,
                         help="the run's config files (JSON list): the V0 actor reads the pool and v0.embedder")
     return parser

@@ -5,6 +5,7 @@ OpenRLHF's trainer runs in Ray actors, where a driver-side patch does not reach;
 start of every worker. It patches the module attributes where OpenRLHF looks the classes up:
 `openrlhf.trainer.ppo_trainer.RemoteExperienceMaker` / `.SamplesGenerator`,
 `openrlhf.trainer.ppo_trainer_async.SamplesGenerator`, `openrlhf.trainer.ray.ppo_actor.PolicyLoss` /
+`openrlhf.cli.train_ppo_ray.placement_group` (names the colocated group, `placement`),
 `.ActorPPOTrainer` and `openrlhf.trainer.ray.ppo_critic.CriticPPOTrainer` (looked up when the model
 actors build their trainers):
 at once where the module is already imported, else right after its first import (a post-import
@@ -21,6 +22,10 @@ from sparserl.engines.openrlhf import HOOK  # noqa: E402  (one spelling of the h
 
 # module -> attribute -> "module:Class" of ours
 PATCHES: dict[str, dict[str, str]] = {
+    # names the colocated placement group so the V0 prior actor can join it (placement.py)
+    "openrlhf.cli.train_ppo_ray": {
+        "placement_group": "sparserl.engines.openrlhf.placement:named_placement_group",
+    },
     "openrlhf.trainer.ppo_trainer": {
         "RemoteExperienceMaker": "sparserl.engines.openrlhf.experience:SparseRLExperienceMaker",
         "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
