@@ -584,7 +584,8 @@ def test_cli_register_prints_the_argument_list(orl, tmp_path, monkeypatch, capsy
     over = tmp_path / "rl.yaml"
     over.write_text(yaml.safe_dump({"rl": {"policy": "qwen3_4b", "methods": ["gpg_g8"], "seeds": [0],
                                            "steps": 10, "rollouts_per_step": 256,
-                                           "openrlhf": {"vllm.num_engines": 4}}}))
+                                           # 4 engines of 2 GPUs: the colocated job's 8 GPUs
+                                           "openrlhf": {"vllm.num_engines": 4, "vllm.tensor_parallel_size": 2}}}))
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="command", required=True)
 
