@@ -90,6 +90,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from sparserl.engines.openrlhf.critic import (critic_batch, critic_method, critic_probs, privileged_contexts,
                                               values_to_actor, warmup_steps, with_context, with_warmup_tag)
+from sparserl.engines.openrlhf.syncwatch import check_vllm_kl, step_vllm_kl
 from sparserl.estimators import list_estimators
 from sparserl.estimators.gae import gae, terminal_rewards
 from sparserl.estimators.tether import explained_variance
@@ -351,6 +352,19 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
     @torch.no_grad()
     def make_experience(self, samples_list):
+        """`_make_experience`, then the weight sync's check (`syncwatch`): each rollout's vllm_kl
+        in its info, and the step failed when their token mean passes --sparserl.vllm_kl_max."""
+        exps = self._make_experience(samples_list)
+        if not exps:
+            return exps
+        if not hasattr(self, "_sync_step"):  # OpenRLHF's global step, from the checkpoint on a resume
+            self._sync_step = resume_step(self)
+        self._sync_step += 1
+        bound = getattr(getattr(self.strategy.args, "sparserl", None), "vllm_kl_max", None)
+        check_vllm_kl(step_vllm_kl(exps), bound, self._sync_step)
+        return exps
+
+    def _make_experience(self, samples_list):
         """OpenRLHF's make_experience; with our critic, the critic evaluates prompt + privileged
         context + response (`critic.critic_batch`), its values come back at the actor's action
         positions (`critic.values_to_actor`) as p = sigmoid(head) (`critic.critic_probs`), and the
