@@ -151,6 +151,20 @@ def test_openrlhf_names_fall_through_to_super(orl):
             torch.testing.assert_close(x.advantages, y.advantages, atol=0, rtol=0)
 
 
+def test_control_switch_negates_every_path(orl, monkeypatch):
+    """The end-to-end control run's switch (experience.NEGATE_ENV) flips the advantages of our
+    estimators and of OpenRLHF's alike, and is off unless set to 1."""
+    from sparserl.engines.openrlhf.experience import NEGATE_ENV, SparseRLExperienceMaker
+    for name in ["grpo", "reinforce_baseline"]:
+        monkeypatch.delenv(NEGATE_ENV, raising=False)
+        plain = _maker(SparseRLExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+        monkeypatch.setenv(NEGATE_ENV, "1")
+        flipped = _maker(SparseRLExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+        assert any(bool(x.advantages.abs().sum() > 0) for x in plain)
+        for x, y in zip(plain, flipped):
+            torch.testing.assert_close(y.advantages, -x.advantages, atol=0, rtol=0)
+
+
 def _registry(name, rewards, uids, ctx, **kw):
     return get_estimator(name)(np.asarray(rewards, float), np.asarray(uids), ctx=ctx, **kw)
 

@@ -180,6 +180,9 @@ def _side(labels: list[dict], key: str, what: str) -> np.ndarray:
 
 
 _LIVE_PRIORS: dict = {}
+# a test's control run (tests/test_openrlhf_cpu.py): "1" negates every advantage, so the policy
+# unlearns; read in the experience maker's process, which inherits the launcher's environment
+NEGATE_ENV = "SPARSERL_CONTROL_NEGATE_ADVANTAGES"
 STATE_FILE = "estimator_state.jsonl"  # under <run>/openrlhf/: what each step carries into the next
 
 
@@ -448,6 +451,15 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences):
+        """`_advantages_and_returns`; with the test-only control `NEGATE_ENV` = 1, negated."""
+        experiences = self._advantages_and_returns(experiences)
+        if os.environ.get(NEGATE_ENV) == "1":  # tests/test_openrlhf_cpu.py: reward must fall
+            print(f"[sparserl] {NEGATE_ENV}=1: advantages negated (a test's control run, never a result)", flush=True)
+            for e in experiences:
+                e.advantages = -e.advantages
+        return experiences
+
+    def _advantages_and_returns(self, experiences):
         args = self.strategy.args
         name = args.algo.advantage.estimator
         cspec = critic_method(args)
@@ -559,6 +571,6 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         return experiences
 
 
-__all__ = ["LABEL_FIELDS", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
+__all__ = ["LABEL_FIELDS", "NEGATE_ENV", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
            "harvest", "is_registry_estimator", "keep_harvest", "live_prior", "method_spec", "restore_support",
            "resume_step", "save_state", "saved_state", "side_data", "state_path", "step_prior"]
