@@ -155,6 +155,7 @@ def test_control_switch_negates_every_path(orl, monkeypatch):
     """The end-to-end control run's switch (experience.NEGATE_ENV) flips the advantages of our
     estimators and of OpenRLHF's alike, and is off unless set to 1."""
     from sparserl.engines.openrlhf.experience import NEGATE_ENV, SparseRLExperienceMaker
+    assert NEGATE_ENV == "SPARSERL_CONTROL_NEGATE_ADVANTAGES"  # tests/test_openrlhf_cpu.py sets it by name
     for name in ["grpo", "reinforce_baseline"]:
         monkeypatch.delenv(NEGATE_ENV, raising=False)
         plain = _maker(SparseRLExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
