@@ -151,6 +151,21 @@ def test_openrlhf_names_fall_through_to_super(orl):
             torch.testing.assert_close(x.advantages, y.advantages, atol=0, rtol=0)
 
 
+def test_control_switch_negates_every_path(orl, monkeypatch):
+    """The end-to-end control run's switch (experience.NEGATE_ENV) flips the advantages of our
+    estimators and of OpenRLHF's alike, and is off unless set to 1."""
+    from sparserl.engines.openrlhf.experience import NEGATE_ENV, SparseRLExperienceMaker
+    assert NEGATE_ENV == "SPARSERL_CONTROL_NEGATE_ADVANTAGES"  # tests/test_openrlhf_cpu.py sets it by name
+    for name in ["grpo", "reinforce_baseline"]:
+        monkeypatch.delenv(NEGATE_ENV, raising=False)
+        plain = _maker(SparseRLExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+        monkeypatch.setenv(NEGATE_ENV, "1")
+        flipped = _maker(SparseRLExperienceMaker, name).compute_advantages_and_returns(_batch(orl, REWARDS_EQ, UIDS_EQ))
+        assert any(bool(x.advantages.abs().sum() > 0) for x in plain)
+        for x, y in zip(plain, flipped):
+            torch.testing.assert_close(y.advantages, -x.advantages, atol=0, rtol=0)
+
+
 def _registry(name, rewards, uids, ctx, **kw):
     return get_estimator(name)(np.asarray(rewards, float), np.asarray(uids), ctx=ctx, **kw)
 
@@ -357,12 +372,13 @@ def test_reward_func_scores_the_response_not_the_prompt(orl):
 
 def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
     from sparserl.engines.openrlhf import patches as launcher
+    from sparserl.engines.openrlhf import syncwatch
     from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     from sparserl.engines.openrlhf.losses import SparseRLPolicyLoss
     from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
-    for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
-                       (orl.ppo_trainer_async, ["SamplesGenerator"]), (orl.ppo_actor, ["PolicyLoss"])]:
-        for a in attrs:
+    for modname, attrs in launcher.PATCHES.items():
+        mod = sys.modules.get(modname)
+        for a in attrs if mod is not None else ():
             monkeypatch.setattr(mod, a, getattr(mod, a))  # restored after the test
     assert orl.ppo_trainer.RemoteExperienceMaker is orl.em.RemoteExperienceMaker
     launcher.worker_process_setup()  # what Ray runs in each worker
@@ -370,6 +386,8 @@ def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
     assert orl.ppo_trainer.SamplesGenerator is OslaSamplesGenerator
     assert orl.ppo_trainer_async.SamplesGenerator is OslaSamplesGenerator
     assert orl.ppo_actor.PolicyLoss is SparseRLPolicyLoss
+    assert orl.sg.SamplingParams is syncwatch.sampling_params  # vLLM log-probs at every correction level
+    assert orl.train_ppo_ray.create_vllm_engines is syncwatch.create_vllm_engines
     assert issubclass(SparseRLExperienceMaker, orl.em.RemoteExperienceMaker)
     assert issubclass(OslaSamplesGenerator, orl.sg.SamplesGenerator)
     assert issubclass(SparseRLPolicyLoss, orl.loss.PolicyLoss)
@@ -386,6 +404,72 @@ def test_patches_apply_on_first_import(orl, monkeypatch):
     assert fresh is not orl.ppo_trainer_async
     assert fresh.SamplesGenerator is OslaSamplesGenerator
     assert fresh.__spec__.loader.get_source("openrlhf.trainer.ppo_trainer_async")  # loader still delegates
+
+
+# --------------------------------------------------------------------------- the weight sync's watch
+
+
+def _synced(orl, gaps, T=4):
+    """Experiences after the actor's forward pass: vLLM's log-probs = the trainer's + gap[i] on
+    rollout i's action tokens (3 of T), junk after the mask."""
+    exps = []
+    for k in range(0, len(gaps), 2):
+        g = torch.tensor(gaps[k:k + 2], dtype=torch.float32)
+        mask = torch.zeros(len(g), T, dtype=torch.bool)
+        mask[:, :3] = True
+        train = -torch.rand(len(g), T, generator=torch.Generator().manual_seed(k))
+        exps.append(orl.exp.Experience(action_mask=mask, action_log_probs=train,
+                                       rollout_log_probs=torch.where(mask, train + g[:, None], torch.full_like(train, 9.0)),
+                                       info={}))
+    return exps
+
+
+def test_vllm_kl_is_logged_every_step_and_bounded(orl, monkeypatch):
+    """Each rollout's token-mean gap goes into its info (train/vllm_kl) with the correction off; a
+    step whose mean passes --sparserl.vllm_kl_max fails naming the step, the value and the bound."""
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
+    m = _maker(SparseRLExperienceMaker, "grpo")
+    m.strategy.args.sparserl.vllm_kl_max = 0.05
+    steps = iter([_synced(orl, [0.001, -0.002, 0.0, 0.003]), _synced(orl, [0.04, 0.08, 0.05, 0.07])])
+    monkeypatch.setattr(m, "_make_experience", lambda _samples: next(steps))
+    exps = m.make_experience(["samples"])
+    got = torch.cat([e.info["vllm_kl"] for e in exps])
+    torch.testing.assert_close(got, torch.tensor([0.001, -0.002, 0.0, 0.003]), atol=1e-6, rtol=0)
+    with pytest.raises(RuntimeError, match=r"^step 2: vllm_kl 0\.06 is past --sparserl\.vllm_kl_max 0\.05: "
+                                           r"vLLM samples from other weights .*stale or broken weight sync"):
+        m.make_experience(["samples"])
+    m.strategy.args.sparserl.vllm_kl_max = 0.0  # off
+    monkeypatch.setattr(m, "_make_experience", lambda _samples: _synced(orl, [1.0, 1.0]))
+    assert float(m.make_experience(["samples"])[0].info["vllm_kl"][0]) == pytest.approx(1.0)
+
+
+def test_vllm_logprobs_are_asked_at_every_correction_level(orl, monkeypatch):
+    """The samples generator's SamplingParams always asks for the sampled token's log-prob, and the
+    engines return them after temperature (the trainer's logits / T), whatever the correction."""
+    import inspect
+    from sparserl.engines.openrlhf import syncwatch
+    assert syncwatch.sampling_params(temperature=0.7, logprobs=None).logprobs == 0
+    assert syncwatch.sampling_params(temperature=0.7, logprobs=1).logprobs == 1
+    vllm_engine = importlib.import_module("openrlhf.trainer.ray.vllm_engine")
+    seen = {}
+
+    def fake(*a, **k):
+        seen.update(inspect.signature(vllm_engine.create_vllm_engines).bind(*a, **k).arguments)
+    fake.__signature__ = inspect.signature(vllm_engine.create_vllm_engines)
+    monkeypatch.setattr(vllm_engine, "create_vllm_engines", fake)
+    # train_ppo_ray's call with the correction off: 11 positional arguments, then logprobs_mode None
+    syncwatch.create_vllm_engines(1, 1, "m", 0, False, True, True, 64, None, 0.1, False, None, agent_func_path=None)
+    assert seen["logprobs_mode"] == "processed_logprobs" and seen["max_model_len"] == 64
+
+
+def test_vllm_kl_bound_defaults_and_overrides(orl, tmp_path):
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.parser import parse_args
+    from sparserl.methods.spec import load_method
+    m = load_method("grpo_g8")
+    assert parse_args(openrlhf_argv(_cfg(tmp_path), m, 0, tmp_path / "final", policy_path="p")).sparserl.vllm_kl_max == 0.05
+    off = openrlhf_argv(_cfg(tmp_path, openrlhf={"sparserl.vllm_kl_max": 0.2}), m, 0, tmp_path / "final", policy_path="p")
+    assert parse_args(off).sparserl.vllm_kl_max == 0.2
 
 
 def test_init_ray_passes_the_setup_hook(orl, monkeypatch):

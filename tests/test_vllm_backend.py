@@ -270,3 +270,15 @@ def test_per_prompt_n_and_seeds(real):
     d = be.generate(twice, 2, params, seed=9)
     replays = [d.response_ids[4 * i + 1] == d.response_ids[4 * i + 2] for i in range(len(PROMPTS))]
     assert not all(replays), "seeds of neighbouring prompts overlap"
+
+
+def test_copies_of_a_prompt_get_distinct_completions(real):
+    """GRPO groups are copies of one prompt: each copy needs its own seed, or the engine returns the
+    same completion 8 times (a group with no reward spread, no gradient). 8 copies of each prompt,
+    one completion each, at T = 1: the policy is sure of some sums, not of all."""
+    be, _, _ = real
+    copies = [p for p in PROMPTS for _ in range(8)]
+    b = be.generate(copies, 1, SamplingParams(temperature=1.0, max_new_tokens=MAX_NEW), seed=4)
+    distinct = [len({tuple(b.response_ids[8 * i + j]) for j in range(8)}) for i in range(len(PROMPTS))]
+    assert max(distinct) > 1, f"every prompt's 8 copies got one completion each: {distinct} distinct per prompt"
+    print("distinct completions per prompt:", distinct)

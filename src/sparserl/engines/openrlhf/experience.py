@@ -90,6 +90,7 @@ from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from sparserl.engines.openrlhf.critic import (critic_batch, critic_method, critic_probs, privileged_contexts,
                                               values_to_actor, warmup_steps, with_context, with_warmup_tag)
+from sparserl.engines.openrlhf.syncwatch import check_vllm_kl, step_vllm_kl
 from sparserl.estimators import list_estimators
 from sparserl.estimators.gae import gae, terminal_rewards
 from sparserl.estimators.tether import explained_variance
@@ -179,6 +180,9 @@ def _side(labels: list[dict], key: str, what: str) -> np.ndarray:
 
 
 _LIVE_PRIORS: dict = {}
+# a test's control run (tests/test_openrlhf_cpu.py): "1" negates every advantage, so the policy
+# unlearns; read in the experience maker's process, which inherits the launcher's environment
+NEGATE_ENV = "SPARSERL_CONTROL_NEGATE_ADVANTAGES"
 STATE_FILE = "estimator_state.jsonl"  # under <run>/openrlhf/: what each step carries into the next
 
 
@@ -351,6 +355,19 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
     @torch.no_grad()
     def make_experience(self, samples_list):
+        """`_make_experience`, then the weight sync's check (`syncwatch`): each rollout's vllm_kl
+        in its info, and the step failed when their token mean passes --sparserl.vllm_kl_max."""
+        exps = self._make_experience(samples_list)
+        if not exps:
+            return exps
+        if not hasattr(self, "_sync_step"):  # OpenRLHF's global step, from the checkpoint on a resume
+            self._sync_step = resume_step(self)
+        self._sync_step += 1
+        bound = getattr(getattr(self.strategy.args, "sparserl", None), "vllm_kl_max", None)
+        check_vllm_kl(step_vllm_kl(exps), bound, self._sync_step)
+        return exps
+
+    def _make_experience(self, samples_list):
         """OpenRLHF's make_experience; with our critic, the critic evaluates prompt + privileged
         context + response (`critic.critic_batch`), its values come back at the actor's action
         positions (`critic.values_to_actor`) as p = sigmoid(head) (`critic.critic_probs`), and the
@@ -434,6 +451,15 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
 
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences):
+        """`_advantages_and_returns`; with the test-only control `NEGATE_ENV` = 1, negated."""
+        experiences = self._advantages_and_returns(experiences)
+        if os.environ.get(NEGATE_ENV) == "1":  # tests/test_openrlhf_cpu.py: reward must fall
+            print(f"[sparserl] {NEGATE_ENV}=1: advantages negated (a test's control run, never a result)", flush=True)
+            for e in experiences:
+                e.advantages = -e.advantages
+        return experiences
+
+    def _advantages_and_returns(self, experiences):
         args = self.strategy.args
         name = args.algo.advantage.estimator
         cspec = critic_method(args)
@@ -545,6 +571,6 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         return experiences
 
 
-__all__ = ["LABEL_FIELDS", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
+__all__ = ["LABEL_FIELDS", "NEGATE_ENV", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
            "harvest", "is_registry_estimator", "keep_harvest", "live_prior", "method_spec", "restore_support",
            "resume_step", "save_state", "saved_state", "side_data", "state_path", "step_prior"]

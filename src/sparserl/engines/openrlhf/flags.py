@@ -54,6 +54,11 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     # kill during a save leaves nothing to resume from. HF checkpoints are never pruned by
     # OpenRLHF, so `save_steps` keeps them to evaluated steps
     "ckpt.max_num": 2,
+    # a step whose |vllm_kl| (vLLM's log-probs of its sampled tokens against the trainer's; logged
+    # every step, engines.openrlhf.syncwatch) passes this fails: a stale or broken weight sync.
+    # Room for bf16 numerics (the CPU run's live sync: below 1e-3); a sync that loads nothing
+    # passes it once training has moved the weights (docs/cluster.md)
+    "sparserl.vllm_kl_max": 0.05,
 }
 LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port", "v0_gpus", "v0_threads",
                  "v0_timeout_s", "v0_start_timeout_s")

@@ -30,6 +30,13 @@ PATCHES: dict[str, dict[str, str]] = {
         "RemoteExperienceMaker": "sparserl.engines.openrlhf.experience:SparseRLExperienceMaker",
         "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
     },
+    # the sampled tokens' vLLM log-probs at every correction level: the weight sync's check (syncwatch)
+    "openrlhf.trainer.ppo_utils.samples_generator": {
+        "SamplingParams": "sparserl.engines.openrlhf.syncwatch:sampling_params",
+    },
+    "openrlhf.cli.train_ppo_ray": {
+        "create_vllm_engines": "sparserl.engines.openrlhf.syncwatch:create_vllm_engines",
+    },
     "openrlhf.trainer.ppo_trainer_async": {
         "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
     },
