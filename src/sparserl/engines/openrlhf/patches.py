@@ -22,10 +22,6 @@ from sparserl.engines.openrlhf import HOOK  # noqa: E402  (one spelling of the h
 
 # module -> attribute -> "module:Class" of ours
 PATCHES: dict[str, dict[str, str]] = {
-    # names the colocated placement group so the V0 prior actor can join it (placement.py)
-    "openrlhf.cli.train_ppo_ray": {
-        "placement_group": "sparserl.engines.openrlhf.placement:named_placement_group",
-    },
     "openrlhf.trainer.ppo_trainer": {
         "RemoteExperienceMaker": "sparserl.engines.openrlhf.experience:SparseRLExperienceMaker",
         "SamplesGenerator": "sparserl.engines.openrlhf.samples:OslaSamplesGenerator",
@@ -35,6 +31,9 @@ PATCHES: dict[str, dict[str, str]] = {
         "SamplingParams": "sparserl.engines.openrlhf.syncwatch:sampling_params",
     },
     "openrlhf.cli.train_ppo_ray": {
+        # names the colocated placement group so the V0 prior actor can join it (placement.py)
+        "placement_group": "sparserl.engines.openrlhf.placement:named_placement_group",
+        # vLLM engines that return the sampled tokens' log-probs (syncwatch)
         "create_vllm_engines": "sparserl.engines.openrlhf.syncwatch:create_vllm_engines",
     },
     "openrlhf.trainer.ppo_trainer_async": {
