@@ -713,7 +713,7 @@ def f(x):
     took = time.monotonic() - t0
     assert not res[0].ok and "timeout" in res[0].error, res[0]
     assert res[1].ok and res[1].value == 42, res[1]
-    assert took < 12, f"the attack held the watchdog for {took:.1f}s"  # its own 16 s would pass 16
+    assert took < 14, f"the attack held the watchdog for {took:.1f}s"  # its own 16 s would pass 16
 
 
 def test_attack_8_one_program_cannot_forge_anothers_grade(strong):
