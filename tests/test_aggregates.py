@@ -80,7 +80,7 @@ def test_profile_counts_scores_above_tau_reproducibly_and_leaves_numpy_alone():
     np.random.seed(5)
     before = np.random.get_state()[1].copy()
     ours = agg.profile_table(scores, agg.TAUS, reps=50)
-    # rliable draws from numpy's global RNG: seeded for the call, restored after
+    # each method has its own generator: numpy's global one is never drawn from
     np.testing.assert_array_equal(np.random.get_state()[1], before)
     for m, s in scores.items():
         np.testing.assert_allclose(ours[ours["method"] == m]["fraction"], [(s > t).mean() for t in agg.TAUS])
@@ -90,6 +90,17 @@ def test_profile_counts_scores_above_tau_reproducibly_and_leaves_numpy_alone():
     # one stream per method: dropping b leaves a's band as it was
     pd.testing.assert_frame_equal(agg.profile_table({"a": scores["a"]}, agg.TAUS, reps=50),
                                   ours[ours["method"] == "a"].reset_index(drop=True))
+
+
+def test_the_study_never_imports_rliables_library_or_arch():
+    """rliable.library imports arch, and the arch versions rliable 1.2 allows (< 8) fail to import
+    under pandas 3: the aggregates use rliable.metrics and their own stratified bootstrap."""
+    code = ("import sys, numpy as np; from sparserl.studies import aggregates as a; "
+            "a.iqm_table({'m': np.random.default_rng(0).uniform(size=(3, 4))}, 'accuracy', reps=20); "
+            "a.profile_table({'m': np.ones((2, 3))}, a.TAUS, reps=5); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('arch', 'statsmodels') or m == 'rliable.library'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_pairs_are_against_grpo_g8_and_the_best():

@@ -9,8 +9,8 @@ the start policy). Three tables under `results/{scale}/head_to_head/` (`Paths.he
 
   iqm.parquet          one row per (method, metric in accuracy | gain): the interquartile mean of
                        its seeds x benchmarks scores (`metrics.aggregate_iqm`) and the plain mean,
-                       each with a 95% stratified-bootstrap percentile interval
-                       (`library.get_interval_estimates`: runs resampled within each benchmark)
+                       each with a 95% stratified-bootstrap percentile interval (`interval`:
+                       runs resampled within each benchmark, as rliable's StratifiedBootstrap)
   improvement.parquet  one row per (x, y): P(X > Y), the share of (run of x, run of y) pairs on a
                        benchmark where x scores higher, averaged over benchmarks
                        (`metrics.probability_of_improvement`, Mann-Whitney U), with its 95% interval;
@@ -18,19 +18,20 @@ the start policy). Three tables under `results/{scale}/head_to_head/` (`Paths.he
                        with the highest IQM accuracy. Accuracy only: the gain subtracts the same start
                        score from every run of a benchmark, which leaves P(X > Y) unchanged
   profiles.parquet     one row per (method, tau): the fraction of its runs x benchmarks scores above
-                       tau (`library.score_distributions`, the performance profile of
-                       `library.create_performance_profile`) with its 95% interval
+                       tau (rliable's performance profile, `score_distributions`) with its 95%
+                       interval
 
-With 1 seed there is no run to resample: rliable's intervals collapse to the point, so they are
-written as NaN (`ci_method` says so) rather than as a certainty the data do not give. The bootstrap
-RNG is fixed (`BOOTSTRAP_SEED`, the config's `seed`, the method's or pair's name; rliable 1.2 draws
-from numpy's global RNG, which `_seeded` sets and restores): the same tables give the same bytes, and
-adding a method leaves the others' intervals as they were.
+With 1 seed there is no run to resample: the intervals would collapse to the point, so they are
+written as NaN (`ci_method` says so) rather than as a certainty the data do not give. The metrics are
+rliable's (`rliable.metrics`); the stratified bootstrap is numpy's here, not `rliable.library`'s:
+that module imports `arch`, whose versions rliable 1.2 allows (< 8) fail to import under pandas 3,
+and it draws from numpy's global RNG. Each method or pair has its own generator (`BOOTSTRAP_SEED`,
+the config's `seed`, its name): the same tables give the same bytes, and adding a method leaves
+the others' intervals as they were.
 """
 from __future__ import annotations
 
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -51,55 +52,51 @@ TABLES = ("iqm", "improvement", "profiles")
 METRICS = ("accuracy", "gain")
 
 
-def _rliable():
-    # imported at first use: rliable pulls in arch and statsmodels (about a second), which
-    # importing sparserl.studies for anything else need not pay
-    from rliable import library, metrics
-    return library, metrics
+def _metrics():
+    from rliable import metrics  # numpy and scipy only (rliable.library would import arch)
+    return metrics
 
 
-@contextmanager
-def _seeded(seed: int, key: str):
-    """rliable 1.2 draws its resamples from numpy's global RNG (`np.random.choice` in
-    `update_indices`; its random_state only reaches arch, which does not draw them): seed that for
-    the call and put it back after. One stream per method or pair, so that the intervals of one do
-    not depend on which others were computed before it."""
-    state = np.random.get_state()
-    np.random.seed([BOOTSTRAP_SEED, int(seed), zlib.crc32(key.encode())])
-    try:
-        yield
-    finally:
-        np.random.set_state(state)
+def _rng(seed: int, key: str) -> np.random.Generator:
+    return np.random.default_rng([BOOTSTRAP_SEED, int(seed), zlib.crc32(key.encode())])
 
 
 def interval(scores, func: Callable, key: str, reps: int, seed: int, level: float = LEVEL):
-    """(point, lower, upper) of `func` by rliable's stratified bootstrap (percentile interval);
-    `scores` is a (runs x tasks) array, or a list of them for an independent bootstrap of each.
-    With 1 run in any of them the bounds are NaN: resampling one run gives back the point."""
-    library, _ = _rliable()
-    arrays = list(scores) if isinstance(scores, (list, tuple)) else [scores]
-    if min(np.shape(a)[0] for a in arrays) < 2:
-        point = np.asarray(func(*arrays), dtype=float)
+    """(point, lower, upper) of `func` by a stratified bootstrap (percentile interval): each
+    resample draws runs with replacement independently within each task (column), as rliable's
+    `StratifiedBootstrap`; `scores` is a (runs x tasks) array, or a list of them, each resampled
+    independently. With 1 run in any of them the bounds are NaN: resampling one run gives back
+    the point."""
+    arrays = [np.asarray(a, dtype=float) for a in (scores if isinstance(scores, (list, tuple)) else [scores])]
+    point = np.asarray(func(*arrays), dtype=float)
+    if min(a.shape[0] for a in arrays) < 2:
         return point, np.full(point.shape, np.nan), np.full(point.shape, np.nan)
-    with _seeded(seed, key):
-        point, ci = library.get_interval_estimates({key: scores}, func, reps=reps, confidence_interval_size=level)
-    point = np.asarray(point[key], dtype=float)
-    # the interval comes as (2, ...) with a scalar func's bounds in arrays of one: shape them as the point
-    lo, hi = (np.asarray(b, dtype=float).reshape(point.shape) for b in ci[key])
-    return point, lo, hi
+    rng = _rng(seed, key)
+    draws = []
+    for _ in range(reps):
+        resampled = [np.take_along_axis(a, rng.integers(0, a.shape[0], size=a.shape), axis=0) for a in arrays]
+        draws.append(np.asarray(func(*resampled), dtype=float))
+    q = (1 - level) / 2
+    lo, hi = np.percentile(np.stack(draws), [100 * q, 100 * (1 - q)], axis=0)
+    return point, np.asarray(lo).reshape(point.shape), np.asarray(hi).reshape(point.shape)
+
+
+def score_distributions(scores: np.ndarray, taus: np.ndarray) -> np.ndarray:
+    """rliable's performance profile at each tau: the fraction of runs x tasks scores above it."""
+    return np.array([(np.asarray(scores) > t).mean() for t in taus])
 
 
 def _ci_method(runs: int, what: str) -> str:
     if runs < 2:
         return "none: 1 seed (no run to resample)"
-    return f"rliable stratified bootstrap: {what}"
+    return f"stratified bootstrap: {what}"
 
 
 def iqm_table(scores: dict[str, np.ndarray], metric: str, reps: int = BOOTSTRAP, seed: int = 0,
               level: float = LEVEL) -> pd.DataFrame:
     """One row per method: IQM and mean of its (runs x tasks) scores with their intervals;
     `rank` 1 = highest IQM (equal IQMs share a rank)."""
-    _, metrics = _rliable()
+    metrics = _metrics()
     func = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])  # noqa: E731
     rows = []
     for m, s in scores.items():
@@ -139,7 +136,7 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
 def improvement_table(scores: dict[str, np.ndarray], pairs: list[tuple[str, str, str]], reps: int = BOOTSTRAP,
                       seed: int = 0, level: float = LEVEL) -> pd.DataFrame:
     """P(X > Y) of each pair with its interval (runs of x and y resampled independently per task)."""
-    _, metrics = _rliable()
+    metrics = _metrics()
     rows = []
     for x, y, against in pairs:
         sx, sy = np.asarray(scores[x], dtype=float), np.asarray(scores[y], dtype=float)
@@ -156,19 +153,12 @@ def improvement_table(scores: dict[str, np.ndarray], pairs: list[tuple[str, str,
 
 def profile_table(scores: dict[str, np.ndarray], taus: np.ndarray = TAUS, reps: int = BOOTSTRAP, seed: int = 0,
                   level: float = LEVEL) -> pd.DataFrame:
-    """Per method and tau: the fraction of its runs x tasks scores above tau, with its interval
-    (rliable's `create_performance_profile`, one method at a time under its own seed)."""
-    library, _ = _rliable()
+    """Per method and tau: the fraction of its runs x tasks scores above tau (rliable's performance
+    profile), with its stratified-bootstrap interval, one method at a time under its own seed."""
     rows = []
     for m, s in scores.items():
         s = np.asarray(s, dtype=float)
-        if s.shape[0] < 2:  # nothing to resample (see `interval`)
-            point, lo, hi = library.score_distributions(s, taus), np.full(len(taus), np.nan), np.full(len(taus), np.nan)
-        else:
-            with _seeded(seed, f"profile/{m}"):
-                profile, ci = library.create_performance_profile({m: s}, taus, reps=reps,
-                                                                 confidence_interval_size=level)
-            point, (lo, hi) = profile[m], ci[m]
+        point, lo, hi = interval(s, lambda x: score_distributions(x, taus), f"profile/{m}", reps, seed, level)
         rows += [{"method": m, "tau": float(t), "fraction": float(p), "ci_lo": float(a), "ci_hi": float(b)}
                  for t, p, a, b in zip(taus, point, lo, hi)]
     return pd.DataFrame(rows)
