@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.join(workflow.basedir, "src"))  # a checkout runs wit
 from sparserl.core.config import (ConfigError, describe_overrides, explain_key_change, from_snakemake,
                                   read_yaml, write_resolved)
 from sparserl.core.paths import Paths, rl_engine
+import sparserl.engines.openrlhf.placement  # noqa: F401  (registers its check of rl.openrlhf at load)
 
 # --configfile replaces the default instead of being merged into it
 if not workflow.overwrite_configfiles:

@@ -80,7 +80,8 @@ def test_grpo_piece_runs_openrlhf_with_the_cluster_flags(tmp_path):
     flash = importlib.util.find_spec("flash_attn") is not None
     assert args.ds.packing_samples == flash
     assert args.ds.attn_implementation == ("flash_attention_2" if flash else "sdpa")
-    assert args.algo.advantage.is_correction_level == "token"  # OpenRLHF logs vllm_kl only then
+    # vllm_kl is logged and bounded at every correction level (engines.openrlhf.syncwatch)
+    assert args.sparserl.vllm_kl_max > 0
     plan = plan_from_args(args)
     assert len(plan.bundles) == 1 and plan.used(0) == pytest.approx(0.4) and plan.outside() == []
 

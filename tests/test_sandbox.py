@@ -561,7 +561,7 @@ DEEP = """
 import os
 def f(x):
     {flip}
-    for i in range(3000):
+    for i in range({depth}):
         os.mkdir("d")
         os.chdir("d")
     open("leaf", "w").write("x")
@@ -571,13 +571,14 @@ def f(x):
 
 
 def test_attack_3_a_deep_tree_cannot_crash_the_trainer(strong, nothing_on_host):
-    (r,) = run_calls(FLIP + DEEP.format(flip="_flip()"), "f", [0], time_limit_s=10.0, limits=strong)
+    (r,) = run_calls(FLIP + DEEP.format(flip="_flip()", depth=3000), "f", [0], time_limit_s=30.0, limits=strong)
     assert r.ok and r.value == 7, r  # it ran; nothing of it is on the host (the fixture)
 
 
 def test_attack_3_weak_level_cleanup_never_recurses(nothing_on_host):
-    """The weak level's scratch is a host folder: its removal must hold against the same tree."""
-    r = _then_good(DEEP.format(flip="pass"), time_limit_s=20.0, limits=Limits(isolation="weak"))
+    """The weak level's scratch is a host folder: its removal must hold against a tree past Python's
+    recursion limit (1500 deep: the hook resolves each path, so 3000 took over 20 s on a loaded CI)."""
+    r = _then_good(DEEP.format(flip="pass", depth=1500), time_limit_s=60.0, limits=Limits(isolation="weak"))
     assert r.ok and r.value == 7, r
 
 

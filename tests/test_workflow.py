@@ -14,13 +14,23 @@ def snakemake(repo, workdir, *args, timeout=600):
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=timeout)
 
 
+def _sized(block, rule):
+    """The runtime a sized job asks: its estimate x 1.5 in whole hours (common.smk SIZED)."""
+    from sparserl.core.config import load_config
+    from sparserl.engines.sizing import estimate
+    from pathlib import Path
+    wc = dict(kv.split("=", 1) for kv in re.search(r"wildcards: (.*)", block).group(1).split(", "))
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/paper.yaml")
+    return -(-estimate(cfg, rule, wc).ask_minutes // 60) * 60
+
+
 def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     out = snakemake(repo, tmp_path, "--profile", "slurm", "-n", "all")
     assert out.returncode == 0, out.stderr[-3000:]
     log = out.stdout + out.stderr
     assert "rule evaluate:" in log and "results/paper/eval/qwen3_4b/eval.parquet" in log
     eval_block = log[log.index("rule evaluate:"):].split("\n\n")[0]
-    for res in ("gpu=1", "mem_mb=128000", "runtime=480", "cpus_per_task=16"):
+    for res in ("gpu=1", "mem_mb=128000", "runtime=840", "cpus_per_task=16"):  # resources.rollout
         assert res in eval_block, f"{res} missing from the evaluate job's resources"
     assert "fetch_data" in log
     assert "slurm_partition=gpu" in eval_block
@@ -46,7 +56,7 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     assert len(blocks) == len(methods)
     for m in methods:
         block = next(b for b in blocks if f"method={m}," in b)
-        assert "gpu=8" in block and "runtime=2880" in block, block
+        assert "gpu=8" in block and f"runtime={_sized(block, 'rl_cluster')}" in block, block
         assert "openrlhf-launch" in block and f"--method {m} " in block
     # V0's harvest: one GPU job per architecture the config names, then the V0 tables on the harvest
     cfg = load_config(repo / "configs/paper.yaml")
@@ -65,7 +75,8 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     assert got == {(e, m, str(s)) for e, m, s in runs} and len(train) == len(runs)
     for b in train:
         res = re.search(r"resources: (.*)", b).group(1)
-        for want in ("gpu=8", "runtime=2880", "cpus_per_task=64", "slurm_partition=gpu", "mem_mb=960000"):
+        for want in ("gpu=8", f"runtime={_sized(b, 'critique_train')}", "cpus_per_task=64", "slurm_partition=gpu",
+                     "mem_mb=960000"):
             assert want in res, (want, res)
         exp, method, seed = re.search(r"wildcards: exp=(\S+), method=(\S+), seed=(\d+)", b).groups()
         assert "critique-openrlhf --config " in b and f"--experiment {exp} --method {method} --seed {seed} " in b

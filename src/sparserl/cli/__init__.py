@@ -12,6 +12,7 @@ log = get_logger("sparserl.cli")
 
 
 def _cfg(args):
+    import sparserl.engines.openrlhf.placement  # noqa: F401  (registers its check of rl.openrlhf at load)
     from sparserl.core.config import load_config
     return load_config(args.config)
 

@@ -251,7 +251,8 @@ def _check_semantics(cfg: dict, layers) -> None:
                 raise ConfigError(f"{where}: critique.experiments.{name}.env '{e['env']}' is not under "
                                   f"critique.envs ({', '.join(crit['envs'])}); add it or fix the name")
     _check_cluster(cfg, layers)
-    _check_v0_actor(cfg, layers)
+    for check in SEMANTIC_CHECKS:
+        check(cfg, lambda path: _origin(path, layers))
 
 
 # OpenRLHF's cluster shape where rl.openrlhf leaves it out (engines.openrlhf.flags reads these)
@@ -307,38 +308,14 @@ def v0_actor_settings(over: dict) -> dict:
     return {k: (over or {}).get(k, d) for k, d in _v0_actor_defaults()}
 
 
-def _check_v0_actor(cfg: dict, layers) -> None:
-    """The V0 prior actor must fit inside OpenRLHF's colocated placement group, which holds every
-    GPU of the job (engines.openrlhf.placement); checked per method of rl.methods that queries V0."""
-    rl = cfg.get("rl") or {}
-    if not rl.get("methods"):
-        return
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS
-    from sparserl.engines.openrlhf.placement import colocated_plan
-    from sparserl.methods.spec import load_method
-    over = {**CLUSTER_DEFAULTS, **OPENRLHF_SHAPE_DEFAULTS, **(rl.get("openrlhf") or {})}
-    nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
-    shape = dict(nodes=nodes, gpus_per_node=gpn, tensor_parallel_size=tp,
-                 vllm_engines=int(over.get("vllm.num_engines") or max(1, nodes * gpn // tp)),
-                 colocate_all=bool(over.get("train.colocate_all")),
-                 colocate_actor_ref=bool(over.get("train.colocate_actor_ref")),
-                 async_enable=bool(over.get("train.async_enable")), v0_gpus=float(v0_actor_settings(over)["v0_gpus"]))
-    try:  # a share that fits beside a reference and a critic fits every method: no method file read
-        colocated_plan(**shape, ref=True, critic=True)
-        return
-    except ConfigError:
-        pass
-    for name in rl["methods"]:
-        try:
-            m = load_method(name)
-        except ConfigError:  # an unknown or broken method file is reported where methods are read
-            continue
-        if not m.needs_v0_model:
-            continue
-        try:
-            colocated_plan(**shape, ref=m.kl_coef > 0, critic=m.critic is not None)
-        except ConfigError as e:
-            raise ConfigError(f"{_origin(['rl', 'openrlhf'], layers)}: {e} (method {name})") from None
+# Checks that need a layer above core (the OpenRLHF placement plan): registered where they are
+# defined (engines.openrlhf.placement), run by `_check_semantics` with (cfg, origin) where
+# origin(path) names the file a key came from. The CLI and the Snakefile import their modules.
+SEMANTIC_CHECKS: list = []
+
+
+def origin(path: list[str], layers) -> str:
+    return _origin(path, layers)
 
 
 def rollout_max_new_tokens(cfg: dict) -> int:

@@ -364,6 +364,8 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
             self._sync_step = resume_step(self)
         self._sync_step += 1
         bound = getattr(getattr(self.strategy.args, "sparserl", None), "vllm_kl_max", None)
+        if bound is None and any(getattr(e, "rollout_log_probs", None) is None for e in exps):
+            return exps  # not started by our launcher (it always passes the bound) and no vLLM: nothing to watch
         check_vllm_kl(step_vllm_kl(exps), bound, self._sync_step)
         return exps
 

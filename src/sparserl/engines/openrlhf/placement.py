@@ -147,3 +147,46 @@ def colocated_group():
         raise RuntimeError(f"no placement group named {GROUP_NAME} in this Ray job: the V0 actor was started "
                            "outside openrlhf-launch, or patches.PATCHES lost its train_ppo_ray entry; start the "
                            "run with openrlhf-launch") from e
+
+
+def check_v0_actor(cfg: dict, origin) -> None:
+    """The V0 prior actor must fit inside OpenRLHF's colocated placement group, which holds every
+    GPU of the job (engines.openrlhf.placement); checked per method of rl.methods that queries V0."""
+    rl = cfg.get("rl") or {}
+    if not rl.get("methods"):
+        return
+    from sparserl.core.config import OPENRLHF_SHAPE_DEFAULTS, ConfigError, v0_actor_settings
+    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS
+    from sparserl.methods.spec import load_method
+    over = {**CLUSTER_DEFAULTS, **OPENRLHF_SHAPE_DEFAULTS, **(rl.get("openrlhf") or {})}
+    nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
+    shape = dict(nodes=nodes, gpus_per_node=gpn, tensor_parallel_size=tp,
+                 vllm_engines=int(over.get("vllm.num_engines") or max(1, nodes * gpn // tp)),
+                 colocate_all=bool(over.get("train.colocate_all")),
+                 colocate_actor_ref=bool(over.get("train.colocate_actor_ref")),
+                 async_enable=bool(over.get("train.async_enable")), v0_gpus=float(v0_actor_settings(over)["v0_gpus"]))
+    try:  # a share that fits beside a reference and a critic fits every method: no method file read
+        colocated_plan(**shape, ref=True, critic=True)
+        return
+    except ConfigError:
+        pass
+    for name in rl["methods"]:
+        try:
+            m = load_method(name)
+        except ConfigError:  # an unknown or broken method file is reported where methods are read
+            continue
+        if not m.needs_v0_model:
+            continue
+        try:
+            colocated_plan(**shape, ref=m.kl_coef > 0, critic=m.critic is not None)
+        except ConfigError as e:
+            raise ConfigError(f"{origin(['rl', 'openrlhf'])}: {e} (method {name})") from None
+
+
+def _register() -> None:
+    from sparserl.core.config import SEMANTIC_CHECKS
+    if check_v0_actor not in SEMANTIC_CHECKS:
+        SEMANTIC_CHECKS.append(check_v0_actor)
+
+
+_register()
