@@ -361,7 +361,7 @@ def _sharpening_curves(data, axes):
 # --- aggregates over benchmarks x seeds through rliable (sparserl.studies.aggregates) ----------------
 
 AGG_BUILT_BY = "rule head_to_head_aggregates (`sparserl head-to-head-aggregates`)"
-AGG_BARS = ("95% stratified-bootstrap percentile interval (rliable: runs resampled within each benchmark); "
+AGG_BARS = ("95% stratified-bootstrap percentile interval (as rliable: runs resampled within each benchmark); "
             "none with 1 seed")
 IQM_COLS = ("rank", "method", "metric", "runs", "tasks", "iqm", "ci_lo", "ci_hi")
 IMPROVEMENT_COLS = ("x", "y", "against", "p_improvement", "ci_lo", "ci_hi", "runs_x", "tasks")
@@ -412,7 +412,7 @@ def _aggregates_iqm(df, axes):
         if metric == "gain":
             ax.axvline(0, color="0.4", lw=0.8, ls="--")
         ax.set_xlabel(f"IQM of {label} (benchmark scores, mean@k)")
-        ax.set_title(f"IQM of {label} ({_scores_note(d)})")
+        ax.set_title(f"IQM of {label}\n({_scores_note(d)})")
     axes[0].set_yticks(list(y.values()), list(y), fontsize=7)
 
 
