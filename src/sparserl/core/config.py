@@ -314,10 +314,6 @@ def v0_actor_settings(over: dict) -> dict:
 SEMANTIC_CHECKS: list = []
 
 
-def origin(path: list[str], layers) -> str:
-    return _origin(path, layers)
-
-
 def rollout_max_new_tokens(cfg: dict) -> int:
     """Response length cap of pass rates, reference caches and evaluation (`rollout.max_new_tokens`)."""
     return int(cfg["rollout"]["max_new_tokens"])

@@ -545,14 +545,15 @@ def _interpreter(limits: Limits) -> str:
     return os.path.realpath(limits.python or sys.executable)
 
 
-def _ro_roots(python: str, site_paths: Sequence[str]) -> list[str]:
-    """Host folders the child sees read-only besides /usr: the interpreter's install and the
-    site-packages it is given, never their parents (so not the project, /root, /home or /work)."""
+def _ro_roots(python: str) -> list[str]:
+    """Host folders the child sees read-only, at their own paths, besides /usr: the interpreter's
+    install, never its parents (so not the project, /root, /home or /work). Site-packages are
+    bound at /site/N instead (`_bwrap_args`)."""
     roots = [os.path.dirname(os.path.dirname(python))]
     if python == os.path.realpath(sys.executable):
         roots += [sys.base_prefix, sys.base_exec_prefix]
     out: list[str] = []
-    for r in sorted({os.path.realpath(p) for p in [*roots, *site_paths]}):
+    for r in sorted({os.path.realpath(p) for p in roots}):
         if r in ("/", "") or r == "/usr" or r.startswith("/usr/") or not os.path.isdir(r):
             continue
         if not any(r == o or r.startswith(o + "/") for o in out):
@@ -603,7 +604,7 @@ def _bwrap_args(python: str, site_paths: Sequence[str], env: dict, scratch_mb: i
         a += ["--perms", "0111", "--dir", "/site"]
     for i, sp in enumerate(site_paths):
         a += ["--ro-bind", sp, _site_dest(i)]
-    for r in _ro_roots(python, []):
+    for r in _ro_roots(python):
         parents, p = [], os.path.dirname(r)
         while p not in ("/", "") and p not in made:
             parents.append(p)
@@ -921,7 +922,7 @@ def _host_uids(pid: int) -> tuple[int, ...]:
 
 def _self_test(python: str) -> dict:
     """Start the real sandbox on _PROBE and collect each layer's result."""
-    allowed = ["/usr/", "/bin/", python] + [r + "/" for r in _ro_roots(python, [])]
+    allowed = ["/usr/", "/bin/", python] + [r + "/" for r in _ro_roots(python)]
     code = (f"DEVICES = {_DEVICES!r}\nSCRATCH_MB = {_PROBE_SCRATCH_MB}\nSHM_MB = {_SHM_MB}\n"
             f"ALLOWED = {allowed!r}\n" + _PROBE)
     cg = _Cgroup(_PROBE_MEMORY_MB, 8)
