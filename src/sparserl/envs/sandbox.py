@@ -768,16 +768,13 @@ def _spawn_strong(python: str, site_paths: Sequence[str], argv: list[str], *, sc
             fds.append(fd)
             os.write(fd, data)
             os.lseek(fd, 0, os.SEEK_SET)
-        cmd = ["bwrap", "--args", str(fds[1]), "--seccomp", str(fds[0]), "--",
+        # bwrap by its full path: the cgroup's shell execs it with _ENV, which has no PATH
+        cmd = [_STRONG["bwrap"], "--args", str(fds[1]), "--seccomp", str(fds[0]), "--",
                *_sandbox_command(python, argv, as_root)]
         if cgroup is not None:
             cmd = cgroup.wrap(cmd)
-            exe = cmd[0] if cgroup.procs else _STRONG["bwrap"]
-        else:
-            exe = _STRONG["bwrap"]
         # bwrap itself gets only _ENV: pid 1 of the sandbox is bwrap, and its environ is readable
-        return subprocess.Popen(cmd, executable=exe, pass_fds=tuple(fds), env=dict(_ENV),
-                                close_fds=True, **popen)
+        return subprocess.Popen(cmd, pass_fds=tuple(fds), env=dict(_ENV), close_fds=True, **popen)
     finally:
         for fd in fds:
             os.close(fd)
