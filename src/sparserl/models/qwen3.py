@@ -78,7 +78,11 @@ class _Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).view(B, T, self.kvh, self.hd)).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.kvh, self.hd).transpose(1, 2)
         q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kvh != self.nh)
+        # attention in float32 under a bf16 autocast too: CPU's bf16 flash-attention backward
+        # took 8x its float32 time (perf/rl_step.py)
+        with torch.autocast("cpu", enabled=False):
+            att = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
+                                                 enable_gqa=self.kvh != self.nh)
         return self.o_proj(att.transpose(1, 2).reshape(B, T, self.nh * self.hd))
 
 
@@ -118,7 +122,13 @@ class _Model(nn.Module):
 
 class Qwen3LM(nn.Module):
     """`Qwen3ForCausalLM`'s parameters and forward (default RoPE, SwiGLU, q/k norms, tied or untied
-    head). `forward(input_ids, attention_mask=None)` returns `LMOutput(logits [B, T, V])`."""
+    head). `forward(input_ids, attention_mask=None)` returns `LMOutput(logits [B, T, V])`.
+
+    `matmul_dtype = torch.bfloat16` runs the decoder layers' projections in bf16 (autocast: float32
+    weights and residual stream, bf16 matmul inputs, float32 accumulation), as the papers' GPU runs
+    train; embedding, norms, attention and the LM head stay float32 (`rl.precision`)."""
+
+    matmul_dtype: torch.dtype | None = None
 
     def __init__(self, config: dict):
         super().__init__()
@@ -156,8 +166,9 @@ class Qwen3LM(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         x = self.model.embed_tokens(input_ids)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin)
+        with torch.autocast("cpu", dtype=self.matmul_dtype or torch.bfloat16, enabled=self.matmul_dtype is not None):
+            for layer in self.model.layers:
+                x = layer(x, cos, sin)
         return self.model.norm(x)
 
     # files ---------------------------------------------------------------------------------

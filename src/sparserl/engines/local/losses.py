@@ -73,29 +73,35 @@ def token_logprobs(model, seqs: list[list[int]], prompt_lens: list[int], pad_id:
                    with_entropy: bool = False):
     """Log-probs of each response token (positions after the prompt), right-padded to (N, T).
 
-    Returns (logp, mask[, entropy]); T is the longest response."""
+    Returns (logp, mask[, entropy]); T is the longest response. A model with `hidden` (our Qwen3LM)
+    runs its LM head and log-softmax on the response positions only: prompt and padding positions
+    are a third to a half of a batch's."""
     n = len(seqs)
-    L = max(len(s) for s in seqs)
+    lens = torch.tensor([len(s) for s in seqs])
+    L = int(lens.max())
     ids = torch.full((n, L), pad_id, dtype=torch.long)
-    attn = torch.zeros((n, L), dtype=torch.long)
     for i, s in enumerate(seqs):
         ids[i, :len(s)] = torch.tensor(s)
-        attn[i, :len(s)] = 1
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-    logp_all = torch.log_softmax(logits, -1)
-    tok_lp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    attn = (torch.arange(L)[None] < lens[:, None]).long()
     # response token t of row i is predicted at position p_i - 1 + t: one gather for all rows
     # (a slice and a pad per row cost a dozen autograd ops each, most of a tiny model's update)
     plen = torch.tensor(prompt_lens)
-    rlen = torch.tensor([len(s) for s in seqs]) - plen
+    rlen = lens - plen
     T = int(rlen.max())
     t = torch.arange(T)
     mask_b = t[None] < rlen[:, None]
     pos = torch.where(mask_b, plen[:, None] - 1 + t[None], 0)
-    zero = torch.zeros((), dtype=tok_lp.dtype)
-    out = torch.where(mask_b, tok_lp.gather(1, pos), zero)
+    if hasattr(model, "hidden"):
+        h = model.hidden(ids, attn)
+        logits = model.lm_head(h.gather(1, pos[..., None].expand(-1, -1, h.shape[-1]))).float()
+    else:
+        logits = model(input_ids=ids, attention_mask=attn).logits.float()
+        logits = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))
+    logp_all = torch.log_softmax(logits, -1)
+    zero = torch.zeros((), dtype=logp_all.dtype)
+    out = torch.where(mask_b, logp_all.gather(-1, ids.gather(1, pos + 1)[..., None]).squeeze(-1), zero)
     mask = mask_b.to(torch.float32)
     if with_entropy:
-        ent_all = -(logp_all.detach().exp() * logp_all.detach()).sum(-1)
-        return out, mask, torch.where(mask_b, ent_all.gather(1, pos), zero)
+        ent = -(logp_all.detach().exp() * logp_all.detach()).sum(-1)
+        return out, mask, torch.where(mask_b, ent, zero)
     return out, mask

@@ -101,6 +101,22 @@ def load_policy(path: str, backend: str):
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
+def set_precision(rl: dict, *models) -> None:
+    """`rl.precision`: bf16 runs the policy's (and the KL reference's) matmuls in bf16 with float32
+    master weights (`Qwen3LM.matmul_dtype`); rollouts stay float32. Only our Qwen3LM has the switch."""
+    precision = rl.get("precision", "fp32")
+    if precision == "fp32":
+        return
+    for model in models:
+        if model is None:
+            continue
+        if not hasattr(model, "matmul_dtype"):
+            from sparserl.core.config import ConfigError
+            raise ConfigError(f"rl.precision: {precision} runs on the CPU engine's Qwen3 policies only, not "
+                              f"{type(model).__name__}; set rl.precision: fp32 or rollout.backend: cpu")
+        model.matmul_dtype = torch.bfloat16
+
+
 def require_checkpoint(cfg: dict, ref: str, path: str) -> None:
     """ConfigError naming the path and the Snakemake target that builds it when the pre-trained
     start policy `ref` (rl.policy) has no checkpoint; without this check transformers would read
@@ -139,6 +155,7 @@ class Trainer(CriticLoop):
         self.ref_model = None
         if self.m.kl_coef > 0:
             self.ref_model = load_policy(policy_path, cfg["rollout"]["backend"])[0].eval()
+        set_precision(self.rl, self.model, self.ref_model)
         self.backend = make_live_backend(cfg, self.model, self.tok)
         self.pool = read_table(self.P.train_pool())
         self.pool_ids = self.pool["id"].to_numpy()
@@ -321,6 +338,32 @@ class Trainer(CriticLoop):
         return self.critic_advantages(Sampled(idx, batch), {}, CalibrationState())[1]
 
     # update ----------------------------------------------------------------------------------
+    def _micro_batches(self, rows: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
+        """A mini-batch's rows as micro-batches: `rl.length_chunks` of them, sorted by length (each
+        pads to its own longest row: the same gradient for less compute), more where
+        `rl.micro_batch_size` caps their size; one chunk keeps the rows' order."""
+        chunks = max(int(self.rl.get("length_chunks", 1)), -(-len(rows) // self.rl.get("micro_batch_size", 256)))
+        if chunks <= 1:
+            return [rows]
+        rows = rows[np.argsort(lengths[rows], kind="stable")]
+        return [c for c in np.array_split(rows, min(chunks, len(rows))) if len(c)]
+
+    def _old_logprobs(self, plan, seqs, plens) -> dict | None:
+        """pi_old by row. In float32: None, the log-probs the rollout recorded (the same model's
+        forward). Under bf16 matmuls the training forward gives them, as the papers' trainers
+        recompute vLLM's: the first mini-batch's own forward (`update` fills those rows in, so its
+        ratio is exactly 1), and the others' now, in the micro-batches they will train in."""
+        if self.model.matmul_dtype is None:
+            return None
+        old = {}
+        with torch.no_grad():
+            for _, micros in plan[1:]:
+                for sl in micros:
+                    lp, _ = token_logprobs(self.model, [seqs[i] for i in sl], [plens[i] for i in sl],
+                                           self.tok.pad_token_id)
+                    old.update((i, lp[j, :len(seqs[i]) - plens[i]]) for j, i in enumerate(sl))
+        return old
+
     def update(self, batch: RolloutBatch, adv: np.ndarray, info: dict) -> None:
         m = self.m
         loss_fn = LOSSES[m.loss.type]
@@ -328,30 +371,33 @@ class Trainer(CriticLoop):
         seqs = [batch.prompt_ids[batch.prompt_index[i]] + list(batch.response_ids[i])
                 for i in range(len(batch))]
         plens = [len(batch.prompt_ids[batch.prompt_index[i]]) for i in range(len(batch))]
-        mb = self.rl.get("micro_batch_size", 256)
-        self.model.train()
+        lengths = np.array([len(x) for x in seqs])
         stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0}
         # mini_batches > 1: several optimiser steps per rollout step (OpenRLHF's train batch <
         # rollout batch), so later ones are off-policy and the ratio, clip and GSPO matter
         n_mini = max(1, min(self.rl.get("mini_batches", 1), len(seqs)))
         order_rng = np.random.default_rng((self.seed, self.step))
+        plans = [[(mini, self._micro_batches(mini, lengths))
+                  for mini in np.array_split(order_rng.permutation(len(seqs)), n_mini)]
+                 for _ in range(self.rl.get("ppo_epochs", 1))]
+        recomputed = self._old_logprobs(plans[0], seqs, plens)
+        self.model.train()
         grad_norms = []
         updates = 0
-        for epoch in range(self.rl.get("ppo_epochs", 1)):
-            for mini_no, mini in enumerate(np.array_split(order_rng.permutation(len(seqs)), n_mini)):
+        for epoch, plan in enumerate(plans):
+            for mini_no, (mini, micros) in enumerate(plan):
                 self.opt.zero_grad(set_to_none=True)
                 tokens_total = sum(len(seqs[i]) - plens[i] for i in mini)
-                if len(mini) > mb:  # micro-batches of similar lengths pad less: the same gradient
-                    mini = mini[np.argsort([len(seqs[i]) for i in mini], kind="stable")]
-                for start in range(0, len(mini), mb):
-                    sl = mini[start:start + mb]
+                for sl in micros:
                     s_seqs, s_plens = [seqs[i] for i in sl], [plens[i] for i in sl]
                     logp, mask, ent = token_logprobs(self.model, s_seqs, s_plens,
                                                      self.tok.pad_token_id, with_entropy=True)
-                    # pi_old: the behaviour policy's log-probs recorded at rollout time
+                    # pi_old: the behaviour policy's log-probs (recorded at rollout time, or recomputed)
+                    if recomputed is not None and epoch == 0 and mini_no == 0:
+                        recomputed.update((i, logp[j, :len(seqs[i]) - plens[i]].detach()) for j, i in enumerate(sl))
                     old = torch.zeros_like(logp)
                     for j, i in enumerate(sl):
-                        lp = batch.logprobs[i]
+                        lp = batch.logprobs[i] if recomputed is None else recomputed[i]
                         old[j, :len(lp)] = torch.as_tensor(lp)
                     a = torch.as_tensor(adv[sl])
                     loss, clip = loss_fn(logp, old, a, mask, **lk)
