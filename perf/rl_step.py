@@ -6,14 +6,16 @@ threads and its own `sparserl`), run in interleaved rounds so the machine's drif
 
 - `now`: the working tree's code and configs/small.yaml;
 - `before`: the same at `--baseline` (a pinned commit; `git archive` of its src/ and configs/);
-- `trl`: TRL's `GRPOTrainer` on the same policy and batch shape (perf/rl_step_trl.py).
+- `trl`, `trl-bf16`: TRL's `GRPOTrainer` on the same policy and batch shape (perf/rl_step_trl.py),
+  in float32 and under its bf16 autocast.
 
 Parts of our step (seconds a step, mean over `--steps` steps after `--warmup`):
 
     generation       the rollout engine (`backend.generate`)
     reward           the verifier
     sample_other     the sampler's rest (prompt draw, batch assembly)
-    advantages       the estimator
+    advantages       the estimator (critic methods: the critic's forward too)
+    critic           Le Critique's value update (critic methods)
     logprob_nograd   forwards without gradient: pi_old recomputed under bf16, the KL reference
     forward          training forwards (log-probs, entropy)
     backward         `backward()`
@@ -28,7 +30,7 @@ generation against its forward FLOPs, the optimiser against the bytes AdamW move
 measured copy bandwidth. Reward and bookkeeping have no hardware bound; their share is reported.
 
     python perf/rl_step.py --results results/small [--baseline 006d22f] [--threads 1] \
-        [--steps 4] [--warmup 1] [--rounds 2] [--no-trl] [--no-eval] [--json out.json]
+        [--steps 4] [--warmup 1] [--rounds 2] [--no-trl] [--no-eval] [--beside CMD] [--json out.json]
 
 `--results` is a scale's results folder holding policies/m, tasks/train_pool.parquet and
 tasks/benchmarks/ (`snakemake --cores 2 --configfile configs/small.yaml results/small/policies/m
@@ -92,7 +94,9 @@ def worker(args) -> dict:
     orig_clip = torch.nn.utils.clip_grad_norm_
     torch.nn.utils.clip_grad_norm_ = timed("optimizer", orig_clip)
 
+    t0 = time.perf_counter()
     t = tr.Trainer(cfg, args.method, 0, threads=args.threads)
+    init_s = time.perf_counter() - t0
     t.opt.step = timed("optimizer", t.opt.step)
     gen = t.backend.generate
 
@@ -103,9 +107,15 @@ def worker(args) -> dict:
         counts["prompt_tokens_unique"] += sum(len(p) for p in b.prompt_ids)
         return b
     t.backend.generate = generate
-    steps = []
+    steps, warm_steps = [], []
+    warmup_s = 0.0
     with open_verifier(cfg) as t._ver:
         t._ver.score = timed("reward", t._ver.score)
+        if getattr(t, "critic", None) is not None:  # Le Critique's critic warms up before step 1
+            t0 = time.perf_counter()
+            t.model.eval()
+            t.warmup()
+            warmup_s = time.perf_counter() - t0
         for i in range(args.warmup + args.steps):
             if i == args.warmup:
                 parts.clear()
@@ -114,11 +124,14 @@ def worker(args) -> dict:
             info: dict = {}
             t.model.eval()
             s = timed("sample", t.sampler.sample)(info)
-            adv = timed("advantages", t.advantages)(s, info)
+            if getattr(t, "critic", None) is None:
+                adv = timed("advantages", t.advantages)(s, info)
+            else:  # token advantages from the critic, then its value update
+                adv, payload = timed("advantages", t.critic_advantages)(s, info)
+                timed("critic", t.train_critic)(payload, info)
             timed("update", t.update)(s.batch, adv, info)
             t.step += 1
-            if i >= args.warmup:
-                steps.append(time.perf_counter() - t0)
+            (steps if i >= args.warmup else warm_steps).append(time.perf_counter() - t0)
         n = len(steps)
         out = {k: v / n for k, v in parts.items()}
         out["sample_other"] = out.pop("sample") - out.get("generation", 0) - out.get("reward", 0)
@@ -133,7 +146,8 @@ def worker(args) -> dict:
                 evaluate_checkpoint(cfg, str(Path(d) / "ck"), Path(d) / "ev.parquet", "perf",
                                     threads=args.threads, verifier=t._ver)
                 eval_s = time.perf_counter() - t0
-    return {"impl": args.variant, "per_step_s": steps, "parts_s": out,
+    return {"impl": args.variant, "method": args.method, "per_step_s": steps, "critic_warmup_s": warmup_s,
+            "warmup_steps_s": warm_steps, "init_s": init_s, "compile": bool(cfg["rl"].get("compile")), "parts_s": out,
             "counts": {k: v / n for k, v in counts.items()}, "import_s": import_s, "eval_checkpoint_s": eval_s,
             "precision": cfg["rl"].get("precision", "fp32"), "length_chunks": cfg["rl"].get("length_chunks", 1),
             "threads": torch.get_num_threads(), "model": dict(t.model.config)}
@@ -201,13 +215,29 @@ def variant_tree(name: str, commit: str | None, tmp: Path) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def beside(cmd: str | None):
+    """`cmd` running (and rerun when it ends) in the background for the block's duration."""
+    if not cmd:
+        yield
+        return
+    loop = subprocess.Popen(["bash", "-c", f"while true; do {cmd}; done"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(3)  # let it reach its work
+    try:
+        yield
+    finally:
+        os.killpg(loop.pid, 9)
+        loop.wait()
+
+
 def run_variant(name: str, tree: Path, args) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": str(args.threads)}
-    if name == "trl":
+    if name.startswith("trl"):
         results = Path(args.results).resolve()
         cmd = [sys.executable, str(ROOT / "perf" / "rl_step_trl.py"), "--policy", str(results / "policies" / "m"),
                "--pool", str(results / "tasks" / "train_pool.parquet"), "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads)]
+               "--warmup", str(args.warmup), "--threads", str(args.threads)] + (["--bf16"] if name == "trl-bf16" else [])
     else:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--variant", name, "--results",
                str(Path(args.results).resolve()), "--method", args.method, "--steps", str(args.steps),
@@ -229,7 +259,10 @@ def report(runs: dict, speeds: dict) -> str:
         lines.append(f"\n## {name}: {med[name]:.3f} s a step (median of {sum(len(x['per_step_s']) for x in rs)} "
                      f"steps, {len(rs)} rounds; min {min(s for x in rs for s in x['per_step_s']):.3f}), "
                      f"{r.get('threads')} threads, precision {r.get('precision', 'fp32')}, "
-                     f"length_chunks {r.get('length_chunks', '-')}, imports {r.get('import_s', 0):.1f} s")
+                     f"length_chunks {r.get('length_chunks', '-')}, compile {r.get('compile', False)}, "
+                     f"imports {r.get('import_s', 0):.1f} s"
+                     + (f", warm-up steps {', '.join(f'{x:.1f}' for x in r['warmup_steps_s'])} s"
+                        if r.get("warmup_steps_s") else ""))
         parts = defaultdict(list)
         for x in rs:
             for k, v in x["parts_s"].items():
@@ -242,14 +275,16 @@ def report(runs: dict, speeds: dict) -> str:
             t = statistics.median(v)
             bk = b.get(k)
             lines.append(f"| {k} | {t:.3f} | {t / total:.0%} | " + (f"{bk:.3f} | {bk / t:.0%} |" if bk else "- | - |"))
-        if r.get("eval_checkpoint_s"):
-            lines.append(f"eval_checkpoint: {r['eval_checkpoint_s']:.1f} s (one checkpoint, every benchmark)")
+        ev = [x["eval_checkpoint_s"] for x in rs if x.get("eval_checkpoint_s")]
+        if ev:
+            lines.append(f"eval_checkpoint: {ev[0]:.1f} s (one checkpoint, every benchmark at the scale's protocol)")
         if r.get("unmatched"):
             lines.append("unmatched: " + "; ".join(r["unmatched"]))
     if "before" in med and "now" in med:
         lines.append(f"\nnow vs before: {med['before'] / med['now']:.2f}x faster a step")
-    if "trl" in med and "now" in med:
-        lines.append(f"now vs trl: {med['trl'] / med['now']:.2f}x faster a step")
+    for trl in ("trl", "trl-bf16"):
+        if trl in med and "now" in med:
+            lines.append(f"now vs {trl}: {med[trl] / med['now']:.2f}x faster a step")
     lines.append(f"\nmachine: {json.dumps({k: round(v, 1) for k, v in speeds.items()})}")
     return "\n".join(lines)
 
@@ -265,6 +300,8 @@ def main():
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--no-trl", dest="trl", action="store_false")
     p.add_argument("--no-eval", dest="eval", action="store_false")
+    p.add_argument("--beside", help="a shell command kept running beside every measurement (another job, "
+                   "a test run), restarted when it ends: how the step fares when the cores are shared")
     p.add_argument("--json")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--variant", default="now", help=argparse.SUPPRESS)
@@ -279,10 +316,10 @@ def main():
                  f"configs/{res.name}.yaml {res}/policies/m {res}/tasks/train_pool.parquet")
     variants = [("now", None)] + ([("before", args.baseline)] if args.baseline != "none" else [])
     runs: dict = defaultdict(list)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, beside(args.beside):
         trees = {name: variant_tree(name, commit, Path(tmp)) for name, commit in variants}
-        if args.trl:
-            trees["trl"] = ROOT
+        if args.trl:  # TRL in float32 and under its bf16 autocast
+            trees["trl"] = trees["trl-bf16"] = ROOT
         for rnd in range(args.rounds):
             for name, tree in trees.items():
                 # evaluation once per variant (first round): a minute each, and it does not drift

@@ -41,8 +41,11 @@ import torch
 G, PROMPTS, MAX_NEW, MINI_BATCHES = 16, 16, 56, 2
 UNMATCHED = [
     ("pi_old: TRL recomputes it with an extra no-grad forward over all 256 rollouts "
-     "(steps_per_generation > gradient_accumulation_steps); ours reuses the log-probs recorded "
-     "while sampling (part logprob_nograd has no counterpart in ours)"),
+     "(steps_per_generation > gradient_accumulation_steps); ours under rl.precision bf16 recomputes "
+     "it for the mini-batches after the first (the first's own forward gives it), in fp32 reuses "
+     "the log-probs recorded while sampling"),
+    ("precision: --bf16 turns on TRL's bf16 (a CPU autocast of the whole model, attention "
+     "included); ours autocasts the decoder's projections only (rl.precision)"),
     ("generation: TRL runs HF model.generate on one left-padded batch of 256 (KV cache, every row "
      "decodes until all finish or 56 tokens); ours uses its own CPU rollout engine"),
     "advantage eps: TRL divides by (group std + 1e-4), ours by (group std + 1e-6)",
@@ -58,6 +61,7 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bf16", action="store_true", help="TRL's bf16 (autocast) instead of float32")
     p.add_argument("--json", default=None)
     return p.parse_args()
 
@@ -112,7 +116,7 @@ def main():
 
     cfg = GRPOConfig(
         output_dir="/tmp/rl_step_trl", report_to="none", save_strategy="no", logging_strategy="no",
-        disable_tqdm=True, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        disable_tqdm=True, use_cpu=True, bf16=args.bf16, fp16=False, gradient_checkpointing=False,
         seed=args.seed, max_steps=n_steps * MINI_BATCHES,
         num_generations=G, generation_batch_size=G * PROMPTS,
         per_device_train_batch_size=G * PROMPTS // MINI_BATCHES, gradient_accumulation_steps=1,
@@ -161,7 +165,8 @@ def main():
     if threads_seen != {args.threads}:
         unmatched.append(f"torch threads during training {sorted(threads_seen)}, asked {args.threads}")
     out = {
-        "impl": "trl", "trl_version": trl.__version__, "transformers_version": transformers.__version__,
+        "impl": "trl-bf16" if args.bf16 else "trl", "precision": "bf16" if args.bf16 else "fp32",
+        "trl_version": trl.__version__, "transformers_version": transformers.__version__,
         "per_step_s": per_step, "parts_s": {k: round(v, 4) for k, v in mean.items()},
         "rollouts_per_step": G * PROMPTS,
         "mean_completion_len": round(sum(lengths[-len(timed) * G * PROMPTS:]) / (len(timed) * G * PROMPTS), 2),

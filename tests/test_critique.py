@@ -155,9 +155,11 @@ def test_policy_never_sees_the_privileged_context(tmp_path, tiny_lm, repo, toy_e
     cfg = _cfg(tmp_path, tiny_lm, repo)
     tr = CritiqueTrainer(cfg, "toy_k", "lc_pvf_answer", 0)
     seen_policy, seen_critic = [], []
-    pol_fwd, cri_fwd = tr.model.forward, tr.critic.model.forward
-    tr.model.forward = lambda input_ids, attention_mask=None: (
-        seen_policy.append((input_ids.clone(), attention_mask.clone())), pol_fwd(input_ids, attention_mask))[1]
+    # our Qwen3LM's log-probs read `hidden` (the head runs on response positions only)
+    spy = "hidden" if hasattr(tr.model, "hidden") else "forward"
+    pol_fwd, cri_fwd = getattr(tr.model, spy), tr.critic.model.forward
+    setattr(tr.model, spy, lambda input_ids, attention_mask=None: (
+        seen_policy.append((input_ids.clone(), attention_mask.clone())), pol_fwd(input_ids, attention_mask))[1])
     tr.critic.model.forward = lambda ids, attn: (seen_critic.append(ids.clone()), cri_fwd(ids, attn))[1]
     problems, ep = tr._episodes(salt=0)
     adv, payload = tr.evaluate_batch(problems, ep, {})

@@ -111,9 +111,11 @@ def _one_step(t):
     """Sample, evaluate (critic read) and update the policy once, capturing every policy and critic
     forward pass's token ids."""
     seen_policy, seen_critic = [], []
-    pol_fwd, cri_fwd = t.model.forward, t.critic.model.forward
-    t.model.forward = lambda input_ids, attention_mask=None: (
-        seen_policy.append((input_ids.clone(), attention_mask.clone())), pol_fwd(input_ids, attention_mask))[1]
+    # our Qwen3LM's log-probs read `hidden` (the head runs on response positions only)
+    spy = "hidden" if hasattr(t.model, "hidden") else "forward"
+    pol_fwd, cri_fwd = getattr(t.model, spy), t.critic.model.forward
+    setattr(t.model, spy, lambda input_ids, attention_mask=None: (
+        seen_policy.append((input_ids.clone(), attention_mask.clone())), pol_fwd(input_ids, attention_mask))[1])
     t.critic.model.forward = lambda ids, attn: (seen_critic.append((ids.clone(), attn.clone())), cri_fwd(ids, attn))[1]
     with open_verifier(t.cfg) as t._ver:
         sampled = t.sampler.sample({})

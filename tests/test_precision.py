@@ -115,3 +115,30 @@ def test_under_bf16_the_first_mini_batch_is_exactly_on_policy(tmp_path, tiny_lm,
     _one_update(cfg, t)
     assert len(drift) == 2  # two length chunks
     assert (max(drift) == 0.0) == recompute, drift
+
+
+def test_compiled_layers_give_the_eager_log_probs_and_gradients(tiny_lm):
+    """`rl.compile`: inductor's fused kernels, the same arithmetic up to float rounding, for the
+    gradient forward and the no-grad one (two graphs), at two batch shapes (dynamic)."""
+    from sparserl.engines.local.trainer import compile_layers
+    hf, tok = tiny_lm
+    eager, compiled = _ours(hf), _ours(hf)
+    compile_layers(compiled)
+    for n in (6, 3):
+        seqs, plens = _batch(tok, n)
+        grads = []
+        for m in (eager, compiled):
+            m.zero_grad()
+            lp, mask = token_logprobs(m, seqs, plens, tok.pad_token_id)
+            (lp * mask).sum().backward()
+            grads.append([p.grad.clone() for p in m.parameters()])
+            with torch.no_grad():
+                grads[-1].append(token_logprobs(m, seqs, plens, tok.pad_token_id)[0])
+        for a, b in zip(*grads):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_compile_is_refused_for_a_model_without_our_layers(tiny_lm):
+    from sparserl.engines.local.trainer import compile_layers
+    with pytest.raises(ConfigError, match="rl.compile"):
+        compile_layers(tiny_lm[0])

@@ -117,6 +117,22 @@ def set_precision(rl: dict, *models) -> None:
         model.matmul_dtype = torch.bfloat16
 
 
+def compile_layers(*models) -> None:
+    """`rl.compile`: each decoder layer of our Qwen3 policies through `torch.compile` (inductor's
+    fused C++ kernels for the norms, RoPE and SwiGLU around the matmuls; shapes dynamic, so one
+    graph serves every batch). It costs 10-25 s a process (the first on a machine compiles, later
+    ones read inductor's cache) and saves about a quarter of a small step (perf/rl_step.py)."""
+    for model in models:
+        if model is None:
+            continue
+        if not hasattr(model, "matmul_dtype"):
+            from sparserl.core.config import ConfigError
+            raise ConfigError(f"rl.compile runs on the CPU engine's Qwen3 policies only, not "
+                              f"{type(model).__name__}; set rl.compile: false or rollout.backend: cpu")
+        for layer in model.model.layers:
+            layer.forward = torch.compile(layer.forward, dynamic=True)
+
+
 def require_checkpoint(cfg: dict, ref: str, path: str) -> None:
     """ConfigError naming the path and the Snakemake target that builds it when the pre-trained
     start policy `ref` (rl.policy) has no checkpoint; without this check transformers would read
@@ -193,6 +209,8 @@ class Trainer(CriticLoop):
         if self.m.needs_critic:
             self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
         self.response_length = self.params.max_new_tokens  # GAE's lambda "auto", Tether's buckets
+        if self.rl.get("compile"):  # after the critic's copy of the policy: it trains eagerly
+            compile_layers(self.model, self.ref_model)
         self.warmup_done = 0
         self.warmup_rollouts = 0
 
