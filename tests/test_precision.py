@@ -100,9 +100,7 @@ def test_under_bf16_the_first_mini_batch_is_exactly_on_policy(tmp_path, tiny_lm,
     drifts; with pi_old recomputed by the training forward it does not."""
     import sparserl.engines.local.trainer as tr
     cfg, t = _trainer(tmp_path, tiny_lm, repo, method="gspo_g8", mini_batches=1, length_chunks=2)
-    t.model = _ours(t.model)  # the CPU engine's policy class (the smoke config's backend is hf)
-    set_precision({"precision": "bf16"}, t.model)
-    t.opt = type(t.opt)(t.model.parameters(), lr=t.lr)
+    set_precision({"precision": "bf16"}, t.model)  # the smoke config's backend: our Qwen3LM
     drift = []
     loss = tr.LOSSES["gspo"]
 
@@ -142,3 +140,13 @@ def test_compile_is_refused_for_a_model_without_our_layers(tiny_lm):
     from sparserl.engines.local.trainer import compile_layers
     with pytest.raises(ConfigError, match="rl.compile"):
         compile_layers(tiny_lm[0])
+
+
+def test_a_transformers_policy_trains_in_float32(tmp_path, tiny_lm, repo):
+    """rollout.backend: hf trains transformers' model, which has no bf16 switch: float32 as before."""
+    cfg, t = _trainer(tmp_path, tiny_lm, repo, length_chunks=2)
+    t.model = copy.deepcopy(tiny_lm[0])
+    t.opt = type(t.opt)(t.model.parameters(), lr=t.lr)
+    before = [p.detach().clone() for p in t.model.parameters()]
+    info, _ = _one_update(cfg, t)
+    assert np.isfinite(info["loss"]) and any(not torch.equal(a, b) for a, b in zip(before, t.model.parameters()))

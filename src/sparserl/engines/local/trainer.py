@@ -371,7 +371,7 @@ class Trainer(CriticLoop):
         forward). Under bf16 matmuls the training forward gives them, as the papers' trainers
         recompute vLLM's: the first mini-batch's own forward (`update` fills those rows in, so its
         ratio is exactly 1), and the others' now, in the micro-batches they will train in."""
-        if self.model.matmul_dtype is None:
+        if getattr(self.model, "matmul_dtype", None) is None:  # float32, or transformers' model
             return None
         old = {}
         with torch.no_grad():
