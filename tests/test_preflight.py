@@ -74,4 +74,5 @@ def test_the_dag_stops_in_seconds_without_bubblewrap(tmp_path):
     assert len(lines) == 1 and "apt-get install bubblewrap" in lines[0], out.stderr[-2000:]
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "results" / "tiny" / "critique" / "tasks").exists()  # no job ran
-    assert not any((tmp_path / ".snakemake" / "locks").iterdir())  # no lock left behind
+    locks = tmp_path / ".snakemake" / "locks"  # no lock left behind (9.27 makes none this early)
+    assert not locks.exists() or not any(locks.iterdir())
