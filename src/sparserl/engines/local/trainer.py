@@ -101,19 +101,26 @@ def load_policy(path: str, backend: str):
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
+def _our_qwen3(setting: str, models) -> list:
+    """The given models (None skipped), each our Qwen3LM: `setting` (rl.precision, rl.compile)
+    switches what only it has, so any other class is a ConfigError naming the way out."""
+    out = [m for m in models if m is not None]
+    for model in out:
+        if not hasattr(model, "matmul_dtype"):
+            from sparserl.core.config import ConfigError
+            raise ConfigError(f"{setting} runs on the CPU engine's Qwen3 policies only, not "
+                              f"{type(model).__name__}; set {setting.split(':')[0]}: "
+                              f"{'fp32' if 'precision' in setting else 'false'} or rollout.backend: cpu")
+    return out
+
+
 def set_precision(rl: dict, *models) -> None:
     """`rl.precision`: bf16 runs the policy's (and the KL reference's) matmuls in bf16 with float32
     master weights (`Qwen3LM.matmul_dtype`); rollouts stay float32. Only our Qwen3LM has the switch."""
     precision = rl.get("precision", "fp32")
     if precision == "fp32":
         return
-    for model in models:
-        if model is None:
-            continue
-        if not hasattr(model, "matmul_dtype"):
-            from sparserl.core.config import ConfigError
-            raise ConfigError(f"rl.precision: {precision} runs on the CPU engine's Qwen3 policies only, not "
-                              f"{type(model).__name__}; set rl.precision: fp32 or rollout.backend: cpu")
+    for model in _our_qwen3(f"rl.precision: {precision}", models):
         model.matmul_dtype = torch.bfloat16
 
 
@@ -122,13 +129,7 @@ def compile_layers(*models) -> None:
     fused C++ kernels for the norms, RoPE and SwiGLU around the matmuls; shapes dynamic, so one
     graph serves every batch). It costs 10-25 s a process (the first on a machine compiles, later
     ones read inductor's cache) and saves about a quarter of a small step (perf/rl_step.py)."""
-    for model in models:
-        if model is None:
-            continue
-        if not hasattr(model, "matmul_dtype"):
-            from sparserl.core.config import ConfigError
-            raise ConfigError(f"rl.compile runs on the CPU engine's Qwen3 policies only, not "
-                              f"{type(model).__name__}; set rl.compile: false or rollout.backend: cpu")
+    for model in _our_qwen3("rl.compile", models):
         for layer in model.model.layers:
             layer.forward = torch.compile(layer.forward, dynamic=True)
 
