@@ -76,3 +76,49 @@ def test_length_chunks_give_the_one_pass_loss_and_gradient():
     for a, b in zip(ref.parameters(), four.parameters()):
         torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-6)
     assert any(not torch.equal(a.grad, b.grad) for a, b in zip(ref.parameters(), four.parameters()))  # 4 passes ran
+
+
+def test_bf16_and_compiled_pretraining_starts_from_transformers_init_and_saves_a_loadable_policy(
+        repo, tmp_path, monkeypatch):
+    """policies.<name>.precision: bf16 and pretrain.compile train our Qwen3 from transformers'
+    initialisation (the same draw as the float32 path), with bf16 matmuls and compiled layers, and
+    save a checkpoint transformers reads; the loss stays near the float32 run's."""
+    from sparserl.models import policies
+    from sparserl.models.qwen3 import Qwen3LM
+    seen = {}
+    real_loss = policies.batch_loss
+
+    def spy(model, x, m, chunks=1):
+        seen.setdefault("model", model)
+        return real_loss(model, x, m, chunks)
+    monkeypatch.setattr(policies, "batch_loss", spy)
+    fp32, P32 = _world(repo, tmp_path / "fp32")
+    pretrain(fp32, "s")
+    assert not isinstance(seen.pop("model"), Qwen3LM)  # the default path keeps transformers
+    fast, Pf = _world(repo, tmp_path / "fast")
+    fast["policies"]["s"]["precision"] = "bf16"
+    fast["pretrain"]["compile"] = True
+    init = {}
+    real_from = Qwen3LM.from_module.__func__
+
+    def from_module(cls, model):
+        init.update({k: v.clone() for k, v in model.state_dict().items()})
+        return real_from(cls, model)
+    monkeypatch.setattr(Qwen3LM, "from_module", classmethod(from_module))
+    pretrain(fast, "s")
+    model = seen["model"]
+    assert isinstance(model, Qwen3LM) and model.matmul_dtype is torch.bfloat16
+    assert all(getattr(layer.forward, "_torchdynamo_orig_callable", None) for layer in model.model.layers)
+    # the same initial weights as the float32 run's transformers model (one seeded draw)
+    torch.manual_seed(fast["seed"] * 100 + sum(map(ord, "s")))
+    from transformers import AutoTokenizer
+    ref = policies.build_model(fast["policies"]["s"], AutoTokenizer.from_pretrained(str(Pf.tokenizer())),
+                               fast["tokenizer"]["max_length"]).state_dict()
+    assert all(torch.equal(init[k], ref[k]) for k in ref)
+    a, b = _weights(P32.policy("s")), _weights(Pf.policy("s"))
+    assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)  # bf16 arithmetic trained it
+    import json
+    l32 = json.loads((P32.policy("s") / "sparserl.json").read_text())["loss_last50"]
+    lbf = json.loads((Pf.policy("s") / "sparserl.json").read_text())["loss_last50"]
+    assert lbf == pytest.approx(l32, rel=0.1)
+    assert (Pf.policy("s") / "generation_config.json").is_file()

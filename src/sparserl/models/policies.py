@@ -160,6 +160,16 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
     seed = cfg["seed"] * 100 + sum(map(ord, name))
     torch.manual_seed(seed)
     model = build_model(pol, tokenizer, max_length)
+    precision, compiled = pol.get("precision", "fp32"), pt.get("compile", False)
+    if precision != "fp32" or compiled:
+        # our Qwen3 (sparserl.models.qwen3) from transformers' initialisation: it has the bf16
+        # switch, and compiles (policies.<name>.precision, pretrain.compile; perf/pretrain_step.py)
+        from sparserl.models.qwen3 import Qwen3LM
+        model = Qwen3LM.from_module(model)
+        if precision == "bf16":
+            model.matmul_dtype = torch.bfloat16
+        if compiled:
+            model.compile_layers()
     opt = torch.optim.AdamW(model.parameters(), lr=pol["lr"], weight_decay=pt.get("weight_decay", 0.01))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(pt.get("warmup_steps", 30), steps))
     gen = torch.Generator().manual_seed(seed)

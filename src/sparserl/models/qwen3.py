@@ -151,6 +151,22 @@ class Qwen3LM(nn.Module):
         inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
+    @classmethod
+    def from_module(cls, model) -> "Qwen3LM":
+        """The same weights as a transformers `Qwen3ForCausalLM` (a copy), e.g. its initialisation."""
+        ours = cls(model.config.to_dict())
+        ours.load_state_dict(model.state_dict(), strict=False)
+        gen = getattr(model, "generation_config", None)
+        if gen is not None:
+            ours.generation_config = gen.to_dict()
+        return ours
+
+    def compile_layers(self) -> None:
+        """Each decoder layer through `torch.compile` (inductor's fused C++ kernels for the norms,
+        RoPE and SwiGLU around the matmuls; shapes dynamic, so one graph serves every batch)."""
+        for layer in self.model.layers:
+            layer.forward = torch.compile(layer.forward, dynamic=True)
+
     def forward(self, input_ids, attention_mask=None):
         return LMOutput(self.lm_head(self.hidden(input_ids, attention_mask)))
 

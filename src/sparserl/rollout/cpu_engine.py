@@ -354,13 +354,17 @@ class CPUEngine(RolloutBackend):
         # layers); real queries never see pad keys
         allowed = causal & (key_ok | (slots[None, :, None] == slots[None, None, :]))
         S = Lp + Tn
-        shape = (len(dec.layers), 2, U, dec.kvh, S, dec.hd)
+        shape = (len(dec.layers), 2, R, dec.kvh, S, dec.hd)
         cache = torch.empty(shape, dtype=dec.dtype)
         cos, sin = dec.rope(pos)
-        logits = dec.forward(ids, cos, sin, cache, 0, allowed, last_only=True)
         if self.dedup:
-            cache = cache.index_select(2, expand)
+            # the prefill's K/V rows copied to the rows that continue them, prompt slots only
+            prefix = torch.empty((*shape[:2], U, shape[3], Lp, shape[5]), dtype=dec.dtype)
+            logits = dec.forward(ids, cos, sin, prefix, 0, allowed, last_only=True)
+            torch.index_select(prefix, 2, expand, out=cache[..., :Lp, :])
             logits = logits.index_select(0, expand)
+        else:
+            logits = dec.forward(ids, cos, sin, cache, 0, allowed, last_only=True)
         row_pad, row_plen = pad[expand], plen[expand]
         # [rows in cache, S]: pad slots are blocked, generated slots always valid
         valid = torch.arange(S)[None] >= row_pad[:, None]
@@ -391,7 +395,10 @@ class CPUEngine(RolloutBackend):
                 break
             if self.drop_finished and float(done.float().mean()) >= self.compact_at:
                 k = (~done).nonzero().squeeze(-1)
-                cache, live, tok, done = cache.index_select(2, k), live[k], tok[k], done[k]
+                # only the Lp + t slots written so far move
+                kept = torch.empty((*cache.shape[:2], len(k), *cache.shape[3:]), dtype=cache.dtype)
+                torch.index_select(cache[..., :Lp + t, :], 2, k, out=kept[..., :Lp + t, :])
+                cache, live, tok, done = kept, live[k], tok[k], done[k]
                 valid = valid.index_select(0, k)
             tok = torch.where(done, torch.full_like(tok, self.pad_id), tok)
             cos, sin = dec.rope((row_plen[live] + t)[:, None])

@@ -130,8 +130,7 @@ def compile_layers(*models) -> None:
     graph serves every batch). It costs 10-25 s a process (the first on a machine compiles, later
     ones read inductor's cache) and saves about a quarter of a small step (perf/rl_step.py)."""
     for model in _our_qwen3("rl.compile", models):
-        for layer in model.model.layers:
-            layer.forward = torch.compile(layer.forward, dynamic=True)
+        model.compile_layers()
 
 
 def require_checkpoint(cfg: dict, ref: str, path: str) -> None:
