@@ -64,7 +64,7 @@ def scale_note(scale: str) -> list[str]:
 RANKING_COLUMNS = ("rank", "tie_group", "method", "family", "seeds", "rollouts_total", "wall_time_s",
                    "accuracy", "ci_lo", "ci_hi", "ci_method", "ties_with")
 # (header, column, format): read when the ranking has them (issue 28)
-OPTIONAL_HEADERS = (("protocol", ("protocol", "")), ("same as", ("critic_switch", "")),
+OPTIONAL_HEADERS = (("protocol", ("protocol", "")), ("EVPO switch", ("critic_switch", "")),
                     ("greedy", ("greedy_accuracy", "{:.3f}")), ("pass@k", ("pass_at_k", "{:.3f}")),
                     # issue 39: the selection-free slip-template split first, then the greedy-wrong one with
                     # its complement
@@ -112,8 +112,9 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
               "tie group: methods sharing a letter are not separated by the data (their pairwise 95% interval "
               "contains 0; pairs.parquet holds each pair); ties with names them.",
               "rollouts total: rollouts generated over training; wall time: training steps only, seconds.",
-              "same as: for EVPO, the share of steps its switch chose the critic; '= <VF method>' when that was "
-              "every step, so its run is that method's and it counts once in the ranks.",
+              "EVPO switch: the share of steps its switch chose the critic (Le Critique App. C); "
+              "'= <VF method>' when that was every step, so its run is that method's and it counts once in "
+              "the ranks.",
               "greedy, pass@k: the final checkpoint's greedy accuracy and share of problems with a correct sample "
               "among k.",
               "slip-template greedy (world 2.0; the learning-vs-sharpening reading): greedy accuracy, pooled over "
