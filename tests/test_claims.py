@@ -414,9 +414,10 @@ def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monke
         main(["claims", "--config", str(cfg_path)])
 
 
-def test_rl_rows_carry_greedy_pass_and_greedy_wrong_as_context(repo, tmp_path, monkeypatch):
-    """Issue 28: an RL row's detail gives each arm's greedy accuracy, pass@k and greedy-wrong scores
-    from runs.parquet; the status still reads mean@k alone (no paper reports the others)."""
+def test_rl_rows_carry_greedy_pass_and_the_splits_as_context(repo, tmp_path, monkeypatch):
+    """Issues 28 and 39: an RL row's detail gives each arm's greedy accuracy, pass@k, the slip-template
+    split's changes and the greedy-wrong split's flips both ways (never its gain alone) from
+    runs.parquet; the status still reads mean@k alone (no paper reports the others)."""
     monkeypatch.chdir(tmp_path)
     cfg = _cfg(repo, critique=False)
     _write_rl(cfg)
@@ -425,13 +426,18 @@ def test_rl_rows_carry_greedy_pass_and_greedy_wrong_as_context(repo, tmp_path, m
     assert "greedy" not in before.detail  # runs evaluated without them
     extra = {"eval_greedy_final": {"v05_osla": 0.61, "grpo_g16": 0.58},
              "eval_pass_final": {"v05_osla": 0.8, "grpo_g16": 0.9},
-             "eval_greedy_wrong_final": {"v05_osla": 0.2, "grpo_g16": 0.1},
-             "eval_greedy_wrong_greedy_final": {"v05_osla": 0.05, "grpo_g16": np.nan}}
+             "eval_greedy_wrong_greedy_gain": {"v05_osla": 0.3, "grpo_g16": 0.25},
+             "eval_slip_greedy_gain": {"v05_osla": 0.12, "grpo_g16": -0.01},
+             "greedy_wrong_to_right": {"v05_osla": 30, "grpo_g16": 25},
+             "greedy_right_to_wrong": {"v05_osla": 28, "grpo_g16": 26},
+             "eval_other_greedy_gain": {"v05_osla": 0.01, "grpo_g16": np.nan}}
     for col, by in extra.items():
         runs[col] = runs["method"].map(by)
     runs["pass_metric"] = "pass@16"
     write_table(runs, Paths(cfg).rl_runs())
     iv = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
-    assert "; greedy 0.610 vs 0.580; pass@16 0.800 vs 0.900; greedy-wrong mean@k 0.200 vs 0.100" in iv.detail
-    assert "greedy-wrong greedy" not in iv.detail  # an arm without it
+    assert ("; greedy 0.610 vs 0.580; pass@16 0.800 vs 0.900; slip-template greedy change +0.120 vs -0.010; "
+            "greedy wrong -> right 30.0 vs 25.0; right -> wrong 28.0 vs 26.0") in iv.detail
+    assert "other-template" not in iv.detail  # an arm without it
+    assert "greedy-wrong" not in iv.detail  # the selected split's gain is never shown without its complement
     assert (iv.value, iv.lo, iv.hi) == (before.value, before.lo, before.hi)

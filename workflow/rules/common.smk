@@ -71,7 +71,7 @@ def all_targets():
     if P.pretrained_policies():
         t += [str(P.passrates()), str(P.world_report())]
     if CFG.get("rl"):
-        t.append(str(P.rl_summary()))
+        t += [str(P.rl_summary()), str(P.world_compare())]
     study = globals().get("study_targets")  # workflow/rules/studies.smk (needs basis.study_reference/oracle)
     if study:
         t += study()

@@ -109,9 +109,27 @@ if RL:
         shell:
             "{SPARSERL} rl-summary --config {CONFIGS}"
 
+    # the summary as Markdown, with the commit and config hash of the run it reads
+    # (sparserl.studies.world_compare): docs/world.md links here instead of typing numbers
+    rule world_compare:
+        input:
+            str(P.rl_summary()),
+        output:
+            str(P.world_compare()),
+        params:
+            results="{}={}".format("world 2.0" if (CFG.get("tasks") or {}).get("world") else "world 1", P.results),
+        log:
+            str(P.stage("logs", "world_compare.log")),
+        localrule: True
+        resources:
+            **R("cpu_small"),
+        shell:
+            "{SPARSERL} world-compare --results {params.results:q} --out {output} > {log} 2>&1"
+
     rule rl:
         input:
             str(P.rl_summary()),
+            str(P.world_compare()),
         localrule: True
 
     # One target per method file, whether or not `rl.methods` lists it (that list says what `all`

@@ -1,7 +1,8 @@
-"""`python -m sparserl world-compare`: two or more worlds' RL gains side by side, as the Markdown
-fragment docs/world.md includes (sparserl.studies.world_compare).
+"""`python -m sparserl world-compare`: one or more worlds' RL gains side by side, as Markdown
+(sparserl.studies.world_compare). Rule world_compare writes the run's own to
+results/<scale>/report/world_compare.md; two worlds:
 
-    sparserl world-compare --results "world 1=results_w1/tiny" "world 2.0=results/tiny" --out docs/world_tiny.md
+    sparserl world-compare --results "world 1=results_w1/tiny" "world 2.0=results/tiny" --out results/tiny/report/worlds.md
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def cmd_world_compare(args):
 
 
 def register(sub, add):
-    p = sub.add_parser("world-compare", help="RL gains over the start policy in two or more worlds, side by "
-                       "side (Markdown for docs/world.md)")
+    p = sub.add_parser("world-compare", help="RL gains over the start policy in one or more worlds, side by "
+                       "side (Markdown; rule world_compare writes the run's own)")
     p.add_argument("--results", nargs="+", required=True, metavar="LABEL=DIR",
                    help="a label and a results/<scale> directory with rl/summary.parquet, per world")
     p.add_argument("--out", default=None, help="write the Markdown here (default: stdout)")

@@ -292,6 +292,11 @@ class Paths:
     def rl_summary(self) -> Path:
         return self.stage("rl", "summary.parquet")
 
+    def world_compare(self) -> Path:
+        """The run's RL gains as Markdown (`sparserl world-compare`, rule world_compare): what
+        docs/world.md points to instead of typing numbers."""
+        return self.stage("report", "world_compare.md")
+
     # the claims table of the four papers (`sparserl claims`, sparserl.studies.claims)
     def claims_md(self) -> Path:
         return self.figures / "CLAIMS.md"

@@ -150,10 +150,9 @@ def pass_metric(ev: pd.DataFrame) -> str:
     return "/".join(sorted(set(ev["pass_metric"]))) if "pass_metric" in ev else ""
 
 
-def greedy_wrong_split(cfg: dict) -> pd.DataFrame | None:
-    """The greedy-wrong split (issue 28): the held-out problems (benchmark, id) whose greedy answer
-    by the RL start policy (`rl.policy`) is wrong, read from its per-problem evaluation beside
-    `Paths.eval_table`; None when the DAG does not evaluate it or the table has no greedy column."""
+def start_per_problem(cfg: dict) -> tuple[pd.DataFrame, Path] | None:
+    """The RL start policy's (`rl.policy`) per-problem evaluation beside `Paths.eval_table`, with its
+    path; None when the DAG does not evaluate it or the table has no greedy column (or NaN ones)."""
     from sparserl.evaluation.evaluate import per_problem_path
     policy = cfg["rl"].get("policy")
     if not policy or not Paths(cfg).eval_table(policy).exists():
@@ -161,9 +160,21 @@ def greedy_wrong_split(cfg: dict) -> pd.DataFrame | None:
     path = per_problem_path(Paths(cfg).eval_table(policy))
     pp = read_table(path) if path.exists() else pd.DataFrame()
     if "greedy" not in pp or pp["greedy"].isna().any():
-        _warn_once(path, "table or greedy column (or NaN greedy scores)", "the greedy-wrong split needs "
-                   f"evaluation.greedy: true; delete it and rerun `sparserl evaluate --policy {policy}`")
+        _warn_once(path, "table or greedy column (or NaN greedy scores)", "the greedy-wrong and slip-template "
+                   f"splits need evaluation.greedy: true; delete it and rerun `sparserl evaluate --policy {policy}`")
         return None
+    return pp, path
+
+
+def greedy_wrong_split(cfg: dict) -> pd.DataFrame | None:
+    """The greedy-wrong split (issue 28): the held-out problems (benchmark, id) whose greedy answer
+    by the RL start policy (`rl.policy`) is wrong, read from its per-problem evaluation beside
+    `Paths.eval_table`; None when the DAG does not evaluate it or the table has no greedy column.
+    Chosen by the start's own answers: read it with its complement (`evaluation.splits.greedy_flips`)."""
+    start = start_per_problem(cfg)
+    if start is None:
+        return None
+    pp = start[0]
     split = pp.loc[pp["greedy"] == 0, ["benchmark", "id", "p", "greedy"]].reset_index(drop=True)
     split.attrs["held_out"] = len(pp)
     return split
@@ -182,6 +193,45 @@ def on_split(pp: pd.DataFrame, split: pd.DataFrame, path) -> dict:
     return {"eval_greedy_wrong": float(d["p"].mean()), "eval_greedy_wrong_greedy": greedy}
 
 
+def critic_switch(met: pd.DataFrame) -> tuple[int, int] | None:
+    """(steps whose advantage used the critic, steps) of an EVPO run, from its metrics'
+    `est_evpo_use_critic` (estimators.tether.evpo_advantage); None for a run without the switch."""
+    if "est_evpo_use_critic" not in met:
+        return None
+    on = met["est_evpo_use_critic"].to_numpy(dtype=float)
+    return int((on > 0.5).sum()), len(on)
+
+
+def switch_twin(method: str, methods: list[str]) -> str | None:
+    """The listed method an EVPO method equals when its switch picks the critic at every step: the
+    same spec with the critic's Monte Carlo baseline (estimator gae, lambda 1), e.g.
+    lc_math_evpo_g8 -> lc_math_vf_g8. None for another estimator or no such method listed."""
+    spec = load_method(method).to_dict()
+    if spec["estimator"] != "evpo":
+        return None
+    for other in methods:
+        o = load_method(other).to_dict()
+        if (o["estimator"] == "gae" and (o.get("critic") or {}).get("lam_gae") == 1.0
+                and {k: v for k, v in o.items() if k not in ("name", "estimator")}
+                == {k: v for k, v in spec.items() if k not in ("name", "estimator")}):
+            return other
+    return None
+
+
+def switch_note(method: str, methods: list[str], switches: list[tuple[int, int] | None]) -> tuple[str, str]:
+    """(the method it equals or '', a note): an EVPO method whose critic switch was on at every step
+    of every seed is its `switch_twin`'s run, "= <twin> (switch on at every step: N/N)"; otherwise
+    the share, "critic at n/N steps"; ('', '') for a method without the switch."""
+    got = [s for s in switches if s is not None]
+    if not got:
+        return "", ""
+    on, steps = sum(s[0] for s in got), sum(s[1] for s in got)
+    twin = switch_twin(method, methods)
+    if twin is not None and all(s[0] == s[1] for s in got):
+        return twin, f"= {twin} (switch on at every step: {on}/{steps})"
+    return "", f"critic at {on}/{steps} steps"
+
+
 def protocol(method: str) -> str:
     """Matched prompts when the method spec fixes its prompts per step, else matched rollouts."""
     return "matched prompts" if load_method(method).prompts_per_step else "matched rollouts"
@@ -195,27 +245,42 @@ def run_lr(met: pd.DataFrame, rl: dict) -> dict:
     return {"lr": float(rl.get("lr", np.nan)), "lr_source": "fixed"}
 
 
+# the slip-template split first: chosen by a hash, not by the start's answers (evaluation.splits)
+SLIP_COLUMNS = ("start_eval_slip_greedy", "eval_slip_greedy_final", "eval_slip_greedy_gain",
+                "start_eval_other_greedy", "eval_other_greedy_final", "eval_other_greedy_gain",
+                "slip_problems", "other_problems")
+FLIP_COLUMNS = ("greedy_wrong_to_right", "greedy_right_to_wrong", "greedy_flip_net",
+                "greedy_wrong_problems", "greedy_right_problems")
 SPLIT_COLUMNS = ("eval_greedy_final", "eval_pass_final", "eval_greedy_wrong_final", "eval_greedy_wrong_greedy_final",
                  "start_eval_greedy", "start_eval_pass", "start_eval_greedy_wrong", "start_eval_greedy_wrong_greedy",
                  "eval_greedy_gain", "eval_pass_gain", "eval_greedy_wrong_gain", "eval_greedy_wrong_greedy_gain",
-                 "greedy_wrong_problems", "greedy_wrong_share")
+                 "greedy_wrong_share") + SLIP_COLUMNS + FLIP_COLUMNS
 
 
-def _split_columns(run, split: pd.DataFrame | None) -> dict:
-    """A run's final mean@k and greedy accuracy on the greedy-wrong split, and the split's size."""
-    if split is None:
-        return {}
+def final_per_problem(run) -> tuple[pd.DataFrame, Path]:
+    """A run's final checkpoint's per-problem table and its path (`sparserl rl-eval` writes it)."""
     from sparserl.evaluation.evaluate import per_problem_path
     path = per_problem_path(run.eval_dir / "final.parquet")
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing beside {run.eval} (`sparserl rl-eval` writes both): delete "
                                 f"{run.eval} and rerun `sparserl rl-eval --method {run.method} --seed {run.seed}`")
-    return {**{f"{k}_final": v for k, v in on_split(read_table(path), split, path).items()},
-            "greedy_wrong_problems": len(split), "greedy_wrong_share": len(split) / split.attrs["held_out"]}
+    return read_table(path), path
 
 
-GAIN_COLUMNS = ("eval_gain", "eval_greedy_gain", "eval_pass_gain", "eval_greedy_wrong_gain",
-                "eval_greedy_wrong_greedy_gain")
+def _split_columns(run, split: pd.DataFrame | None, start: pd.DataFrame | None, labels: pd.DataFrame | None) -> dict:
+    """A run's final mean@k and greedy accuracy on the greedy-wrong split with the split's size, its
+    complement (flips both ways, `greedy_flips`) and the slip-template split (`slip_split`)."""
+    if split is None:
+        return {}
+    from sparserl.evaluation.splits import greedy_flips, slip_split
+    pp, path = final_per_problem(run)
+    return {**{f"{k}_final": v for k, v in on_split(pp, split, path).items()},
+            "greedy_wrong_share": len(split) / split.attrs["held_out"],
+            **greedy_flips(start, pp, str(path)), **slip_split(start, pp, labels, str(path))}
+
+
+GAIN_COLUMNS = ("eval_gain", "eval_greedy_gain", "eval_pass_gain", "eval_slip_greedy_gain", "eval_other_greedy_gain",
+                "greedy_flip_net", "eval_greedy_wrong_gain", "eval_greedy_wrong_greedy_gain")
 
 
 def gain_intervals(runs: pd.DataFrame) -> pd.DataFrame:
@@ -234,6 +299,12 @@ def gain_intervals(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method"] + [f"{c}_ci_{e}" for c in cols for e in ("lo", "hi")])
 
 
+def _switch_columns(met: pd.DataFrame) -> dict:
+    sw = critic_switch(met)
+    return {} if sw is None else {"critic_switch_steps": sw[0], "critic_switch_of": sw[1],
+                                  "critic_switch_share": sw[0] / sw[1]}
+
+
 def summarize_runs(cfg: dict) -> pd.DataFrame:
     """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used,
     with `rollouts_note` saying why a method's total differs from the common budget."""
@@ -242,8 +313,11 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
     in_dist = in_distribution(cfg)
     start = _start_accuracy(cfg, in_dist)
     split = greedy_wrong_split(cfg)
+    start_pp, labels = None, None
     if split is not None:
+        from sparserl.evaluation.splits import slip_labels
         start.update(on_split(split, split, "the start policy's per-problem table"))
+        start_pp, labels = start_per_problem(cfg)[0], slip_labels(cfg)
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:
@@ -270,8 +344,9 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
                          "train_reward_first10pct": float(head["reward_mean"].mean()),
                          **_groups(fin, in_dist), **{f"start_{k}": v for k, v in start.items()},
                          **{f"{k}_final": v for k, v in greedy_and_pass(fin, run.eval).items()},
-                         **_split_columns(run, split), "pass_metric": pass_metric(fin),
-                         "protocol": protocol(method), **run_lr(met, rl)})
+                         **_split_columns(run, split, start_pp, labels), "pass_metric": pass_metric(fin),
+                         "protocol": protocol(method), **run_lr(met, rl),
+                         **_switch_columns(met)})
     runs = pd.DataFrame(rows)
     if start:  # gains over the policy RL starts from, on the same benchmarks and protocol
         runs["eval_gain"] = runs["eval_accuracy_final"] - runs["start_eval_accuracy"]
@@ -302,8 +377,16 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
                                     "train_reward_gain", "start_eval_accuracy") if c in runs},
         # issue 28: greedy, pass@k and the greedy-wrong split beside mean@k, with the start's and the gains
         **{c: (c, "mean") for c in SPLIT_COLUMNS if c in runs},
-        **{c: (c, "first") for c in ("pass_metric", "protocol", "lr", "lr_source") if c in runs}).reset_index()
+        **{c: (c, "first") for c in ("pass_metric", "protocol", "lr", "lr_source", "slip_split") if c in runs}
+    ).reset_index()
     agg["eval_accuracy_se"] = agg["eval_accuracy_sd"] / np.sqrt(agg["seeds"])  # over seeds
+    if "critic_switch_steps" in runs:  # Le Critique App. C's EVPO: which of its runs are VF's (issue 39)
+        notes = {m: switch_note(m, rl["methods"], [
+            None if np.isnan(r.critic_switch_steps) else (int(r.critic_switch_steps), int(r.critic_switch_of))
+            for r in d.itertuples()]) for m, d in runs.groupby("method")}
+        agg["critic_switch_share"] = agg["method"].map(runs.groupby("method")["critic_switch_share"].mean())
+        agg["same_as"] = agg["method"].map(lambda m: notes[m][0])
+        agg["critic_switch"] = agg["method"].map(lambda m: notes[m][1])
     agg = agg.merge(gain_intervals(runs), on="method", how="left")
     agg["rollouts_note"] = [
         rollouts_note(r.steps, rl["steps"], rl["rollouts_per_step"], r.rollouts_generated,

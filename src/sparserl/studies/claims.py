@@ -382,21 +382,26 @@ def rl_accuracy(ctx: Context, a: str, b: str | None = None) -> Interval:
 
 
 # issue 28: context beside mean@k, which sharpening alone raises; no paper reports these, so they
-# take no part in a status
-CONTEXT = (("eval_greedy_final", "greedy"), ("eval_pass_final", "pass@k"),
-           ("eval_greedy_wrong_final", "greedy-wrong mean@k"), ("eval_greedy_wrong_greedy_final", "greedy-wrong greedy"))
+# take no part in a status. Issue 39: the learning-vs-sharpening reading is the slip-template split
+# (chosen by a hash; world 2.0), and the greedy-wrong split shows both flips, never its gain alone
+CONTEXT = (("eval_greedy_final", "greedy", "{:.3f}"), ("eval_pass_final", "pass@k", "{:.3f}"),
+           ("eval_slip_greedy_gain", "slip-template greedy change", "{:+.3f}"),
+           ("eval_other_greedy_gain", "other-template greedy change", "{:+.3f}"),
+           ("greedy_wrong_to_right", "greedy wrong -> right", "{:.1f}"),
+           ("greedy_right_to_wrong", "right -> wrong", "{:.1f}"))
 
 
 def sharpening_context(runs: pd.DataFrame, methods: list[str]) -> str:
     """'; greedy .61 vs .58; pass@16 ...' from runs.parquet's seed means, for the columns it has
-    (runs evaluated before issue 28, or without a greedy pass, have none or NaN)."""
-    means = runs.groupby("method")[[c for c, _ in CONTEXT if c in runs]].mean()
+    (runs evaluated before issue 28, or without a greedy pass, have none or NaN; world 1 has no
+    slip templates, so no slip-template change)."""
+    means = runs.groupby("method")[[c for c, _, _ in CONTEXT if c in runs]].mean()
     name = "/".join(sorted(set(runs["pass_metric"]) - {""})) if "pass_metric" in runs else ""
     parts = []
-    for col, label in CONTEXT:
+    for col, label, fmt in CONTEXT:
         if col in means and all(np.isfinite(means.loc[m, col]) for m in methods):
             label = label.replace("pass@k", name or "pass@k")
-            parts.append(f"{label} " + " vs ".join(f"{means.loc[m, col]:.3f}" for m in methods))
+            parts.append(f"{label} " + " vs ".join(fmt.format(means.loc[m, col]) for m in methods))
     return "; " + "; ".join(parts) if parts else ""
 
 

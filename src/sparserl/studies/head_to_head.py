@@ -8,8 +8,12 @@ under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
   ranking.parquet  one row per method: family (the advantage estimator of its spec), loss, sampler,
                    prior, seeds, steps, rollouts per step / per prompt, rollouts consumed, training
                    wall time, final accuracy with its 95% CI, rank, tie group, the methods it ties with;
-                   beside it (issue 28) the seed means of greedy accuracy, pass@k and, on the greedy-wrong
-                   split (held-out problems the start policy answers wrong greedily), mean@k and greedy
+                   beside it (issue 28) the seed means of greedy accuracy, pass@k, the slip-template
+                   split (world 2.0: greedy on slip and other templates, start, final, change; chosen
+                   by a hash, so free of selection) and the greedy-wrong split (held-out problems the
+                   start policy answers wrong greedily: mean@k and greedy) with its complement
+                   (wrong -> right, right -> wrong, net; `evaluation.splits`); for EVPO the share of
+                   steps its switch chose the critic, and `same_as` its VF twin when that was every step
   pairs.parquet    one row per pair of methods (a ranked above b): diff = acc_a - acc_b, its 95%
                    paired-bootstrap CI; with >= 2 seeds also the Welch t-interval over seeds;
                    separated (rule 3: the bootstrap with 1 seed, Welch with more)
@@ -48,7 +52,8 @@ The rules (CI level 95%, `BOOTSTRAP` resamples, RNG seeded by `BOOTSTRAP_SEED` a
    No correction for the number of pairs (M(M-1)/2 of them): at 27 methods about 18 of 351 pairs
    of truly equal methods would read as separated by chance; read single separations with that
    in mind. Identical runs (aliases) give a difference of exactly 0 and always tie.
-4. Rank: 1 + the number of methods with a strictly higher mean accuracy (equal means share a rank).
+4. Rank: 1 + the number of runs with a strictly higher mean accuracy (equal means share a rank; an
+   alias and an EVPO method whose critic switch was on at every step, `same_as`, count once).
 5. Tie groups (`tie_group`): a compact letter display. The groups are the maximal cliques of the
    graph "not separated" (Bron-Kerbosch); each gets a letter, ordered by its best member's rank.
    Two methods share a letter exactly when the data do not separate them, so every tie in
@@ -289,14 +294,40 @@ def _sharpening(gp: dict) -> dict:
     return {"greedy_accuracy": gp["eval_greedy"], "pass_at_k": gp["eval_pass"]}
 
 
-def _split_scores(runs: list[Run], split: pd.DataFrame | None) -> dict:
-    """Seed means of each run's final mean@k and greedy accuracy on the greedy-wrong split."""
+def _split_scores(runs: list[Run], split: pd.DataFrame | None, start: pd.DataFrame | None,
+                  labels: pd.DataFrame | None) -> dict:
+    """Seed means of each run's final scores on the two splits of `evaluation.splits`: the
+    slip-template split (selection-free; greedy on slip and other templates, start, final, change)
+    and the greedy-wrong split (mean@k and greedy on it) with its complement (flips both ways, net)."""
     from sparserl.engines.report import on_split
+    from sparserl.evaluation.splits import greedy_flips, slip_split
     if split is None:
         return {"greedy_wrong_accuracy": np.nan, "greedy_wrong_greedy": np.nan}
     s = [on_split(r.final, split, r.eval_path) for r in runs]
-    return {"greedy_wrong_accuracy": float(np.mean([x["eval_greedy_wrong"] for x in s])),
-            "greedy_wrong_greedy": float(np.mean([x["eval_greedy_wrong_greedy"] for x in s]))}
+    f = [greedy_flips(start, r.final, str(r.eval_path)) for r in runs]
+    sl = [slip_split(start, r.final, labels, str(r.eval_path)) for r in runs]
+
+    def mean(rows, key):
+        return float(np.mean([x[key] for x in rows]))
+
+    return {"slip_split": sl[0]["slip_split"],
+            **{f"{k}{suffix}": mean(sl, col) for k in ("slip_greedy", "other_greedy")
+               for suffix, col in (("_start", f"start_eval_{k}"), ("", f"eval_{k}_final"), ("_gain", f"eval_{k}_gain"))},
+            "greedy_wrong_accuracy": mean(s, "eval_greedy_wrong"), "greedy_wrong_greedy": mean(s, "eval_greedy_wrong_greedy"),
+            **{k: mean(f, k) for k in ("greedy_wrong_to_right", "greedy_right_to_wrong", "greedy_flip_net")}}
+
+
+def _switch(m: str, methods: list[str], runs: list[Run]) -> dict:
+    """EVPO's critic switch (Le Critique App. C) over a method's runs: the share of steps on the
+    critic and, when it was on at every step, the method whose run it then is (`report.switch_note`)."""
+    from sparserl.engines.report import critic_switch, switch_note
+    sw = [critic_switch(r.metrics) for r in runs]
+    if all(x is None for x in sw):
+        return {"critic_switch_share": np.nan, "critic_switch": "", "same_as": ""}
+    same, note = switch_note(m, methods, sw)
+    got = [x for x in sw if x is not None]
+    return {"critic_switch_share": sum(x[0] for x in got) / sum(x[1] for x in got), "critic_switch": note,
+            "same_as": same}
 
 
 def _spec_columns(method: str) -> dict:
@@ -318,6 +349,12 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
         raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
     owners = run_owners(methods, rl.get("rollouts_per_step"))
     runs = {m: [read_run(cfg, m, s) for s in seeds] for m in methods}
+    # an EVPO method whose switch chose the critic at every step trained its twin's run (issue 39):
+    # one run, one seed draw, one count in the ranks
+    switch = {m: _switch(m, methods, runs[m]) for m in methods}
+    for m in methods:
+        if switch[m]["same_as"]:
+            owners[m] = owners[switch[m]["same_as"]]
     # one problem order for every run: the first run's
     ref = runs[methods[0]][0].final
     key = list(zip(ref["benchmark"], ref["id"]))
@@ -342,8 +379,11 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 else None)
     labels, ties = tie_groups(order, pairs)
     q = [(1 - LEVEL) / 2, (1 + LEVEL) / 2]
-    from sparserl.engines.report import greedy_and_pass, greedy_wrong_split, pass_metric, protocol, run_lr
+    from sparserl.engines.report import (greedy_and_pass, greedy_wrong_split, pass_metric, protocol, run_lr,
+                                         start_per_problem)
+    from sparserl.evaluation.splits import slip_labels
     split = greedy_wrong_split(cfg)
+    start_pp, slips = (start_per_problem(cfg)[0], slip_labels(cfg)) if split is not None else (None, None)
 
     rows = []
     for m in order:
@@ -361,7 +401,9 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                             for r, t in zip(rs, total)])
         ppm = np.array([float(r.metrics["rollouts_per_prompt_mean"].mean()) if "rollouts_per_prompt_mean"
                         in r.metrics else np.nan for r in rs])
-        rows.append({"rank": 1 + sum(means[o] > means[m] for o in methods), "method": m, **_spec_columns(m),
+        # rule 4, one count per run: an alias or an EVPO run equal to VF's does not push others down
+        rank = 1 + len({owners[o] for o in methods if means[o] > means[m]})
+        rows.append({"rank": rank, "method": m, **_spec_columns(m),
                      "run": owners[m], "seeds": len(rs), "steps": float(steps.mean()),
                      "rollouts_per_step": float((total / steps).mean()),
                      "rollouts_per_prompt": float(np.nanmean(ppm)) if np.isfinite(ppm).any() else np.nan,
@@ -374,10 +416,10 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                      **{k: float(np.mean([_sharpening(greedy_and_pass(r.eval[r.eval["checkpoint"] == "final"],
                                                                        r.eval_path))[k] for r in rs]))
                         for k in ("greedy_accuracy", "pass_at_k")},
-                     "pass_metric": pass_metric(rs[0].eval), **_split_scores(rs, split),
+                     "pass_metric": pass_metric(rs[0].eval), **_split_scores(rs, split, start_pp, slips),
                      "greedy_wrong_share": np.nan if split is None else len(split) / split.attrs["held_out"],
                      **run_lr(rs[0].metrics, rl), "lr_family": lr_family(load_method(m)),
-                     "protocol": protocol(m)})
+                     "protocol": protocol(m), **switch[m]})
     ranking = pd.DataFrame(rows)
 
     curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)

@@ -64,8 +64,18 @@ def scale_note(scale: str) -> list[str]:
 RANKING_COLUMNS = ("rank", "tie_group", "method", "family", "seeds", "rollouts_total", "wall_time_s",
                    "accuracy", "ci_lo", "ci_hi", "ci_method", "ties_with")
 # (header, column, format): read when the ranking has them (issue 28)
-OPTIONAL_HEADERS = (("protocol", ("protocol", "")), ("greedy", ("greedy_accuracy", "{:.3f}")),
-                    ("pass@k", ("pass_at_k", "{:.3f}")), ("greedy-wrong mean@k", ("greedy_wrong_accuracy", "{:.3f}")),
+OPTIONAL_HEADERS = (("protocol", ("protocol", "")), ("EVPO switch", ("critic_switch", "")),
+                    ("greedy", ("greedy_accuracy", "{:.3f}")), ("pass@k", ("pass_at_k", "{:.3f}")),
+                    # issue 39: the selection-free slip-template split first, then the greedy-wrong one with
+                    # its complement
+                    ("slip split", ("slip_split", "")),
+                    ("slip-template greedy start", ("slip_greedy_start", "{:.3f}")),
+                    ("slip-template greedy change", ("slip_greedy_gain", "{:+.3f}")),
+                    ("other-template greedy change", ("other_greedy_gain", "{:+.3f}")),
+                    ("greedy wrong -> right", ("greedy_wrong_to_right", "{:.1f}")),
+                    ("greedy right -> wrong", ("greedy_right_to_wrong", "{:.1f}")),
+                    ("greedy net change", ("greedy_flip_net", "{:+.3f}")),
+                    ("greedy-wrong mean@k", ("greedy_wrong_accuracy", "{:.3f}")),
                     ("greedy-wrong greedy", ("greedy_wrong_greedy", "{:.3f}")),
                     ("greedy-wrong share", ("greedy_wrong_share", "{:.3f}")),
                     ("lr", ("lr", "{:.2e}")), ("lr source", ("lr_source", "")), ("lr family", ("lr_family", "")))
@@ -85,7 +95,7 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
 
     def opt(r, col, fmt):  # issue 28's columns; "—" in a ranking written before them
         v = getattr(r, col, np.nan)
-        return num(float(v), fmt) if isinstance(v, (int, float, np.number)) else (str(v), "")
+        return num(float(v), fmt) if isinstance(v, (int, float, np.number)) else (str(v) or "—", "")
 
     rows = [[num(r.rank, "{:.0f}"), r.tie_group, r.method, r.family, num(r.seeds, "{:.0f}"),
              num(r.rollouts_total, "{:.0f}"), num(r.wall_time_s, "{:.0f}"), num(r.accuracy, "{:.3f}"),
@@ -102,9 +112,19 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
               "tie group: methods sharing a letter are not separated by the data (their pairwise 95% interval "
               "contains 0; pairs.parquet holds each pair); ties with names them.",
               "rollouts total: rollouts generated over training; wall time: training steps only, seconds.",
+              "EVPO switch: the share of steps its switch chose the critic (Le Critique App. C); "
+              "'= <VF method>' when that was every step, so its run is that method's and it counts once in "
+              "the ranks.",
               "greedy, pass@k: the final checkpoint's greedy accuracy and share of problems with a correct sample "
-              "among k; greedy-wrong: mean@k and greedy accuracy on the held-out problems the start policy's "
-              "greedy answer gets wrong (share: their part of the held-out set).",
+              "among k.",
+              "slip-template greedy (world 2.0; the learning-vs-sharpening reading): greedy accuracy, pooled over "
+              "problems, on the held-out problems of slip templates (chosen by a hash, not by the start "
+              "policy's answers) at the start and its change to the final checkpoint, beside the change on the "
+              "other templates; world 1 has no slip templates and says so.",
+              "greedy-wrong: held-out problems the start policy's greedy answer gets wrong (share: their part of "
+              "the held-out set), chosen by the start's own answers, so any change of the policy raises its "
+              "scores: read wrong -> right beside right -> wrong (problems, mean over seeds) and the net change "
+              "of greedy accuracy over all held-out problems.",
               "lr: the learning rate the runs trained at, rl.lr (fixed) or their lr family's tuned one "
               "(rl.lr_tuning)."]
     header = ["rank", "tie group", "method", "family", "seeds", "rollouts total", "wall time (s)", "accuracy",
