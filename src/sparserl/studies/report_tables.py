@@ -105,8 +105,8 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
               "greedy, pass@k: the final checkpoint's greedy accuracy and share of problems with a correct sample "
               "among k; greedy-wrong: mean@k and greedy accuracy on the held-out problems the start policy's "
               "greedy answer gets wrong (share: their part of the held-out set).",
-              "lr: the learning rate the runs trained at, rl.lr (fixed) or their lr family's tuned one "
-              "(rl.lr_tuning)."]
+              "lr: the learning rate the runs trained at: rl.lr (fixed: untuned, a prior) or the one "
+              "rl.lr_tuning's validation rule chose for their batch setting (tuned; tuning/lr.md)."]
     header = ["rank", "tie group", "method", "family", "seeds", "rollouts total", "wall time (s)", "accuracy",
               "95% CI", "CI method", "ties with", *(h for h, _ in OPTIONAL_HEADERS)]
     return html_page(f"Head-to-head ranking at scale {scale}", intro, header, rows, legend=legend)
