@@ -110,7 +110,9 @@ def main():
     counts = dry_run(a.config)
     owners = sorted(set(run_owners(rl["methods"], rl["rollouts_per_step"]).values()))
     tuning = rl.get("lr_tuning", {})
-    reps = sorted(set(tuning.get("families", {}).values())) if tuning.get("enabled") else []
+    from sparserl.engines import lr_tuning as lrt
+    tuners = {st: ms[0] for st, ms in lrt.setting_methods(cfg).items()} if tuning.get("enabled") else {}
+    reps = sorted(set(tuners.values()))
     measured = measure(a.results.resolve(), sorted(set(owners) | set(reps)), a.steps, a.warmup, True,
                        a.tree.resolve())
     step_s = {m: statistics.median(r["per_step_s"]) for m, r in measured.items()}
@@ -128,12 +130,14 @@ def main():
             ("evaluate", one_off["evaluate"], 1)]
     vsize = tuning.get("validation_size", 256)
     bench = sum(b["size"] for b in cfg["tasks"]["benchmarks"])
-    for fam, rep in tuning.get("families", {}).items():
-        for factor in tuning.get("grid", []):
-            for seed in tuning.get("seeds", [0]):
-                # 60 steps, then one validation evaluation (validation_size problems, not the benchmarks)
-                jobs.append((f"lr_tune {fam} x{factor} s{seed}", tuning["steps"] * step_s[rep]
-                             + warm[rep] + eval_s * vsize / bench, 1))
+    for st, rep in tuners.items():
+        spec = load_method(rep)
+        for lr in tuning.get("grid", []):
+            for seed in tuning.get("seeds", []):
+                # the setting's steps, then a validation evaluation (validation_size problems, not
+                # the benchmarks) at each of rl.lr_tuning.checkpoints
+                jobs.append((f"lr_tune {st} lr{lr} s{seed}", total_steps(rl, spec) * step_s[rep] + warm[rep]
+                             + eval_s * vsize / bench * len(lrt.checkpoint_steps(cfg, spec)), 1))
     rows = []
     for m in owners:
         spec = load_method(m)

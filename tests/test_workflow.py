@@ -110,6 +110,26 @@ def test_tiny_dry_run_is_the_default(repo, tmp_path):
             assert "basis/reference" not in re.search(r"input: (.*)", b).group(1)
 
 
+def test_small_tuning_dag_runs_each_setting_rate_and_seed(repo, tmp_path):
+    """rl.lr_tuning at small: one lr_tune_run per batch setting x grid rate x seed (the *_mp runs
+    and G=4/8/16 apart), and an RL run reads the chosen rates and steps."""
+    from sparserl.core.config import load_config
+    from sparserl.engines import lr_tuning as L
+    cfg = load_config(repo / "configs/small.yaml")
+    s = L.check(cfg)
+    out = snakemake(repo, tmp_path, "results/small/tuning/lr.parquet", "results/small/rl/grpo_g16_mp/seed0/metrics.parquet",
+                    "--cores", "2", "-n", "--configfile", str(repo / "configs/small.yaml"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    settings = L.setting_methods(cfg)
+    assert {"grpo_p16_r256_s100", "grpo_p64_r512_s100", "grpo_p64_r1024_s100"} <= set(settings)
+    runs = set(re.findall(r"tuning/(\w+)/lr([0-9.e+-]+)/seed(\d+)/validation\.parquet", log))
+    assert runs == {(st, L.lr_label(lr), str(seed)) for st in settings for lr in s["grid"] for seed in s["seeds"]}
+    # rl_train prints its message, then the reason that names its inputs
+    reason = re.search(r"training grpo_g16_mp seed 0:.*\nReason: (.*)", log).group(1)
+    assert "results/small/tuning/lr.json" in reason
+
+
 def test_bad_config_stops_the_dag_naming_key_and_file(repo, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((repo / "configs/smoke.yaml").read_text().replace("seed: 0", "seed: zero"))

@@ -1,7 +1,9 @@
-# Stage: learning rates tuned per method family (rl.lr_tuning; sparserl.engines.lr_tuning). Each
-# family's representative trains rl.lr_tuning.steps steps at factor x rl.lr for every grid factor and
-# seed, scored on a validation split of the pool's side (tasks/validation.parquet); the best factor
-# per family goes to tuning/lr.json, which every rl_train job then reads. Off: no job here.
+# Stage: learning rates and steps chosen per batch setting on the validation split (rl.lr_tuning;
+# sparserl.engines.lr_tuning). Each setting (family, prompts and rollouts a step, steps: setting_of)
+# trains its first method of rl.methods at every rate of rl.lr_tuning.grid and seed for the steps
+# its runs train, scored at rl.lr_tuning.checkpoints on tasks/validation.parquet (pool side, no
+# benchmark, pool or corpus problem); the rule validation_argmax writes tuning/lr.parquet (lr.csv,
+# lr.md) and tuning/lr.json, which every rl_train job then reads. Off: no job here.
 #   snakemake --cores 2 results/small/tuning/lr.parquet --configfile configs/small.yaml
 
 LR_TUNING = None
@@ -23,14 +25,18 @@ def lr_tuning_inputs(wildcards=None):
 if LR_TUNING:
     from types import SimpleNamespace
 
+    LR_SETTINGS = _lrt.setting_methods(CFG)  # setting -> its methods; the first trains its tuning
+
     def lr_tune_inputs(w):
-        """A tuning run reads what its representative's RL run reads (rl_inputs), and the split."""
-        return rl_inputs(SimpleNamespace(method=LR_TUNING["families"][w.family])) + [str(P.validation_split())]
+        """A tuning run reads what its method's RL run reads (rl_inputs), the split, and what the
+        split is checked against (engines.lr_tuning.guard_validation)."""
+        return (rl_inputs(SimpleNamespace(method=_lrt.tuner(CFG, w.setting))) + [str(P.validation_split())]
+                + [str(P.train_pool()), str(P.pretrain_corpus())] + [str(P.benchmark(b)) for b in BENCHMARKS])
 
     def lr_tune_key(w):
         from sparserl.core.config import settings_key
         from sparserl.methods.spec import load_method
-        spec = load_method(LR_TUNING["families"][w.family])
+        spec = load_method(_lrt.tuner(CFG, w.setting))
         return settings_key({"rl": _lrt.run_settings(CFG, spec), "rollout": CFG["rollout"],
                              "evaluation": CFG["evaluation"], "method": spec.to_dict()}, KEYS_DIR)
 
@@ -54,28 +60,30 @@ if LR_TUNING:
         input:
             lr_tune_inputs,
         output:
-            str(P.tuning("{family}", "x{factor}", "seed{seed}", "validation.parquet")),
+            str(P.tuning("{setting}", "lr{lr}", "seed{seed}", "validation.parquet")),
         wildcard_constraints:
-            family="[A-Za-z0-9_]+",
-            factor="[0-9.]+",
+            setting="[A-Za-z0-9_]+",
+            lr="[0-9.e+-]+",
             seed="[0-9]+",
         params:
             key=lr_tune_key,
         log:
-            str(P.stage("logs", "lr_tune_{family}_x{factor}_seed{seed}.log")),
+            str(P.stage("logs", "lr_tune_{setting}_lr{lr}_seed{seed}.log")),
         threads: T("rl")
         resources:
             **R("rl"),
         shell:
-            "{SPARSERL} lr-tune-run --config {CONFIGS} --family {wildcards.family} "
-            "--factor {wildcards.factor} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+            "{SPARSERL} lr-tune-run --config {CONFIGS} --setting {wildcards.setting} "
+            "--lr {wildcards.lr} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
 
     rule lr_tuning:
         input:
-            [str(P.tuning(fam, f"x{_lrt.factor_label(f)}", f"seed{s}", "validation.parquet"))
-             for fam in LR_TUNING["families"] for f in LR_TUNING["grid"] for s in LR_TUNING["seeds"]],
+            [str(_lrt.validation_table(CFG, st, lr, s))
+             for st in LR_SETTINGS for lr in LR_TUNING["grid"] for s in LR_TUNING["seeds"]],
         output:
             table=str(P.tuning("lr.parquet")),
+            csv=str(P.tuning("lr.csv")),
+            markdown=str(P.tuning("lr.md")),
             chosen=str(P.tuning("lr.json")),
         log:
             str(P.stage("logs", "lr_tuning.log")),

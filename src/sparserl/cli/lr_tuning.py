@@ -1,8 +1,9 @@
-"""`python -m sparserl make-validation | lr-tune-run | lr-tune-select`: learning rates tuned per
-method family on a validation split of the pool's side (`rl.lr_tuning`, workflow/rules/tuning.smk):
+"""`python -m sparserl make-validation | lr-tune-run | lr-tune-select`: learning rates and steps
+chosen per batch setting on a validation split of the pool's side (`rl.lr_tuning`,
+workflow/rules/tuning.smk; the rule is `engines.lr_tuning.validation_argmax`):
     sparserl make-validation --config configs/small.yaml                       # tasks/validation.parquet
-    sparserl lr-tune-run --config configs/small.yaml --family grpo --factor 2 --seed 0 --threads 1
-    sparserl lr-tune-select --config configs/small.yaml                        # tuning/lr.parquet, lr.json
+    sparserl lr-tune-run --config configs/small.yaml --setting grpo_p32_r256_s100 --lr 2.5e-05 --seed 0
+    sparserl lr-tune-select --config configs/small.yaml          # tuning/lr.parquet, lr.csv, lr.md, lr.json
 """
 from __future__ import annotations
 
@@ -37,9 +38,9 @@ def cmd_make_validation(args):
 
 
 def cmd_tune_run(args):
-    from sparserl.engines.lr_tuning import grid_factor, tune_run
+    from sparserl.engines.lr_tuning import grid_lr, tune_run
     cfg = _cfg(args)
-    tune_run(cfg, args.family, grid_factor(cfg, args.factor), args.seed, threads=args.threads)
+    tune_run(cfg, args.setting, grid_lr(cfg, args.lr), args.seed, threads=args.threads)
 
 
 def cmd_tune_select(args):
@@ -50,9 +51,11 @@ def cmd_tune_select(args):
 def register(sub, add) -> None:
     add("make-validation", cmd_make_validation, "the lr tuning's validation split: pool-side problems in "
         "neither the pool, the corpus nor a benchmark")
-    p = add("lr-tune-run", cmd_tune_run, "one lr tuning run (a family's representative at factor x rl.lr), "
-            "scored on the validation split", threads=True)
-    p.add_argument("--family", required=True, help="a key of rl.lr_tuning.families, e.g. grpo")
-    p.add_argument("--factor", required=True, help="a factor of rl.lr_tuning.grid, e.g. 0.5")
+    p = add("lr-tune-run", cmd_tune_run, "one tuning run (a batch setting's method at one lr of "
+            "rl.lr_tuning.grid), its checkpoints scored on the validation split", threads=True)
+    p.add_argument("--setting", required=True, help="a batch setting of rl.methods, e.g. grpo_p32_r256_s100 "
+                   "(engines.lr_tuning.setting_of)")
+    p.add_argument("--lr", required=True, help="a rate of rl.lr_tuning.grid, e.g. 2.5e-05")
     p.add_argument("--seed", type=int, required=True)
-    add("lr-tune-select", cmd_tune_select, "each family's best factor -> tuning/lr.parquet and lr.json")
+    add("lr-tune-select", cmd_tune_select, "the validation rule (validation_argmax): each setting's (lr, steps) "
+        "-> tuning/lr.parquet, lr.csv, lr.md and lr.json")

@@ -1,29 +1,34 @@
-"""Learning rates tuned per method family (`rl.lr_tuning`; issue 28 item 4).
+"""Learning rates and step counts chosen on the validation split, per batch setting (`rl.lr_tuning`).
 
-One Adam learning rate for every method favours the methods it was tuned on: a step built from 16
-prompts (GRPO G=16 at 256 rollouts) and one built from 256 (REINFORCE at G=1) are not the same
-noise at the same lr. So each family's representative method (`rl.lr_tuning.families`) trains
-`steps` steps at lr = factor x rl.lr for each factor of `grid`, with the same steps (a method's
-`steps_factor` does not apply: BASIS tunes at full length) and the same `rl.rollouts_per_step`
-for every family, and is scored by the evaluation's protocol (mean@16 at tiny and small) on the
-validation split (`sparserl.tasks.validation`: pool-side problems in neither the pool, the
-corpus nor a benchmark). The best factor, averaged over `seeds`, is the lr of every run of the
-family; a tie goes to the smaller factor: at an equal score the smaller Adam step is the safer
-one, since the runs it sets train longer than the tuning runs and a larger step that gained
-nothing measurable only risks more drift.
+The unit of tuning is a run's batch setting, not its method family: a step built from 16 prompts
+(GRPO G=16 at 256 rollouts), one from 64 prompts (G=4, or every `*_mp` run at 256-1,024
+rollouts) and one from 256 (REINFORCE at G=1) are not the same gradient noise at the same Adam
+step. A setting is (lr family, prompts per step, rollouts per step, trained steps), read off the
+method spec (`setting_of`: group size, `prompts_per_step` of the matched-prompts protocol,
+`steps_factor`), never from a hand list; methods of one family and setting share its tuning, and
+the first of them in rl.methods (its `run_owners` owner) is the method the tuning trains.
+
+For every setting, every absolute rate of `rl.lr_tuning.grid` and every seed of
+`rl.lr_tuning.seeds` (two or more), the setting's method trains the steps its RL runs train
+(`total_steps`), and its checkpoints at `rl.lr_tuning.checkpoints` (fractions of those steps) are
+scored by the evaluation's protocol (mean@16 at small) on the validation split
+(`sparserl.tasks.validation`: pool-side problems in neither the pool, the corpus nor a benchmark;
+`validation_problems` refuses a split that meets them). The rule that decides is
+`validation_argmax` (its docstring); `select` writes its table, tuning/lr.parquet (with lr.csv and
+lr.md beside it: per setting and (lr, steps) the seed mean, sd, min and max of validation accuracy,
+the choice and whether it sits at the grid's edge) and tuning/lr.json (the choice per setting, which
+every RL run of the setting reads through `tuned_lr`). No benchmark problem enters either.
 
 A method's family comes from its spec (`lr_family`): the estimator first where it sets the
 baseline (critic, BASIS, V0.5's prior, REINFORCE-style single rollouts), then, for the
-group-baseline estimators, DAPO's dynamic sampling, the loss (GSPO, GPG) and RLOO versus GRPO. So
-the BASIS grid's rows keep their estimator's lr under every loss. Files: results/<scale>/tuning/
-<family>/x<factor>/seed<s>/ (a run and its validation.parquet), tuning/lr.parquet (every factor)
-and tuning/lr.json (the chosen lr per family, read by the trainer).
+group-baseline estimators, DAPO's dynamic sampling, the loss (GSPO, GPG) and RLOO versus GRPO.
+Files: results/<scale>/tuning/<setting>/lr<lr>/seed<s>/ (a run and its validation.parquet, one
+row per checkpoint scored).
 """
 from __future__ import annotations
 
 import copy
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +44,14 @@ FAMILIES = ("grpo", "rloo", "dapo", "gspo", "gpg", "reinforce", "basis", "v05", 
 REINFORCE_ESTIMATORS = ("vanilla", "reinforce_pp", "negative_only")  # one rollout, no group baseline
 VALIDATION = "validation"  # the split's name as a benchmark (evaluation.overrides.validation applies)
 # the settings of rl.lr_tuning that choose which tuning runs exist, not what one run does
-RUN_LIST_KEYS = ("enabled", "grid", "families", "seeds", "validation_size")
+RUN_LIST_KEYS = ("enabled", "grid", "seeds", "validation_size")
+TABLE_COLUMNS = ("setting", "family", "method", "prompts_per_step", "rollouts_per_step", "lr", "steps",
+                 "seeds", "validation_accuracy", "validation_accuracy_sd", "validation_accuracy_min",
+                 "validation_accuracy_max", "eligible", "chosen", "lr_at_grid_edge", "steps_at_last_checkpoint")
 
 
 def lr_family(m) -> str:
-    """The family whose tuned lr method spec `m` trains with (one of FAMILIES)."""
+    """The family of method spec `m` (one of FAMILIES): the first part of its batch setting."""
     if m.needs_critic:
         return "critic"
     if "reference" in m.needs:
@@ -61,41 +69,57 @@ def lr_family(m) -> str:
     return "rloo" if m.estimator == "rloo" else "grpo"
 
 
+def setting_of(m, rl: dict) -> str:
+    """The batch setting of method spec `m` under the scale's `rl` settings, as a label: family,
+    prompts per step, rollouts per step (prompts x group size: OSLA's k_init, DAPO's pre-filter
+    draw) and the steps its runs train, e.g. grpo_p32_r256_s100 for GRPO G=8 at 256 rollouts."""
+    from sparserl.methods.spec import prompts_per_step, total_steps
+    p = prompts_per_step(m, rl["rollouts_per_step"])
+    return f"{lr_family(m)}_p{p}_r{p * m.group_size}_s{total_steps(rl, m)}"
+
+
 def settings(cfg: dict) -> dict | None:
     """`rl.lr_tuning` when it is enabled (the schema requires its keys then), else None."""
     s = (cfg.get("rl") or {}).get("lr_tuning") or {}
     return s if s.get("enabled") else None
 
 
-def base_lr(cfg: dict) -> float:
-    """rl.lr, the rate the grid's factors multiply (the trainer's default when unset)."""
-    return float(cfg["rl"].get("lr", 1e-4))
+def lr_label(lr: float) -> str:
+    """A grid rate as a folder name and wildcard: 1.25e-05 -> '1.25e-05'."""
+    return f"{float(lr):g}"
 
 
-def factor_label(factor: float) -> str:
-    """A grid factor as a folder name and wildcard: 0.5 -> '0.5', 1.0 -> '1'."""
-    return f"{float(factor):g}"
+def grid_lr(cfg: dict, label: str) -> float:
+    """The rate of `rl.lr_tuning.grid` whose label is `label`; ConfigError naming the grid otherwise."""
+    grid = (settings(cfg) or {}).get("grid", [])
+    for lr in grid:
+        try:
+            if lr_label(lr) == lr_label(float(label)):
+                return float(lr)
+        except ValueError:
+            break
+    raise ConfigError(f"lr {label!r} is not in rl.lr_tuning.grid {grid}; use one of "
+                      f"{[lr_label(x) for x in grid]}")
 
 
-def grid_factor(cfg: dict, label: str) -> float:
-    """The factor of `rl.lr_tuning.grid` whose label is `label`; ConfigError naming the grid otherwise."""
-    s = settings(cfg) or {}
-    for f in s.get("grid", []):
-        if factor_label(f) == factor_label(float(label)):
-            return float(f)
-    raise ConfigError(f"factor {label!r} is not in rl.lr_tuning.grid {s.get('grid')}; use one of "
-                      f"{[factor_label(f) for f in s.get('grid', [])]}")
+def setting_methods(cfg: dict) -> dict[str, list[str]]:
+    """Setting label -> the methods of rl.methods in it, in rl.methods order (the first one, a run
+    owner, is the method its tuning trains)."""
+    from sparserl.methods.spec import load_method, run_owners
+    rl = cfg["rl"]
+    owners = run_owners(rl["methods"], rl["rollouts_per_step"])
+    out: dict[str, list[str]] = {}
+    for name in rl["methods"]:
+        out.setdefault(setting_of(load_method(owners[name]), rl), []).append(name)
+    return out
 
 
 def check(cfg: dict) -> dict | None:
     """The enabled settings after the checks a schema cannot make (each error names the key and
-    the fix): the local engine and procedural tasks, a representative per family of every method
-    in rl.methods, each representative a method of the family it stands for, and a rollout budget
-    every representative's group size divides."""
+    the fix): the local engine, procedural tasks, and every method's setting derivable."""
     s = settings(cfg)
     if s is None:
         return None
-    from sparserl.methods.spec import load_method, prompts_per_step
     if rl_engine(cfg) != "local":
         raise ConfigError("rl.lr_tuning: tuning runs on the local trainer; set rl.lr_tuning.enabled: false "
                           f"with rollout.backend {cfg['rollout']['backend']!r}")
@@ -103,44 +127,61 @@ def check(cfg: dict) -> dict | None:
         raise ConfigError("rl.lr_tuning: the validation split is drawn from procedural tasks; set "
                           "rl.lr_tuning.enabled: false with tasks.source "
                           f"{cfg['tasks'].get('source')!r}")
-    fams = s["families"]
-    for fam, rep in fams.items():
-        if fam not in FAMILIES:
-            raise ConfigError(f"rl.lr_tuning.families: unknown family {fam!r}; families: {', '.join(FAMILIES)}")
-        m = load_method(rep)
-        if lr_family(m) != fam:
-            raise ConfigError(f"rl.lr_tuning.families.{fam}: method {rep!r} is of family "
-                              f"{lr_family(m)!r}, not {fam!r}; name a method of that family")
-        prompts_per_step(m, cfg["rl"]["rollouts_per_step"])
-    missing: dict[str, list[str]] = {}
-    for name in cfg["rl"]["methods"]:
-        fam = lr_family(load_method(name))
-        if fam not in fams:
-            missing.setdefault(fam, []).append(name)
-    if missing:
-        fam, names = next(iter(missing.items()))
-        raise ConfigError(f"rl.lr_tuning.families has no representative of family {fam!r} (rl.methods: "
-                          f"{', '.join(names)}); add e.g. `{fam}: {names[0]}` to rl.lr_tuning.families")
+    if len(set(s["seeds"])) < 2:
+        raise ConfigError(f"rl.lr_tuning.seeds {s['seeds']}: the rule averages over two or more seeds; "
+                          "list at least two, e.g. [0, 1]")
+    setting_methods(cfg)  # a method whose batch cannot be formed fails here, naming it
     return s
 
 
-def run_paths(cfg: dict, family: str, factor: float, seed: int | str) -> RunPaths:
-    s = settings(cfg)
-    return RunPaths(Paths(cfg).tuning(family, f"x{factor_label(factor)}", f"seed{seed}"),
-                    s["families"][family], seed, engine="local")
+def tuner(cfg: dict, setting: str) -> str:
+    """The method a setting's tuning trains: the first of rl.methods in it."""
+    methods = setting_methods(cfg)
+    if setting not in methods:
+        raise ConfigError(f"setting {setting!r} is no batch setting of rl.methods; settings: "
+                          f"{', '.join(methods)}")
+    return methods[setting][0]
 
 
-def validation_table(cfg: dict, family: str, factor: float, seed: int | str) -> Path:
-    return run_paths(cfg, family, factor, seed).dir / "validation.parquet"
+def run_paths(cfg: dict, setting: str, lr: float, seed: int | str) -> RunPaths:
+    return RunPaths(Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}"), tuner(cfg, setting),
+                    seed, engine="local")
+
+
+def validation_table(cfg: dict, setting: str, lr: float, seed: int | str) -> Path:
+    return Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}", "validation.parquet")
+
+
+def checkpoint_steps(cfg: dict, method) -> list[int]:
+    """The steps a tuning run of `method` is scored at: `rl.lr_tuning.checkpoints` of the steps it
+    trains (`total_steps`), distinct and ascending; the last is the run's final step."""
+    from sparserl.methods.spec import fraction_step, total_steps
+    n = total_steps(cfg["rl"], method)
+    return sorted({fraction_step(f, n) for f in settings(cfg)["checkpoints"]} | {n})
+
+
+def min_steps(cfg: dict, methods: list[str]) -> int:
+    """The fewest steps runs of `methods` (one setting) may stop at: their last intermediate
+    checkpoint that the DAG reads (rl.eval_fractions' snapshots, the BASIS value study's), since
+    those are fractions of the horizon `total_steps`, fixed when Snakemake builds its graph."""
+    from sparserl.methods.spec import load_method, snapshot_steps, study_snapshot_steps
+    rl = cfg["rl"]
+    steps = {0}
+    for name in methods:
+        m = load_method(name)
+        steps |= set(snapshot_steps(rl, m))
+        for seed in rl["seeds"]:
+            steps |= set(study_snapshot_steps(cfg, m, seed))
+    return max(steps)
 
 
 def tuning_config(cfg: dict, lr: float) -> dict:
-    """The config a tuning run trains with: rl.lr set to `lr`, `lr_tuning.steps` steps, no
-    intermediate evaluation, tuning off (the run reads no tuned lr)."""
+    """The config a tuning run trains with: rl.lr set to `lr`, its intermediate checkpoints kept at
+    `rl.lr_tuning.checkpoints` (the trainer saves rl.eval_fractions), tuning off."""
     out = copy.deepcopy(cfg)
     rl = out["rl"]
     s = rl.pop("lr_tuning")
-    rl.update(lr=float(lr), steps=int(s["steps"]), eval_fractions=[])
+    rl.update(lr=float(lr), eval_fractions=[float(f) for f in s["checkpoints"] if f < 1])
     return out
 
 
@@ -153,102 +194,242 @@ def run_settings(cfg: dict, method) -> dict:
     return rl
 
 
-def tune_run(cfg: dict, family: str, factor: float, seed: int, threads: int = 1) -> pd.DataFrame:
-    """One tuning run (resumable, the RL trainer's own loop), then its final policy on the
-    validation split (`evaluate_checkpoint`); writes and returns validation.parquet's row."""
+def _norm(problem: str) -> str:
+    return " ".join(str(problem).split())
+
+
+def guard_validation(cfg: dict, valid: pd.DataFrame, where: Path | str) -> None:
+    """Refuse a validation split that meets a benchmark, the RL pool or the pre-training corpus:
+    by problem text (whitespace normalised) and by the hash split (`procedural.split_of`: no
+    problem on the benchmarks' 'eval' side, all on the pool's side). The files are read again here,
+    so the scoring checks what it scores, whatever wrote `where`."""
     from sparserl.core.artifacts import read_table
+    from sparserl.tasks.procedural import pool_side, split_of, task_split
+    P = Paths(cfg)
+    split = task_split(cfg["tasks"])
+    side = pool_side(split)
+    probs = {_norm(p) for p in valid["problem"]}
+    sources = [("benchmark " + b, P.benchmark(b)) for b in P.benchmark_names()]
+    sources += [("RL pool", P.train_pool()), ("pre-training corpus", P.pretrain_corpus())]
+    for what, path in sources:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{where}: cannot check the validation split against the {what}: "
+                                    f"{path} is missing; build the tasks first")
+        met = probs & {_norm(p) for p in read_table(path)["problem"]}
+        if met:
+            raise ValueError(f"{where}: {len(met)} validation problems are in the {what} ({path}), e.g. "
+                             f"{min(met)!r}; no rate may be chosen on them: rebuild the split "
+                             "(rule make_validation)")
+    off = sorted(p for p in valid["problem"] if split_of(p, split) != side)
+    if off:
+        raise ValueError(f"{where}: {len(off)} validation problems hash off the pool's side ({side!r}; "
+                         f"e.g. {off[0]!r} is on {split_of(off[0], split)!r}, the benchmarks' side is 'eval'); "
+                         "rebuild the split (rule make_validation)")
+
+
+def validation_problems(cfg: dict) -> pd.DataFrame:
+    """The validation split the scoring uses, after `guard_validation`."""
+    from sparserl.core.artifacts import read_table
+    path = Paths(cfg).validation_split()
+    valid = read_table(path)
+    guard_validation(cfg, valid, path)
+    return valid
+
+
+def tune_run(cfg: dict, setting: str, lr: float, seed: int, threads: int = 1) -> pd.DataFrame:
+    """One tuning run (resumable, the RL trainer's own loop) of the setting's method at `lr`, then
+    each checkpoint of `checkpoint_steps` on the validation split; writes and returns
+    validation.parquet (one row per checkpoint, `steps` its training step)."""
+    from sparserl.core.artifacts import write_table
     from sparserl.engines.local.trainer import Trainer
     from sparserl.evaluation.evaluate import evaluate_checkpoint
+    from sparserl.grading.verifier import open_verifier
+    from sparserl.methods.spec import load_method, prompts_per_step
     s = check(cfg)
     if s is None:
         raise ConfigError("lr-tune-run: rl.lr_tuning.enabled is not true in the config")
-    if family not in s["families"]:
-        raise ConfigError(f"lr-tune-run: family {family!r} is not under rl.lr_tuning.families "
-                          f"({', '.join(s['families'])})")
-    lr = float(factor) * base_lr(cfg)
-    rp = run_paths(cfg, family, factor, seed)
-    tcfg = tuning_config(cfg, lr)
-    trainer = Trainer(tcfg, rp.method, seed, threads=threads, run_paths=rp)
-    trainer.steps = int(s["steps"])  # the same steps for every family: no steps_factor here
+    valid = validation_problems(cfg)  # before hours of training, not after
+    rp = run_paths(cfg, setting, lr, seed)
+    m = load_method(rp.method)
+    steps = checkpoint_steps(cfg, m)
+    trainer = Trainer(tuning_config(cfg, lr), rp.method, seed, threads=threads, run_paths=rp)
+    assert trainer.steps == steps[-1], (trainer.steps, steps)  # the steps the setting's RL runs train
     trainer.run()
-    valid = read_table(Paths(cfg).validation_split())
-    extra = {"family": family, "method": rp.method, "factor": float(factor), "lr": lr, "seed": int(seed),
-             "steps": trainer.steps, "rollouts_per_step": int(cfg["rl"]["rollouts_per_step"])}
-    return evaluate_checkpoint(cfg, str(rp.final), rp.dir / "validation.parquet",
-                               f"{family} x{factor_label(factor)} seed{seed}", threads=threads,
-                               extra_cols=extra, benchmarks={VALIDATION: valid})
+    p = prompts_per_step(m, cfg["rl"]["rollouts_per_step"])
+    tables = []
+    with open_verifier(cfg) as ver:
+        for st in steps:
+            ck = rp.final if st == steps[-1] else rp.checkpoint(st)
+            extra = {"setting": setting, "family": lr_family(m), "method": rp.method, "lr": float(lr),
+                     "seed": int(seed), "steps": int(st), "prompts_per_step": p,
+                     "rollouts_per_step": p * m.group_size}
+            tables.append(evaluate_checkpoint(cfg, str(ck), rp.dir / "eval" / f"step{st:05d}.parquet",
+                                              f"{setting} lr {lr_label(lr)} seed{seed} step {st}",
+                                              threads=threads, extra_cols=extra, verifier=ver,
+                                              benchmarks={VALIDATION: valid}))
+    out = pd.concat(tables, ignore_index=True)
+    write_table(out, rp.dir / "validation.parquet", cfg=cfg, extra={"setting": setting, "lr": float(lr)})
+    return out
 
 
-def choose(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (family, factor): validation accuracy averaged over seeds, and `chosen` True on
-    each family's best factor; among equal accuracies the smaller factor (module docstring)."""
-    # greedy and pass@k beside the deciding score, where the evaluation wrote them: a factor that
-    # wins by sharpening alone shows a flat greedy and a falling pass@k
-    beside = {f"validation_{c}": (c, "mean") for c in ("greedy_accuracy", "pass_at_k") if c in table}
-    agg = (table.groupby(["family", "factor"], sort=True)
-           .agg(method=("method", "first"), lr=("lr", "first"), seeds=("seed", "nunique"),
-                validation_accuracy=("accuracy", "mean"),
-                validation_accuracy_sd=("accuracy", lambda x: float(np.std(x, ddof=1)) if len(x) > 1 else 0.0),
-                **beside)
+def validation_argmax(table: pd.DataFrame, grid: list[float] | None = None,
+                      min_steps: dict[str, int] | None = None) -> pd.DataFrame:
+    """The validation rule: per setting, the (lr, steps) with the highest validation accuracy
+    averaged over seeds, among steps >= `min_steps[setting]` (`eligible`; default: every
+    checkpoint); a tie (1e-12) goes to the smaller lr, then to fewer steps (at an equal score the
+    smaller Adam step and the shorter run are the safer: they gained nothing measurable by going
+    further). `table`: one row per (setting, lr, seed, steps) with `accuracy`, every setting scored
+    at every (lr, steps) on the same seeds (two or more), else a ValueError naming what is missing.
+    Returns TABLE_COLUMNS, one row per (setting, lr, steps): the seed mean, sd (ddof 1), min and
+    max, `chosen` on each setting's argmax, `lr_at_grid_edge` where the chosen lr is the smallest
+    or largest of `grid` (default: the rates in the table) and `steps_at_last_checkpoint` where the
+    chosen steps are the run's last. Pure: no files."""
+    need = {"setting", "family", "method", "lr", "seed", "steps", "accuracy"}
+    if need - set(table):
+        raise ValueError(f"validation_argmax: columns {sorted(need - set(table))} are missing")
+    for name, g in table.groupby("setting", sort=True):
+        seeds = g.groupby(["lr", "steps"])["seed"].apply(frozenset)
+        if seeds.nunique() != 1 or len(seeds.iloc[0]) < 2:
+            raise ValueError(f"validation_argmax: setting {name!r} is not scored on the same two or more "
+                             f"seeds at every (lr, steps): {dict(seeds.map(sorted))}")
+        if g.duplicated(["lr", "seed", "steps"]).any():
+            raise ValueError(f"validation_argmax: setting {name!r} has repeated (lr, seed, steps) rows")
+    agg = (table.groupby(["setting", "lr", "steps"], sort=True)
+           .agg(family=("family", "first"), method=("method", "first"),
+                prompts_per_step=("prompts_per_step", "first"), rollouts_per_step=("rollouts_per_step", "first"),
+                seeds=("seed", "nunique"), validation_accuracy=("accuracy", "mean"),
+                validation_accuracy_sd=("accuracy", lambda x: float(np.std(x, ddof=1))),
+                validation_accuracy_min=("accuracy", "min"), validation_accuracy_max=("accuracy", "max"))
            .reset_index())
-    agg["chosen"] = False
-    for _, g in agg.groupby("family", sort=False):
+    agg["eligible"] = [int(st) >= int((min_steps or {}).get(name, 0)) for name, st in zip(agg["setting"], agg["steps"])]
+    agg["chosen"] = agg["lr_at_grid_edge"] = agg["steps_at_last_checkpoint"] = False
+    for name, g_all in agg.groupby("setting", sort=False):
+        g = g_all[g_all["eligible"]]
+        if g.empty:
+            raise ValueError(f"validation_argmax: setting {name!r} has no checkpoint at or past step "
+                             f"{(min_steps or {})[name]} (scored: {sorted(g_all['steps'].unique())})")
         best = g["validation_accuracy"].max()
         ties = g[np.isclose(g["validation_accuracy"], best, rtol=0.0, atol=1e-12)]
-        agg.loc[ties["factor"].idxmin(), "chosen"] = True
-    return agg
+        i = ties.sort_values(["lr", "steps"]).index[0]
+        rates = sorted(grid) if grid is not None else sorted(g["lr"].unique())
+        agg.loc[i, "chosen"] = True
+        agg.loc[i, "lr_at_grid_edge"] = len(rates) > 1 and bool(np.isclose(agg.loc[i, "lr"], [rates[0], rates[-1]],
+                                                                          rtol=1e-9, atol=0).any())
+        agg.loc[i, "steps_at_last_checkpoint"] = bool(agg.loc[i, "steps"] == g_all["steps"].max())
+    return agg[list(TABLE_COLUMNS)]
+
+
+def table_markdown(table: pd.DataFrame, cfg: dict) -> str:
+    """lr.md: the tuning table as a markdown page, the choice marked and its edge flags spelt out."""
+    s = settings(cfg)
+    lines = [f"# Learning rates and steps chosen on the validation split (scale {cfg['scale']})", "",
+             ("Rule: `sparserl.engines.lr_tuning.validation_argmax` (the (lr, steps) with the highest "
+              f"validation mean@k averaged over seeds {list(s['seeds'])}; ties: the smaller lr, then fewer steps). "
+              f"Grid: {[lr_label(x) for x in s['grid']]}; scored at {list(s['checkpoints'])} of each setting's "
+              f"steps on {Paths(cfg).validation_split()} (no benchmark, pool or corpus problem)."), "",
+             "| setting | method | lr | steps | seeds | mean | sd | min | max | choice |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table.itertuples():
+        flags = [f for f, on in (("at grid edge", r.lr_at_grid_edge), ("at last checkpoint",
+                                                                         r.steps_at_last_checkpoint)) if on]
+        mark = ("**chosen**" + (f" ({', '.join(flags)})" if flags else "")) if r.chosen else ""
+        lines.append(f"| {r.setting} | {r.method} | {lr_label(r.lr)} | {r.steps} | {r.seeds} | "
+                     f"{r.validation_accuracy:.3f} | {r.validation_accuracy_sd:.3f} | "
+                     f"{r.validation_accuracy_min:.3f} | {r.validation_accuracy_max:.3f} | {mark} |")
+    return "\n".join(lines) + "\n"
 
 
 def select(cfg: dict) -> dict:
-    """Every tuning run's validation score -> tuning/lr.parquet (one row per family and factor)
-    and tuning/lr.json (the chosen lr per family, read by the trainer)."""
-    from sparserl.core.artifacts import read_table, write_json, write_table
+    """Every tuning run's validation scores -> the rule (`validation_argmax`) -> tuning/lr.parquet,
+    lr.csv, lr.md (the table) and tuning/lr.json (the choice per setting, read by the trainer)."""
+    from sparserl.core.artifacts import (
+        atomic_write_text,
+        read_table,
+        write_json,
+        write_table,
+    )
     s = check(cfg)
     if s is None:
         raise ConfigError("lr-tune-select: rl.lr_tuning.enabled is not true in the config")
     P = Paths(cfg)
-    rows = [read_table(validation_table(cfg, fam, f, seed))
-            for fam in s["families"] for f in s["grid"] for seed in s["seeds"]]
-    table = choose(pd.concat(rows, ignore_index=True))
-    write_table(table, P.tuning("lr.parquet"), cfg=cfg,
-                extra={"base_lr": base_lr(cfg), "steps": int(s["steps"]),
-                       "rollouts_per_step": int(cfg["rl"]["rollouts_per_step"]),
-                       "metric": str(rows[0]["metric"].iloc[0]), "validation": str(P.validation_split())})
-    from sparserl.methods.spec import load_method
-    chosen = table[table["chosen"]].set_index("family")
-    out = {"base_lr": base_lr(cfg), "grid": [float(f) for f in s["grid"]], "steps": int(s["steps"]),
-           "seeds": list(s["seeds"]), "rollouts_per_step": int(cfg["rl"]["rollouts_per_step"]),
-           "families": {fam: {"method": r["method"], "factor": float(r["factor"]), "lr": float(r["lr"]),
-                              "validation_accuracy": float(r["validation_accuracy"])}
-                        for fam, r in chosen.iterrows()},
-           "methods": {m: lr_family(load_method(m)) for m in cfg["rl"]["methods"]}}
+    members = setting_methods(cfg)
+    rows = [read_table(validation_table(cfg, st, lr, seed))
+            for st in members for lr in s["grid"] for seed in s["seeds"]]
+    scores = pd.concat(rows, ignore_index=True)
+    floor = {st: min_steps(cfg, ms) for st, ms in members.items()}
+    table = validation_argmax(scores, [float(x) for x in s["grid"]], floor)
+    meta = {"rule": "sparserl.engines.lr_tuning.validation_argmax", "grid": [float(x) for x in s["grid"]],
+            "seeds": list(s["seeds"]), "checkpoints": [float(f) for f in s["checkpoints"]],
+            "metric": str(scores["metric"].iloc[0]) if "metric" in scores else "accuracy",
+            "validation": str(P.validation_split())}
+    write_table(table, P.tuning("lr.parquet"), cfg=cfg, extra=meta)
+    atomic_write_text(P.tuning("lr.csv"), table.to_csv(index=False))
+    atomic_write_text(P.tuning("lr.md"), table_markdown(table, cfg))
+    chosen = table[table["chosen"]].set_index("setting")
+    out = {**meta,
+           "settings": {st: {"method": r["method"], "lr": float(r["lr"]), "steps": int(r["steps"]),
+                             "min_steps": int(floor[st]),
+                             "validation_accuracy": float(r["validation_accuracy"]),
+                             "validation_accuracy_sd": float(r["validation_accuracy_sd"]),
+                             "lr_at_grid_edge": bool(r["lr_at_grid_edge"]), "methods": members[st]}
+                        for st, r in chosen.iterrows()},
+           "methods": {m: st for st, ms in members.items() for m in ms}}
     write_json(out, P.tuning("lr.json"), cfg=cfg)
-    for fam, r in chosen.iterrows():
-        log.info(f"lr {fam}: x{factor_label(r['factor'])} = {r['lr']:.3g} ({r['method']}, validation "
-                 f"{r['validation_accuracy']:.3f})")
+    for st, r in chosen.iterrows():
+        edge = " AT GRID EDGE" if r["lr_at_grid_edge"] else ""
+        log.info(f"{st}: lr {r['lr']:.3g}, {int(r['steps'])} steps ({r['method']}, validation "
+                 f"{r['validation_accuracy']:.3f} +- {r['validation_accuracy_sd']:.3f}){edge}")
     return out
 
 
-def tuned_lr(cfg: dict, method) -> tuple[float, str]:
-    """(lr, source) a run of `method` trains with: its family's tuned lr and "tuned" when
-    rl.lr_tuning is enabled, else rl.lr and "fixed". A family the tuning has no rate for (a method
-    outside rl.methods) keeps rl.lr, with a warning."""
-    base = base_lr(cfg)
-    if settings(cfg) is None:
-        return base, "fixed"
+def tuned_choice(cfg: dict, method) -> dict | None:
+    """The rule's choice for `method`'s setting ({lr, steps, ...} of tuning/lr.json), None when
+    rl.lr_tuning is off or the setting was not tuned (a method outside rl.methods; a warning)."""
+    s = settings(cfg)
+    if s is None:
+        return None
     path = Paths(cfg).tuning("lr.json")
     if not path.is_file():
         raise ConfigError(f"{path}: rl.lr_tuning is enabled but the tuned learning rates are missing; "
                           f"build them first (`snakemake --cores 2 {path}`, rule lr_tuning) or set "
                           "rl.lr_tuning.enabled: false")
     data = json.loads(path.read_text())
-    if not math.isclose(float(data["base_lr"]), base, rel_tol=1e-12):
-        raise ConfigError(f"{path}: tuned around rl.lr = {data['base_lr']}, but rl.lr is now {base}; "
-                          "rerun the tuning (rule lr_tuning) for this rl.lr")
-    fam = lr_family(method)
-    entry = data["families"].get(fam)
+    grid = [float(x) for x in s["grid"]]
+    if "settings" not in data or not np.allclose(sorted(data.get("grid", [])), sorted(grid), rtol=1e-12, atol=0) \
+            or len(data["grid"]) != len(grid):
+        raise ConfigError(f"{path}: chosen on another grid ({data.get('grid')}) than rl.lr_tuning.grid "
+                          f"{grid}; rerun the tuning (rule lr_tuning)")
+    st = setting_of(method, cfg["rl"])
+    entry = data["settings"].get(st)
     if entry is None:
-        log.warning(f"method {method.name!r}: family {fam!r} has no tuned lr in {path} (not in "
-                    f"rl.lr_tuning.families); it trains with rl.lr = {base}")
-        return base, "fixed"
+        log.warning(f"method {method.name!r}: its setting {st!r} has no tuned lr in {path} (not in "
+                    f"rl.methods); it trains with rl.lr = {base_lr(cfg)}")
+    return entry
+
+
+def base_lr(cfg: dict) -> float:
+    """rl.lr: the rate of every run when rl.lr_tuning is off, and of runs outside the tuning."""
+    return float(cfg["rl"].get("lr", 1e-4))
+
+
+def tuned_lr(cfg: dict, method) -> tuple[float, str]:
+    """(lr, source) a run of `method` trains with: its setting's rate chosen by
+    `validation_argmax` and "tuned" when rl.lr_tuning is enabled, else rl.lr and "fixed"."""
+    entry = tuned_choice(cfg, method)
+    if entry is None:
+        return base_lr(cfg), "fixed"
     return float(entry["lr"]), "tuned"
+
+
+def tuned_steps(cfg: dict, method) -> int:
+    """The steps a run of `method` trains: its setting's steps chosen by `validation_argmax` when
+    rl.lr_tuning is enabled, else (and for a setting left untuned) the horizon `total_steps`."""
+    from sparserl.methods.spec import total_steps
+    n = total_steps(cfg["rl"], method)
+    entry = tuned_choice(cfg, method)
+    if entry is None:
+        return n
+    if not 1 <= int(entry["steps"]) <= n:
+        raise ConfigError(f"{Paths(cfg).tuning('lr.json')}: {entry['steps']} steps chosen for "
+                          f"{setting_of(method, cfg['rl'])}, past its {n}; rerun the tuning (rule lr_tuning)")
+    return int(entry["steps"])

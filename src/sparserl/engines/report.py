@@ -13,7 +13,8 @@ from sparserl.grading.verifier import open_verifier
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.core.runlog import EVAL_SUFFIX, RunLog
 from sparserl.core.stats import t_interval
-from sparserl.methods.spec import load_method, method_run, snapshot_steps, total_steps
+from sparserl.engines.lr_tuning import tuned_steps
+from sparserl.methods.spec import load_method, method_run, snapshot_steps
 from sparserl.tasks.procedural import in_distribution
 
 log = get_logger(__name__)
@@ -62,7 +63,7 @@ def checkpoint_steps(cfg: dict, method: str) -> dict[str, int]:
     """The training step of each evaluated checkpoint label (`run_checkpoints`)."""
     spec = load_method(method)
     steps = {RunPaths.checkpoint_label(s): int(s) for s in snapshot_steps(cfg["rl"], spec)}
-    return {**steps, "final": int(total_steps(cfg["rl"], spec))}
+    return {**steps, "final": int(tuned_steps(cfg, spec))}  # rl.lr_tuning's chosen steps, else the horizon
 
 
 def log_evaluation(cfg: dict, method: str, seed: int, ev: pd.DataFrame) -> None:

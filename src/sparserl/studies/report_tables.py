@@ -125,8 +125,8 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
               "the held-out set), chosen by the start's own answers, so any change of the policy raises its "
               "scores: read wrong -> right beside right -> wrong (problems, mean over seeds) and the net change "
               "of greedy accuracy over all held-out problems.",
-              "lr: the learning rate the runs trained at, rl.lr (fixed) or their lr family's tuned one "
-              "(rl.lr_tuning)."]
+              "lr: the learning rate the runs trained at: rl.lr (fixed: untuned, a prior) or the one "
+              "rl.lr_tuning's validation rule chose for their batch setting (tuned; tuning/lr.md)."]
     header = ["rank", "tie group", "method", "family", "seeds", "rollouts total", "wall time (s)", "accuracy",
               "95% CI", "CI method", "ties with", *(h for h, _ in OPTIONAL_HEADERS)]
     return html_page(f"Head-to-head ranking at scale {scale}", intro, header, rows, legend=legend)

@@ -1,12 +1,14 @@
-"""The validation split the RL learning rates are tuned on (`rl.lr_tuning`, sparserl.engines.lr_tuning).
+"""The validation split the RL learning rates and steps are chosen on (`rl.lr_tuning`, sparserl.engines.lr_tuning).
 
 Distinct problems of the RL pool's levels, drawn from the pool's side of the hash split
 (`procedural.split_of`, `procedural.pool_side`), so they come from the distribution RL trains on
 but were never trained on: every problem of the training pool is excluded, and so is every
 problem of the pre-training corpus and of the benchmarks. The hash keeps the benchmarks' side
 apart already; the explicit exclusions also hold when the pool shares pre-training's side
-(`tasks.split.rl: 0`), where the corpus may hold pool-side problems. No learning rate is ever
-chosen on a benchmark problem.
+(`tasks.split.rl: 0`), where the corpus may hold pool-side problems. Where rl.lr_tuning is on,
+the rates and steps come from this split alone (`engines.lr_tuning.validation_argmax`), and the
+scoring rereads the pool, corpus and benchmarks and refuses a split that meets them
+(`engines.lr_tuning.guard_validation`). Where it is off (tiny), rl.lr is a fixed, untuned prior.
 """
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ from sparserl.engines.local.adamw import AdamW
 from sparserl.engines.local.critic_loop import (CriticLoop, critic_rows, evaluate_critic, make_critic,
                                                 token_values, with_critic_lr)
 from sparserl.engines.local.losses import LOSSES, kl_k3, token_logprobs
-from sparserl.engines.lr_tuning import tuned_lr
+from sparserl.engines.lr_tuning import tuned_lr, tuned_steps
 from sparserl.grading.verifier import open_verifier
 from sparserl.methods.sampling import Sampled, make_sampler
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
@@ -176,7 +176,8 @@ class Trainer(CriticLoop):
         self.pool = read_table(self.P.train_pool())
         self.pool_ids = self.pool["id"].to_numpy()
         self.prompts = [format_prompt(cfg, p, self.tok) for p in self.pool["problem"]]
-        self.steps = total_steps(self.rl, self.m)
+        # the steps rl.lr_tuning's validation rule chose for the method's setting, else the horizon
+        self.steps = tuned_steps(cfg, self.m) if run_paths is None else total_steps(self.rl, self.m)
         self.n_prompts = prompts_per_step(self.m, self.rl["rollouts_per_step"])
         self.params = SamplingParams(temperature=self.rl.get("temperature", 1.0), top_p=1.0,
                                      max_new_tokens=rl_max_new_tokens(cfg))
