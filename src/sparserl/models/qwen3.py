@@ -72,18 +72,25 @@ class _Attention(nn.Module):
         h = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
 
-    def forward(self, x, cos, sin):
+    def project(self, x, cos, sin):
+        """q, k (normed, rotated) and v as [B, heads, T, hd], in float32 for the attention."""
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(B, T, self.kvh, self.hd)).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.kvh, self.hd).transpose(1, 2)
-        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        return self._rotate(q, cos, sin).float(), self._rotate(k, cos, sin).float(), v.float()
+
+    def attend(self, q, k, v, mask=None):
         # attention in float32 under a bf16 autocast too: CPU's bf16 flash-attention backward
         # took 8x its float32 time (perf/rl_step.py)
         with torch.autocast("cpu", enabled=False):
-            att = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
+            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
                                                  enable_gqa=self.kvh != self.nh)
+        B, _, T, _ = att.shape
         return self.o_proj(att.transpose(1, 2).reshape(B, T, self.nh * self.hd))
+
+    def forward(self, x, cos, sin):
+        return self.attend(*self.project(x, cos, sin))
 
 
 class _MLP(nn.Module):
@@ -108,6 +115,18 @@ class _Layer(nn.Module):
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+    def forward_shared(self, xp, xr, cosp, sinp, cosr, sinr, row_prompt, mask):
+        """One layer over unique prompts xp [U, Lp, d] and responses xr [R, Lr, d]: the prompts
+        attend causally among themselves, each response to its prompt's keys (row_prompt [R]) and
+        causally to its own, as `mask` [R, 1, Lr, Lp + Lr] allows."""
+        a = self.self_attn
+        qp, kp, vp = a.project(self.input_layernorm(xp), cosp, sinp)
+        qr, kr, vr = a.project(self.input_layernorm(xr), cosr, sinr)
+        xp = xp + a.attend(qp, kp, vp)
+        xr = xr + a.attend(qr, torch.cat((kp[row_prompt], kr), 2), torch.cat((vp[row_prompt], vr), 2), mask)
+        return (xp + self.mlp(self.post_attention_layernorm(xp)),
+                xr + self.mlp(self.post_attention_layernorm(xr)))
 
 
 class _Model(nn.Module):
@@ -166,6 +185,7 @@ class Qwen3LM(nn.Module):
         RoPE and SwiGLU around the matmuls; shapes dynamic, so one graph serves every batch)."""
         for layer in self.model.layers:
             layer.forward = torch.compile(layer.forward, dynamic=True)
+            layer.forward_shared = torch.compile(layer.forward_shared, dynamic=True)
 
     def forward(self, input_ids, attention_mask=None):
         return LMOutput(self.lm_head(self.hidden(input_ids, attention_mask)))
@@ -186,6 +206,31 @@ class Qwen3LM(nn.Module):
             for layer in self.model.layers:
                 x = layer(x, cos, sin)
         return self.model.norm(x)
+
+    def hidden_shared(self, prompt_ids, prompt_lens, resp_ids, row_prompt):
+        """The final hidden states that predict each response token, [R, 1 + Lr, d], with each
+        prompt computed once: unique prompts `prompt_ids` [U, Lp] (right-padded, lengths
+        `prompt_lens` [U]), responses `resp_ids` [R, Lr] (right-padded) continuing prompt
+        `row_prompt` [R]. Position 0 is the prompt's last token, position t the response's token
+        t - 1: what `hidden` gives at those positions of the rows written out in full (to float
+        rounding; tests/test_precision.py), for a group's G rows at one prompt's cost."""
+        U, Lp = prompt_ids.shape
+        R, Lr = resp_ids.shape
+        plen = prompt_lens[row_prompt]
+        # RoPE at each row's own positions: the response starts where its prompt ends
+        fp = torch.arange(Lp, dtype=torch.float32)[:, None] * self.inv_freq
+        fr = (plen[:, None] + torch.arange(Lr))[..., None].float() * self.inv_freq
+        ep, er = torch.cat((fp, fp), dim=-1), torch.cat((fr, fr), dim=-1)[:, None]
+        xp, xr = self.model.embed_tokens(prompt_ids), self.model.embed_tokens(resp_ids)
+        cosp, sinp = ep.cos().to(xp.dtype), ep.sin().to(xp.dtype)
+        cosr, sinr = er.cos().to(xr.dtype), er.sin().to(xr.dtype)
+        mask = torch.cat(((torch.arange(Lp)[None] < plen[:, None])[:, None].expand(R, Lr, Lp),
+                          torch.ones(Lr, Lr, dtype=torch.bool).tril().expand(R, Lr, Lr)), -1)[:, None]
+        with torch.autocast("cpu", dtype=self.matmul_dtype or torch.bfloat16, enabled=self.matmul_dtype is not None):
+            for layer in self.model.layers:
+                xp, xr = layer.forward_shared(xp, xr, cosp, sinp, cosr, sinr, row_prompt, mask)
+        last = self.model.norm(xp)[row_prompt, plen - 1]
+        return torch.cat((last[:, None], self.model.norm(xr)), 1)
 
     # files ---------------------------------------------------------------------------------
     @classmethod

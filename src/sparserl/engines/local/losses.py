@@ -70,12 +70,15 @@ def kl_k3(logp, ref_logp):
 
 
 def token_logprobs(model, seqs: list[list[int]], prompt_lens: list[int], pad_id: int,
-                   with_entropy: bool = False):
+                   with_entropy: bool = False, share_prompts: bool = False):
     """Log-probs of each response token (positions after the prompt), right-padded to (N, T).
 
     Returns (logp, mask[, entropy]); T is the longest response. A model with `hidden` (our Qwen3LM)
     runs its LM head and log-softmax on the response positions only: prompt and padding positions
-    are a third to a half of a batch's."""
+    are a third to a half of a batch's. `share_prompts` (`rl.share_prompts`, our Qwen3LM): rows
+    with the same prompt share one pass over it (`Qwen3LM.hidden_shared`)."""
+    if share_prompts and hasattr(model, "hidden_shared"):
+        return _shared_logprobs(model, seqs, prompt_lens, pad_id, with_entropy)
     n = len(seqs)
     lens = torch.tensor([len(s) for s in seqs])
     L = int(lens.max())
@@ -100,6 +103,33 @@ def token_logprobs(model, seqs: list[list[int]], prompt_lens: list[int], pad_id:
     logp_all = torch.log_softmax(logits, -1)
     zero = torch.zeros((), dtype=logp_all.dtype)
     out = torch.where(mask_b, logp_all.gather(-1, ids.gather(1, pos + 1)[..., None]).squeeze(-1), zero)
+    mask = mask_b.to(torch.float32)
+    if with_entropy:
+        ent = -(logp_all.detach().exp() * logp_all.detach()).sum(-1)
+        return out, mask, torch.where(mask_b, ent, zero)
+    return out, mask
+
+
+def _shared_logprobs(model, seqs, prompt_lens, pad_id: int, with_entropy: bool):
+    """`token_logprobs` with each distinct prompt of the rows run once."""
+    first: dict = {}
+    row_prompt = torch.tensor([first.setdefault(tuple(s[:p]), len(first)) for s, p in zip(seqs, prompt_lens)])
+    prompts = [list(k) for k in first]
+    plen = torch.tensor([len(p) for p in prompts])
+    rlen = torch.tensor([len(s) - p for s, p in zip(seqs, prompt_lens)])
+    T = max(int(rlen.max()), 1)
+    pids = torch.full((len(prompts), int(plen.max())), pad_id, dtype=torch.long)
+    for u, p in enumerate(prompts):
+        pids[u, :len(p)] = torch.tensor(p)
+    resp = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    for i, (s, p) in enumerate(zip(seqs, prompt_lens)):
+        resp[i, :len(s) - p] = torch.tensor(s[p:], dtype=torch.long)
+    # the hidden states predicting response tokens 0..T-1: the prompt's last, then tokens 0..T-2
+    h = model.hidden_shared(pids, plen, resp[:, :T - 1], row_prompt)
+    logp_all = torch.log_softmax(model.lm_head(h).float(), -1)
+    mask_b = torch.arange(T)[None] < rlen[:, None]
+    zero = torch.zeros((), dtype=logp_all.dtype)
+    out = torch.where(mask_b, logp_all.gather(-1, resp[..., None]).squeeze(-1), zero)
     mask = mask_b.to(torch.float32)
     if with_entropy:
         ent = -(logp_all.detach().exp() * logp_all.detach()).sum(-1)

@@ -172,6 +172,10 @@ class Trainer(CriticLoop):
         if self.m.kl_coef > 0:
             self.ref_model = load_policy(policy_path, cfg["rollout"]["backend"])[0].eval()
         set_precision(self.rl, self.model, self.ref_model)
+        # rl.share_prompts: a micro-batch's rows of one prompt share one pass over it (our Qwen3LM)
+        self.share_prompts = bool(self.rl.get("share_prompts", False))
+        if self.share_prompts:
+            _our_qwen3("rl.share_prompts", (self.model,))
         self.backend = make_live_backend(cfg, self.model, self.tok)
         self.pool = read_table(self.P.train_pool())
         self.pool_ids = self.pool["id"].to_numpy()
@@ -379,7 +383,7 @@ class Trainer(CriticLoop):
             for _, micros in plan[1:]:
                 for sl in micros:
                     lp, _ = token_logprobs(self.model, [seqs[i] for i in sl], [plens[i] for i in sl],
-                                           self.tok.pad_token_id)
+                                           self.tok.pad_token_id, share_prompts=self.share_prompts)
                     old.update((i, lp[j, :len(seqs[i]) - plens[i]]) for j, i in enumerate(sl))
         return old
 
@@ -409,8 +413,8 @@ class Trainer(CriticLoop):
                 tokens_total = sum(len(seqs[i]) - plens[i] for i in mini)
                 for sl in micros:
                     s_seqs, s_plens = [seqs[i] for i in sl], [plens[i] for i in sl]
-                    logp, mask, ent = token_logprobs(self.model, s_seqs, s_plens,
-                                                     self.tok.pad_token_id, with_entropy=True)
+                    logp, mask, ent = token_logprobs(self.model, s_seqs, s_plens, self.tok.pad_token_id,
+                                                     with_entropy=True, share_prompts=self.share_prompts)
                     # pi_old: the behaviour policy's log-probs (recorded at rollout time, or recomputed)
                     if recomputed is not None and epoch == 0 and mini_no == 0:
                         recomputed.update((i, logp[j, :len(seqs[i]) - plens[i]].detach()) for j, i in enumerate(sl))
@@ -427,7 +431,8 @@ class Trainer(CriticLoop):
                     total = loss * w
                     if self.ref_model is not None:
                         with torch.no_grad():
-                            ref_lp, _ = token_logprobs(self.ref_model, s_seqs, s_plens, self.tok.pad_token_id)
+                            ref_lp, _ = token_logprobs(self.ref_model, s_seqs, s_plens, self.tok.pad_token_id,
+                                                       share_prompts=self.share_prompts)
                         kl = ((kl_k3(logp, ref_lp) * mask).sum() / mask.sum().clamp(min=1))
                         total = total + m.kl_coef * kl * w
                         stats["kl"] += float(kl.detach()) * w
