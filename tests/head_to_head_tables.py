@@ -83,6 +83,10 @@ def write_runs(cfg: dict, lift: Callable[[str, int], float] | None = None,
              for b, d in pp0.groupby("benchmark", sort=False)]
     write_table(pd.DataFrame(start), P.eval_table(rl["policy"]), cfg=cfg)
     write_table(pp0, P.stage("eval", rl["policy"], "eval_per_problem.parquet"), cfg=cfg)
+    # its pass@k curve as `sparserl evaluate` writes it, as if from 64 samples a problem at rate p0
+    from sparserl.evaluation.pass_at_k import pass_at_k_curve
+    counts = pp0[["benchmark"]].assign(n=64, c=np.rint(64 * pp0["p"]).astype(int))
+    write_table(pass_at_k_curve(counts), P.pass_at_k_curve(rl["policy"]), cfg=cfg)
     return probs
 
 

@@ -272,12 +272,20 @@ def test_rl_measure_one_seed_bootstrap_and_seeds_t(repo, tmp_path, monkeypatch):
     cfg = _cfg(repo)
     _write_rl(cfg)
     iv = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
-    assert iv.method.startswith("bootstrap over benchmark problems") and iv.lo > 0 and iv.value < 0.2 + 1e-9
+    # issue 39: the hierarchical bootstrap, naming its levels; one start and one seed: problems only
+    assert iv.method.startswith("hierarchical bootstrap") and iv.lo > 0 and iv.value < 0.2 + 1e-9
+    assert "1 start x 1 seed x 50 problems (2 benchmarks); resampled: problems" in iv.method
+    # the gain over the start: its own per-problem table, paired by problem (runs.parquet's eval_gain)
+    g = C.rl_gain(C.Context(cfg), "grpo_g16")
+    want = pd.read_parquet(Paths(cfg).rl_runs()).set_index("method").loc["grpo_g16", "eval_gain"]
+    assert g.method.startswith("hierarchical bootstrap (2000x, paired with the start): 1 start x 1 seed")
+    assert g.value == pytest.approx(want) and g.lo < g.value < g.hi and g.lo > 0
     assert C.rl_accuracy(C.Context(cfg), "v05_k4", "grpo_g16").value == pytest.approx(0.0)  # same problems' p
     cfg2 = _cfg(repo, seeds=(0, 1, 2))
     _write_rl(cfg2, shift=0.1)
     iv2 = C.rl_accuracy(C.Context(cfg2), "v05_osla", "grpo_g16")
-    assert iv2.method == "paired t over 3 seeds" and iv2.lo > 0
+    assert iv2.method.endswith("1 start x 3 seeds x 50 problems (2 benchmarks); resampled: seeds, problems")
+    assert iv2.lo > 0
     with pytest.raises(C.NotRun, match="grpo_budget_v0"):
         C.rl_accuracy(C.Context(cfg), "grpo_budget_v0", "grpo_g8")
 

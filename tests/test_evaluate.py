@@ -2,6 +2,8 @@
 run's checkpoints grades as a fresh one per checkpoint does, and each manifest counts its own."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -110,3 +112,49 @@ def test_pass_at_k_and_greedy_beside_an_unchanged_mean_at_k(tmp_path, tiny_lm, r
         assert got.loc[df["id"]].tolist() == want, name
         row = with_g[with_g["benchmark"] == name].iloc[0]
         assert row["greedy_accuracy"] == pytest.approx(np.mean(want))
+
+
+def test_the_start_policy_draws_start_k_samples_and_writes_its_unbiased_pass_at_k_curve(tmp_path, tiny_lm, repo, monkeypatch):
+    """Issue 39: rl.policy is evaluated at evaluation.start_k samples a problem (a greedy benchmark
+    stays one greedy rollout); pass@k is the unbiased estimate from them, its curve runs to start_k;
+    another policy keeps the protocol's k."""
+    from math import comb
+
+    from sparserl.evaluation import evaluate as EV
+    from sparserl.models.policies import save_hf
+    cfg = load_config(repo / "configs/smoke.yaml")
+    cfg["results_dir"] = str(tmp_path / "results")
+    cfg["rollout"]["max_new_tokens"] = 4
+    cfg["evaluation"].update(default={"protocol": "mean_at_k", "k": 4, "temperature": 1.0, "top_p": 1.0}, start_k=8,
+                             greedy=False)
+    cfg["rl"] = {"policy": "s"}
+    P = Paths(cfg)
+    for name, df in procedural.make_benchmarks(cfg).items():
+        write_table(df, P.benchmark(name))
+    model, tok = tiny_lm
+    for ref in ("s", "m"):
+        save_hf(model, tok, P.policy(ref), {"test": True})
+    monkeypatch.setattr(EV, "open_verifier", lambda cfg: contextlib.nullcontext(_ParityVerifier()))
+    start, other = EV.evaluate_policy(cfg, "s"), EV.evaluate_policy(cfg, "m")
+    sampled = start["protocol"] != "greedy"
+    assert sampled.any() and (~sampled).any()  # smoke: one greedy override
+    assert start.loc[sampled, "samples"].eq(8).all() and start.loc[~sampled, "samples"].eq(1).all()
+    assert other.loc[other["protocol"] != "greedy", "samples"].eq(4).all()
+    assert (start["metric"] == other["metric"]).all() and (start["pass_metric"] == other["pass_metric"]).all()
+    pp = pd.read_parquet(P.stage("eval", "s", "eval_per_problem.parquet"))
+    bench = set(start.loc[sampled, "benchmark"])
+    s = pp[pp["benchmark"].isin(bench)]
+    assert (s["n"] == 8).all() and (s["start"] == 0).all() and (s["p"] == s["c"] / 8).all()
+    assert 0 < s["c"].mean() < 8  # a third correct: mixed problems
+    want = [1 - comb(8 - c, 4) / comb(8, 4) for c in s["c"]]
+    assert s["pass"].to_numpy() == pytest.approx(want)
+    row = start[start["benchmark"] == sorted(bench)[0]].iloc[0]
+    assert row["pass_at_k"] == pytest.approx(pp.loc[pp["benchmark"] == row["benchmark"], "pass"].mean())
+    # the curve: over the sampled benchmarks (a greedy one has no k > 1), k = 1, 2, 4, 8
+    curve = pd.read_parquet(P.pass_at_k_curve("s"))
+    assert set(curve["benchmark"]) == bench | {"overall"}
+    overall = curve[curve["benchmark"] == "overall"].set_index("k")["pass_at_k"]
+    assert list(overall.index) == [1, 2, 4, 8] and overall.is_monotonic_increasing
+    assert overall[1] == pytest.approx(start.loc[sampled, "accuracy"].mean())
+    assert overall[4] == pytest.approx(start.loc[sampled, "pass_at_k"].mean())
+    assert list(pd.read_parquet(P.pass_at_k_curve("m"))["k"].unique()) == [1, 2, 4]

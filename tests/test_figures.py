@@ -33,7 +33,7 @@ STUDY_FIGURES = {
 }
 RL_FIGURES = ["head_to_head/learning_curves", "head_to_head/final_accuracy"] + ["head_to_head/" + n for n in (
     "accuracy_vs_rollouts", "accuracy_vs_wall_time", "ranking", "sharpening_curves", "aggregates_iqm",
-    "aggregates_improvement", "aggregates_profile")]
+    "aggregates_improvement", "aggregates_profile", "start_pass_at_k")]
 V0_FIGURES = ["v0/t1_sequential", "v0/t2_strict", "v0/f3_tracking", "v0/f4_robustness",
               "v0/t6_ablations", "v0/f5_routing"]  # smoke and tiny have v0.harvest
 LE_CRITIQUE_FIGURES = ["le_critique/" + n for n in ("f3_pvf_rewards", "f5_tether_rewards", "f6_tether_rho",

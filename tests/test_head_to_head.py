@@ -145,6 +145,15 @@ def test_one_seed_study_ranks_bootstraps_and_writes_three_tables(cfg, tmp_path):
     p = t["pairs"]
     assert len(p) == 7 * 6 // 2 and "welch_separated" not in p  # 1 seed: no t over seeds
     assert p.loc[~p["separated"], ["a", "b"]].values.tolist() == [["vanilla_g1", "basis_grid_grpo_g1_vanilla"]]
+    # issue 39: gains over the start, with the hierarchical bootstrap's interval and its levels
+    pr = problems()
+    start_acc = h2h.accuracy(pr["p0"].to_numpy(), pr["benchmark"].to_numpy())
+    start_pass = h2h.accuracy((pr["p0"] > 0).to_numpy(float), pr["benchmark"].to_numpy())
+    assert r["gain"].to_numpy() == pytest.approx(r["accuracy"].to_numpy() - start_acc)
+    assert r["pass_gain"].to_numpy() == pytest.approx(r["pass_at_k"].to_numpy() - start_pass)
+    assert ((r["gain_ci_lo"] < r["gain"]) & (r["gain"] < r["gain_ci_hi"])).all()
+    levels = "1 start x 1 seed x 100 problems (2 benchmarks); resampled: problems"
+    assert (r["ci_levels"] == levels).all() and (t["pairs"]["bootstrap_levels"] == levels).all()
     # curves: the start policy at 0, the half-way checkpoint, the final one
     c = t["curves"]
     g = c[(c["method"] == "grpo_g8") & (c["seed"] == 0)]
@@ -175,6 +184,8 @@ def test_three_seeds_give_t_intervals_over_seeds(repo, tmp_path, monkeypatch):
         assert (r.loc[m, "ci_lo"], r.loc[m, "ci_hi"]) == pytest.approx((lo, hi))
         assert r.loc[m, "ci_method"] == "t over 3 seeds"
         assert r.loc[m, "accuracy_sd"] == pytest.approx(np.std(ls, ddof=1))
+    assert (r["ci_levels"] == "1 start x 3 seeds x 100 problems (2 benchmarks); resampled: seeds, problems").all()
+    assert r.loc["v05_k4", "gain_ci_hi"] < 0 < r.loc["grpo_g8", "gain_ci_lo"]
     pairs = t["pairs"].set_index(["a", "b"])
     assert list(t["ranking"]["method"]) == ["rloo_g8", "grpo_g8", "v05_k4"]
     assert not pairs.loc[("rloo_g8", "grpo_g8"), "separated"]   # .001 apart on average, seeds overlap
@@ -194,6 +205,37 @@ def test_three_seeds_give_t_intervals_over_seeds(repo, tmp_path, monkeypatch):
     s = h2h.curve_summary(t["curves"])
     fin = s[(s["method"] == "grpo_g8") & (s["checkpoint"] == "final")].iloc[0]
     assert fin["seeds"] == 3 and (fin["ci_lo"], fin["ci_hi"]) == pytest.approx(h2h.t_interval(base + np.array(lifts["grpo_g8"]))[1:])
+
+
+def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo, tmp_path, monkeypatch):
+    """Issue 39: runs carry the pre-training seed of their start policy (`start`); seeds 2, 3 come
+    from a start 0.2 better whose runs are 0.2 better too. Each run's gain is over its own start, so
+    the gain interval holds the seeds' spread only, while the accuracy's holds the start's."""
+    from sparserl.core.artifacts import read_table, write_table
+    from sparserl.methods.spec import method_run
+    monkeypatch.chdir(tmp_path)
+    cfg = make_cfg(repo, ["grpo_g8", "v05_k4"], seeds=(0, 1, 2, 3))
+    lifts = {"grpo_g8": (0.00, 0.01, 0.02, 0.005), "v05_k4": (0.03, 0.04, 0.035, 0.045)}
+    probs = write_runs(cfg, scores=lambda m, s, p0: p0 * 0.5 + 0.3 + 0.2 * (s >= 2) + lifts[m][s])
+    for m in lifts:
+        for s in (0, 1, 2, 3):
+            path = method_run(cfg, m, s).eval_dir / "final_per_problem.parquet"
+            write_table(read_table(path).assign(start=int(s >= 2)), path, cfg=cfg)
+    P = Paths(cfg)
+    base = probs[["benchmark", "id"]].assign(p=probs["p0"] * 0.5 + 0.2)
+    base = pd.concat([base.assign(start=0), base.assign(start=1, p=base["p"] + 0.2)], ignore_index=True)
+    write_table(base.assign(**{"pass": 1.0}), P.stage("eval", "s", "eval_per_problem.parquet"), cfg=cfg)
+    r = h2h.head_to_head(cfg, n_boot=400)["ranking"].set_index("method")
+    assert (r["ci_levels"] == "2 starts x 2 seeds x 100 problems (2 benchmarks); resampled: starts, seeds, "
+                              "problems").all()
+    for m, ls in lifts.items():
+        assert r.loc[m, "gain"] == pytest.approx(0.1 + np.mean(ls))
+        assert 0.1 + min(ls) - 1e-9 <= r.loc[m, "gain_ci_lo"] < r.loc[m, "gain_ci_hi"] <= 0.1 + max(ls) + 1e-9
+    # a start policy too few for the runs: an error naming the table
+    write_table(base[base["start"] == 0].assign(**{"pass": 1.0}), P.stage("eval", "s", "eval_per_problem.parquet"),
+                cfg=cfg)
+    with pytest.raises(h2h.HeadToHeadError, match="1 start policies but the runs descend from"):
+        h2h.head_to_head(cfg, n_boot=50)
 
 
 def test_ranking_and_curves_carry_greedy_pass_and_the_greedy_wrong_split(repo, tmp_path, monkeypatch):

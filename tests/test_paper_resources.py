@@ -340,7 +340,7 @@ def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path)
         minutes = int(sb[sb.index("-t") + 1])
         e = S.estimate(cfg, r["rule"], r["wildcards"])
         assert minutes >= e.ask_minutes, (r["rule"], minutes, e.work)
-        if r["rule"] in ("rl_cluster", "critique_train", "v0_harvest_run"):  # sized: the ask in whole hours
+        if r["rule"] in ("rl_cluster", "critique_train", "v0_harvest_run", "evaluate"):  # sized: the ask in whole hours
             assert minutes == -(-e.ask_minutes // 60) * 60
         else:
             assert minutes == res["runtime"]

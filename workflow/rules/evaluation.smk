@@ -8,6 +8,8 @@ rule evaluate:
         benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
     output:
         str(P.eval_table("{policy}")),
+        # its unbiased pass@k curve; the start policy (rl.policy) draws evaluation.start_k samples
+        curve=str(P.pass_at_k_curve("{policy}")),
     wildcard_constraints:
         policy="[^/]+",
     params:
@@ -16,7 +18,8 @@ rule evaluate:
         str(P.stage("logs", "evaluate_{policy}.log")),
     threads: T("rollout")
     resources:
-        **R("rollout"),
+        # paper: the runtime from each job's estimate (the start policy draws evaluation.start_k)
+        **SIZED("rollout", "evaluate"),
     shell:
         "{SPARSERL} evaluate --config {CONFIGS} --policy {wildcards.policy} "
         "--threads {threads} > {log} 2>&1"

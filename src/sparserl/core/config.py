@@ -314,6 +314,21 @@ def v0_actor_settings(over: dict) -> dict:
 SEMANTIC_CHECKS: list = []
 
 
+@functools.lru_cache(maxsize=None)
+def schema_default(*keys: str):
+    """The schema's `default` of the setting at a key path (e.g. "evaluation", "start_k"): where a
+    setting's default lives, so code and documentation read the same number."""
+    node = _schema_at(load_schema(), keys)
+    if node is None or "default" not in node:
+        raise KeyError(f"{SCHEMA_PATH}: no default for {'.'.join(keys)}")
+    return node["default"]
+
+
+def start_samples(cfg: dict) -> int:
+    """Samples a problem of the RL start policy's benchmark evaluation (`evaluation.start_k`)."""
+    return int(cfg["evaluation"].get("start_k", schema_default("evaluation", "start_k")))
+
+
 def rollout_max_new_tokens(cfg: dict) -> int:
     """Response length cap of pass rates, reference caches and evaluation (`rollout.max_new_tokens`)."""
     return int(cfg["rollout"]["max_new_tokens"])

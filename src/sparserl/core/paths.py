@@ -238,6 +238,10 @@ class Paths:
     def eval_table(self, ref: str) -> Path:
         return self.stage("eval", ref, "eval.parquet")
 
+    def pass_at_k_curve(self, ref: str) -> Path:
+        """A policy's unbiased pass@k curve, k = 1, 2, 4, ... (`sparserl.evaluation.pass_at_k`)."""
+        return self.stage("eval", ref, "eval_pass_at_k.parquet")
+
     def eval_summary(self) -> Path:
         return self.stage("eval", "summary.parquet")
 

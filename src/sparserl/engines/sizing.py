@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparserl.core.config import start_samples
+
 MARGIN = 1.5  # runtime (and memory) asked / estimated
 
 
@@ -405,6 +407,8 @@ def _bench_problems(cfg: dict) -> int:
 def _evaluate(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     hf, shape = _policy(cfg, w["policy"])
     k = int(cfg["evaluation"]["default"]["k"])
+    if (cfg.get("rl") or {}).get("policy") == w["policy"]:  # the start policy draws evaluation.start_k
+        k = max(k, start_samples(cfg))
     n = _bench_problems(cfg)
     return _one_gpu_generation(cfg, "evaluate", f"policy={w['policy']}", hf, shape, gpu, n * k,
                                int(cfg["rollout"]["max_new_tokens"]), what=f"{n} problems x k {k} = ")

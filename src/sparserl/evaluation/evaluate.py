@@ -5,10 +5,19 @@ Protocols (config `evaluation.default` / `evaluation.overrides.<benchmark>`):
 - `avg_at_k`: BASIS's avg@32 for AIME/AMC/HMMT (same estimator, its own name and settings).
 - `greedy`: BASIS's single greedy rollout for MATH-500, Minerva and OlympiadBench.
 Accuracy is the mean reward over all (problem, sample) pairs; the standard error is over problems.
-Beside it, for every benchmark: `pass_at_k` (the share of problems with at least one correct of
-the k samples; `pass_metric` names it, e.g. pass@16) and `greedy_accuracy` (one greedy rollout per
-problem, rolled out after every sampled one so those keep their seeds and outputs; off with
-`evaluation.greedy: false`). The per-problem table has `p`, `pass` and `greedy` per problem.
+Beside it, for every benchmark: `pass_at_k` (the unbiased pass@k of Chen et al. 2021, arXiv:2107.03374,
+Sec. 2.1, `sparserl.evaluation.pass_at_k`; with n = k samples the share of problems with a correct one;
+`pass_metric` names it, e.g. pass@16) and `greedy_accuracy` (one greedy rollout per problem, rolled
+out after every sampled one so those keep their seeds and outputs; off with `evaluation.greedy: false`).
+The per-problem table has `p`, `pass` (its unbiased pass@k), `greedy`, `n` (samples), `c` (correct)
+and `start` (the pre-training seed of the start policy the model descends from: 0 until a config
+names more) per problem.
+
+The RL start policy (`rl.policy`) draws `evaluation.start_k` samples a problem (default 64) on each
+sampled benchmark instead of the protocol's k (`samples` column): its mean@k and pass@k estimate the
+same quantities as a k-sample evaluation with less noise, so every gain over it is measured against
+a sharper start. `evaluate_policy` also writes the pass@k curve, k = 1, 2, 4, ... up to the samples
+drawn, per sampled benchmark and over them (`Paths.pass_at_k_curve`; greedy benchmarks have no k > 1).
 """
 from __future__ import annotations
 
@@ -18,9 +27,10 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_manifest, read_table, write_json, write_table
-from sparserl.core.config import rollout_max_new_tokens
+from sparserl.core.config import rollout_max_new_tokens, start_samples
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
+from sparserl.evaluation.pass_at_k import pass_at_k, pass_at_k_curve
 from sparserl.evaluation.progress import rollout_progress
 from sparserl.grading.verifier import open_verifier
 from sparserl.rollout import SamplingParams, make_backend, rollout
@@ -151,21 +161,37 @@ def per_problem_path(path: Path) -> Path:
     return path.with_name(path.stem + "_per_problem.parquet")
 
 
+ESTIMATOR = "unbiased pass@k, 1 - C(n-c,k)/C(n,k) (Chen et al. 2021, arXiv:2107.03374, Sec. 2.1)"
+
+
+def is_start_policy(cfg: dict, ref: str) -> bool:
+    """Whether `ref` is the policy RL starts from (`rl.policy`): it is evaluated at `start_k`."""
+    return bool(cfg.get("rl")) and cfg["rl"].get("policy") == ref
+
+
 def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
+    """A policy's benchmark evaluation (the start policy at `evaluation.start_k` samples a
+    problem) and its pass@k curve (`Paths.pass_at_k_curve`)."""
     P = Paths(cfg)
-    return evaluate_checkpoint(cfg, str(P.policy(ref)), P.eval_table(ref), ref, threads=threads)
+    samples = start_samples(cfg) if is_start_policy(cfg, ref) else None
+    return evaluate_checkpoint(cfg, str(P.policy(ref)), P.eval_table(ref), ref, threads=threads, samples=samples,
+                               curve=P.pass_at_k_curve(ref))
 
 
 def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: int = 1,
                         extra_cols: dict | None = None, verifier=None,
-                        benchmarks: dict[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+                        benchmarks: dict[str, pd.DataFrame] | None = None, samples: int | None = None,
+                        curve: Path | None = None, start: int = 0) -> pd.DataFrame:
     """Evaluate one checkpoint (dir or hub name) on every benchmark; write `path` (+ per problem).
     `verifier`: an open one to share across checkpoints (its workers start once); the manifest
     counts this checkpoint's items only. `benchmarks`: name -> problems to score instead of the
-    config's benchmarks (the lr tuning's validation split), each under `protocol_for` its name."""
+    config's benchmarks (the lr tuning's validation split), each under `protocol_for` its name.
+    `samples`: draw this many samples a problem on a sampled benchmark (at least its k; the start
+    policy's `start_k`); `curve`: write the pass@k curve there; `start`: the per-problem `start`."""
     if verifier is None:
         with open_verifier(cfg) as ver:
-            return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver, benchmarks)
+            return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver, benchmarks, samples,
+                                       curve, start)
     ver, before = verifier, verifier.timeout_counts()
     P = Paths(cfg)
     backend = make_backend(cfg, model, threads=threads)
@@ -173,20 +199,26 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     tables = benchmarks if benchmarks is not None else {b: read_table(P.benchmark(b)) for b in P.benchmark_names()}
     benches = [(b, df, protocol_for(cfg, b)) for b, df in tables.items()]
     ks = [1 if spec.get("protocol") == "greedy" else spec.get("k", 16) for _, _, spec in benches]
+    # samples drawn a problem: the protocol's k, or more for the start policy (same estimands)
+    ns = [k if spec.get("protocol") == "greedy" else max(k, int(samples or 0)) for k, (_, _, spec) in zip(ks, benches)]
     # one greedy rollout per problem of each sampled benchmark (a greedy protocol already is one)
     extra_greedy = [bool(cfg["evaluation"].get("greedy", True)) and spec.get("protocol") != "greedy"
                     for _, _, spec in benches]
-    total = sum(len(df) * (k + g) for (_, df, _), k, g in zip(benches, ks, extra_greedy))
+    total = sum(len(df) * (n + g) for (_, df, _), n, g in zip(benches, ns, extra_greedy))
     with rollout_progress(backend, total, f"evaluate {label}", log):
-        for bi, ((bench, df, spec), k) in enumerate(zip(benches, ks)):
+        for bi, ((bench, df, spec), k, n_draw) in enumerate(zip(benches, ks, ns)):
             greedy = spec.get("protocol") == "greedy"
             params = SamplingParams(temperature=spec.get("temperature", 1.0),
                                     top_p=spec.get("top_p", 1.0), greedy=greedy,
                                     max_new_tokens=rollout_max_new_tokens(cfg))
-            batch = rollout(backend, _prompts(cfg, df, backend), list(df["answer"]), k, params,
+            batch = rollout(backend, _prompts(cfg, df, backend), list(df["answer"]), n_draw, params,
                             cfg["seed"] + 7 * bi, ver)
             succ, n = per_prompt_rates(batch, len(df))
             p = succ / n
+            # correct: a positive reward, as pass@k has always counted it
+            c = np.bincount(batch.prompt_index, weights=np.asarray(batch.rewards) > 0,
+                            minlength=len(df)).round().astype(np.int64)
+            pk = pass_at_k(n, c, k)
             rows.append({
                 "policy": label, **(extra_cols or {}), "benchmark": bench, "protocol": spec.get("protocol", "mean_at_k"),
                 "metric": "greedy" if greedy else f"{'avg' if spec.get('protocol') == 'avg_at_k' else 'mean'}@{k}",
@@ -197,12 +229,13 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
                 "mean_response_tokens": float(batch.response_lengths().mean()),
                 "scale": cfg["scale"],
                 # added after the columns above, which keep their values
-                "pass_metric": f"pass@{k}", "pass_at_k": float((succ > 0).mean()),
+                "pass_metric": f"pass@{k}", "pass_at_k": float(pk.mean()),
                 "greedy_accuracy": float(p.mean()) if greedy else np.nan,
+                "samples": int(n_draw),
             })
-            per_problem.append(pd.DataFrame({"benchmark": bench, "id": df["id"], "p": p,
-                                             "pass": (succ > 0).astype(np.float64),
-                                             "greedy": p if greedy else np.nan}))
+            per_problem.append(pd.DataFrame({"benchmark": bench, "id": df["id"], "p": p, "pass": pk,
+                                             "greedy": p if greedy else np.nan, "n": n.astype(np.int64),
+                                             "c": c, "start": int(start)}))
         # after every sampled rollout: the greedy pass changes none of their seeds or outputs
         for bi, ((bench, df, spec), g) in enumerate(zip(benches, extra_greedy)):
             if not g:
@@ -215,7 +248,13 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
             per_problem[bi]["greedy"] = succ.astype(np.float64)
     out = pd.DataFrame(rows)
     path = Path(path)
-    write_table(pd.concat(per_problem, ignore_index=True), per_problem_path(path), cfg=cfg)
+    per_problem = pd.concat(per_problem, ignore_index=True)
+    write_table(per_problem, per_problem_path(path), cfg=cfg)
+    if curve is not None:  # over the sampled benchmarks: a greedy one has no k > 1
+        sampled = [b for (b, _, spec) in benches if spec.get("protocol") != "greedy"]
+        rows_c = per_problem[per_problem["benchmark"].isin(sampled)] if sampled else per_problem
+        write_table(pass_at_k_curve(rows_c), curve, cfg=cfg,
+                    extra={"policy": label, "estimator": ESTIMATOR, "benchmarks": sampled or "greedy only"})
     counts = {k: v - before.get(k, 0) for k, v in ver.timeout_counts().items()}
     write_table(out, path, cfg=cfg, extra={"policy": label, "verifier": counts})
     log.info(f"{label}:\n" + out[["benchmark", "metric", "problems", "accuracy", "pass_metric", "pass_at_k",

@@ -5,4 +5,4 @@
 """
 from sparserl.figures.registry import (Figure, FigureError, MissingTableError, get_figure, list_figures,  # noqa: F401
                                        make_figure, register_figure, registered)
-from sparserl.figures import studies, basis_checkpoints, rl, head_to_head, v0, le_critique, basis_ood, v05, basis, world  # noqa: F401,E402,I001  (each registers its figures on import; studies first)
+from sparserl.figures import studies, basis_checkpoints, rl, head_to_head, pass_at_k, v0, le_critique, basis_ood, v05, basis, world  # noqa: F401,E402,I001  (each registers its figures on import; studies first)

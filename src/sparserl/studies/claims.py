@@ -36,12 +36,14 @@ The threshold is what the paper states: a bound it gives ("Intra-AUC > 0.85"), 0
 or "A reduces B's MSE", and a margin for "A matches B" (above). A paper's absolute accuracy gap
 ("over 10%") is not the threshold but its `paper_value`.
 
-Intervals (the `ci_method` column says which): with >= 2 seeds a Student t interval over seeds
-(of the per-seed differences when both arms ran the same seeds: a seed fixes the data order, so
-the arms are paired; Welch otherwise); with one seed a percentile bootstrap (`BOOT` resamples,
-RNG seed `BOOT_SEED`) over the per-unit artifact: benchmark problems (stratified by benchmark,
-paired across the two runs) for RL accuracy, checkpoint contexts (model, step) for V0's
-intra-context AUC; the BASIS value study's own paired bootstrap over batches for its MSE ratios
+Intervals (the `ci_method` column says which): RL accuracy and gains (issue 39) by the
+hierarchical bootstrap (`sparserl.core.hierarchical_bootstrap`, `BOOT` resamples, RNG seed
+`BOOT_SEED`): start policies, RL seeds within each, benchmark problems (stratified), the arms paired
+by start and problem; the column names the levels and their units ("1 start x 1 seed x 427
+problems"). Elsewhere, with >= 2 seeds a Student t interval over seeds (of the per-seed
+differences when both arms ran the same seeds: a seed fixes the data order, so the arms are
+paired; Welch otherwise); with one seed a percentile bootstrap over the per-unit artifact:
+checkpoint contexts (model, step) for V0's intra-context AUC; the BASIS value study's own paired bootstrap over batches for its MSE ratios
 (its n-sensitivity table has s.e. only: a normal interval by the delta method). Le Critique's
 final table has one row per run, so one seed, or seeds that agree exactly, give no interval
 (NaN bounds: untestable).
@@ -61,6 +63,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from sparserl.core import hierarchical_bootstrap as hb
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
 from sparserl.core.stats import LEVEL, normal_quantile, t_interval, welch_interval
@@ -373,12 +376,26 @@ def rl_accuracy(ctx: Context, a: str, b: str | None = None) -> Interval:
     rollouts = runs.groupby("method")["rollouts_total"].mean()
     detail += " (rollouts " + " vs ".join(f"{rollouts[m]:.0f}" for m in (a, b) if m) + ")"
     detail += sharpening_context(runs, [m for m in (a, b) if m])
-    if len(seeds) >= 2:
-        iv = seed_interval(ra, rb)
-        return Interval(iv.value, iv.lo, iv.hi, iv.method, detail)
-    s = seeds[0]
-    m, lo, hi = stratified_bootstrap_diff(_per_problem(ctx, a, s), _per_problem(ctx, b, s) if b else None)
-    return Interval(m, lo, hi, f"bootstrap over benchmark problems (1 seed, {BOOT}x, stratified, paired)", detail)
+    arm_a, problems = _runs_array(ctx, a, seeds)
+    arm_b = _runs_array(ctx, b, seeds, problems)[0] if b else None
+    m, lo, hi, design = hb.interval(arm_a, problems["benchmark"].to_numpy(), b=arm_b, n_boot=BOOT, seed=BOOT_SEED)
+    return Interval(m, lo, hi, _hierarchical_method(design, "paired with b by start and problem" if b else ""), detail)
+
+
+def _runs_array(ctx: Context, method: str, seeds: list, problems: pd.DataFrame | None = None, col: str = "p"):
+    """((starts, seeds, J) per-problem scores of a method's runs, the (benchmark, id) order)."""
+    long = pd.concat([_per_problem(ctx, method, s).assign(seed=s) for s in seeds], ignore_index=True)
+    if problems is None:
+        problems = long.loc[long["seed"] == seeds[0], ["benchmark", "id"]].reset_index(drop=True)
+    try:
+        return hb.arm_array(long, problems, col, f"{method}'s final_per_problem.parquet tables"), problems
+    except ValueError as e:
+        raise BadArtifact(str(e)) from None
+
+
+def _hierarchical_method(design, paired: str = "") -> str:
+    """The CI column's text: the bootstrap and its levels (`hierarchical_bootstrap.Design`)."""
+    return f"hierarchical bootstrap ({BOOT}x{', ' + paired if paired else ''}): {design.text()}"
 
 
 # issue 28: context beside mean@k, which sharpening alone raises; no paper reports these, so they
@@ -424,23 +441,28 @@ def _gain_inputs(method: str):
 
 
 def rl_gain(ctx: Context, method: str) -> Interval:
-    """Final held-out accuracy of `method` minus its start policy's (runs.parquet's eval_gain): t
-    over seeds with >= 2, else a bootstrap over benchmark problems, paired with the start's."""
+    """Final held-out accuracy of `method` minus its start policy's (runs.parquet's eval_gain; the
+    start's from its `evaluation.start_k` samples a problem), with the hierarchical bootstrap's
+    interval: start policies, seeds within each, problems, paired with the start's own scores."""
     seeds = _rl_methods(ctx.cfg, method)
     runs = ctx.table(ctx.P.rl_runs(), need=("method", "seed", "eval_accuracy_final"))
     if "eval_gain" not in runs:
         raise NotRun("runs.parquet has no eval_gain (the DAG does not evaluate the start policy)")
-    g = runs[runs["method"] == method].set_index("seed")["eval_gain"]
-    if len(seeds) >= 2:
-        iv = seed_interval(g)
-        return Interval(iv.value, iv.lo, iv.hi, iv.method)
     path = _start_per_problem_path(ctx.cfg)
     if not path.exists():
         raise MissingArtifact(f"{path}: the start policy's per-problem evaluation is missing; run "
                               f"`snakemake --cores 2 {Paths(ctx.cfg).eval_table(ctx.cfg['rl']['policy'])}`")
     start = ctx.table(path, need=("benchmark", "id", "p"))
-    m, lo, hi = stratified_bootstrap_diff(_per_problem(ctx, method, seeds[0]), start)
-    return Interval(m, lo, hi, "bootstrap over benchmark problems (1 seed, paired with the start)")
+    arm, problems = _runs_array(ctx, method, seeds)
+    try:
+        base = hb.arm_array(start.assign(seed=0), problems, "p", str(path))[:, 0, :]
+    except ValueError as e:
+        raise BadArtifact(f"{e} (against {method}'s problems)") from None
+    if base.shape[0] != arm.shape[0]:
+        raise BadArtifact(f"{path}: {base.shape[0]} start policies but {method}'s runs descend from {arm.shape[0]}; "
+                          "evaluate every start policy")
+    m, lo, hi, design = hb.interval(arm, problems["benchmark"].to_numpy(), baseline=base, n_boot=BOOT, seed=BOOT_SEED)
+    return Interval(m, lo, hi, _hierarchical_method(design, "paired with the start"))
 
 
 def collapses(method: str, name: str) -> Premise:
@@ -987,7 +1009,9 @@ def legend() -> list[str]:
         f"paper's number is in CI (or, scale-free, within {MAGNITUDE_FACTOR:g}x); direction only when the side "
         "is right but the paper gives no number or its number is off; otherwise inconclusive, untestable "
         "(single run) or contradicted.",
-        "Intervals: t over seeds with >= 2 seeds, else a bootstrap over the per-unit artifact (column CI).",
+        ("Intervals: RL accuracy and gains by a hierarchical bootstrap over start policies, seeds within each and "
+         "benchmark problems (the column CI names the levels and their units); others t over seeds with >= 2 seeds, "
+         "else a bootstrap over the per-unit artifact."),
     ]
 
 

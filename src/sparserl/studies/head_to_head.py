@@ -13,10 +13,14 @@ under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
                    by a hash, so free of selection) and the greedy-wrong split (held-out problems the
                    start policy answers wrong greedily: mean@k and greedy) with its complement
                    (wrong -> right, right -> wrong, net; `evaluation.splits`); for EVPO the share of
-                   steps its switch chose the critic, and `same_as` its VF twin when that was every step
+                   steps its switch chose the critic, and `same_as` its VF twin when that was every step;
+                   then (issue 39) the gains over the start policy in mean@k and pass@k (`gain`,
+                   `pass_gain`), the start's from its `evaluation.start_k` samples a problem (unbiased
+                   pass@k), with the hierarchical bootstrap's 95% intervals, and `ci_levels`: the
+                   levels that bootstrap resampled, e.g. "1 start x 1 seed x 427 problems"
   pairs.parquet    one row per pair of methods (a ranked above b): diff = acc_a - acc_b, its 95%
                    paired-bootstrap CI; with >= 2 seeds also the Welch t-interval over seeds;
-                   separated (rule 3: the bootstrap with 1 seed, Welch with more)
+                   separated (rule 3: the bootstrap with 1 seed, Welch with more); `bootstrap_levels`
   curves.parquet   one row per (method, seed, evaluated checkpoint): step, rollouts consumed and
                    training wall time up to that step, eval accuracy, greedy accuracy and pass@k (the
                    start policy at step 0 when the DAG evaluates it)
@@ -31,7 +35,8 @@ The rules (CI level 95%, `BOOTSTRAP` resamples, RNG seeded by `BOOTSTRAP_SEED` a
    mean +- t_{0.975, n-1} * sd / sqrt(n) (sd with ddof 1; the benchmark is held fixed, the
    interval is about training noise). With 1 seed: the percentile interval of the problem
    bootstrap below (the run is held fixed, the interval is about which problems were drawn).
-2. The bootstrap. One replicate draws, for every benchmark, its problems with replacement
+2. The bootstrap (`sparserl.core.hierarchical_bootstrap`: with one start policy, as now, its two
+   lower levels; a second start policy adds its start draw). One replicate draws, for every benchmark, its problems with replacement
    (stratified: each benchmark keeps its size, so a replicate's accuracy is again a mean of
    benchmark means); the same draw serves every method, which is what pairs the comparison. It
    also draws, for every run owner (`methods.spec.run_owners`: two names of one spec share one run
@@ -77,6 +82,8 @@ from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.engines.lr_tuning import lr_family
 from sparserl.methods.spec import load_method, method_run, run_owners
+from sparserl.core import hierarchical_bootstrap as hb
+from sparserl.core.hierarchical_bootstrap import problem_weights  # noqa: F401  (the stratified draw, here before)
 from sparserl.core.stats import LEVEL, t_interval, welch_interval
 
 log = get_logger(__name__)
@@ -92,20 +99,6 @@ class HeadToHeadError(ValueError):
 
 # --- the statistics, on arrays (tested on synthetic data) ----------------------------------------
 
-def problem_weights(benchmarks: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_boot, J) weights of the stratified problem bootstrap: w @ p is a replicate's mean over
-    benchmarks of the benchmark means of p. Row b of the identity draw would be the plain accuracy."""
-    benchmarks = np.asarray(benchmarks)
-    names = list(dict.fromkeys(benchmarks))
-    w = np.zeros((n_boot, len(benchmarks)))
-    for name in names:
-        idx = np.flatnonzero(benchmarks == name)
-        n = len(idx)
-        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot)
-        w[:, idx] = counts / (n * len(names))
-    return w
-
-
 def accuracy(p: np.ndarray, benchmarks: np.ndarray) -> float:
     """Mean over benchmarks of the mean p per benchmark (the RL summary's accuracy)."""
     s = pd.Series(np.asarray(p, dtype=float)).groupby(np.asarray(benchmarks), sort=False).mean()
@@ -113,24 +106,24 @@ def accuracy(p: np.ndarray, benchmarks: np.ndarray) -> float:
 
 
 def bootstrap_replicates(per_problem: dict[str, np.ndarray], owners: dict[str, str], benchmarks: np.ndarray,
-                         n_boot: int = BOOTSTRAP, seed: int = 0) -> dict[str, np.ndarray]:
-    """Per method, its `n_boot` bootstrap replicates of the accuracy (rule 2 of the module doc).
-    `per_problem[m]` is (seeds, J): p of each seed's run on the J problems, in one problem order
-    for all methods; `owners[m]` the run the method reports (aliases share one seed draw)."""
-    rng = np.random.default_rng([BOOTSTRAP_SEED, int(seed)])
-    w = problem_weights(benchmarks, n_boot, rng)
-    draws: dict[str, np.ndarray] = {}
-    out = {}
+                         n_boot: int = BOOTSTRAP, seed: int = 0, baseline: np.ndarray | None = None,
+                         key: int | None = None) -> dict[str, np.ndarray]:
+    """Per method, its `n_boot` bootstrap replicates of the accuracy (rule 2 of the module doc), or
+    of its gain over `baseline` (the start policies' per-problem scores, (starts, J)): the
+    hierarchical bootstrap (`sparserl.core.hierarchical_bootstrap`). `per_problem[m]` is
+    (starts, seeds, J), or (seeds, J) for one start: p of each run on the J problems, in one
+    problem order for all methods; `owners[m]` the run the method reports (aliases share one seed
+    draw); `key`: a further RNG key, so another set of replicates draws anew."""
+    arms = {}
     for m, p in per_problem.items():
         p = np.asarray(p, dtype=float)
-        if p.ndim != 2 or p.shape[1] != w.shape[1]:
-            raise HeadToHeadError(f"{m}: per-problem array of shape {p.shape}, expected (seeds, {w.shape[1]})")
-        owner = owners.get(m, m)
-        if owner not in draws:
-            draws[owner] = rng.integers(0, p.shape[0], size=(n_boot, p.shape[0]))
-        acc = w @ p.T                                   # (n_boot, seeds): each seed on the drawn problems
-        out[m] = np.take_along_axis(acc, draws[owner], axis=1).mean(axis=1)
-    return out
+        p = p[None] if p.ndim == 2 else p
+        if p.ndim != 3 or p.shape[2] != len(benchmarks):
+            raise HeadToHeadError(f"{m}: per-problem array of shape {p.shape}, expected (starts, seeds, "
+                                  f"{len(benchmarks)})")
+        arms[m] = p
+    rng_key = [BOOTSTRAP_SEED, int(seed)] + ([int(key)] if key is not None else [])
+    return hb.replicates(arms, benchmarks, n_boot, rng_key, owners, baseline)[0]
 
 
 def pair_table(means: dict[str, float], reps: dict[str, np.ndarray], order: list[str],
@@ -294,6 +287,60 @@ def _sharpening(gp: dict) -> dict:
     return {"greedy_accuracy": gp["eval_greedy"], "pass_at_k": gp["eval_pass"]}
 
 
+def run_start(r: Run) -> int:
+    """The pre-training seed of the start policy a run descends from (its per-problem `start`;
+    0 for tables written before the column)."""
+    return int(r.final["start"].iloc[0]) if "start" in r.final else 0
+
+
+def nest_by_start(mat: np.ndarray, starts: list[int], what: str) -> np.ndarray:
+    """(runs, J) -> (starts, seeds, J), the runs of each start in their order; every start must
+    have as many runs (the hierarchical bootstrap draws seeds within a start)."""
+    names = sorted(set(starts))
+    groups = [[i for i, s in enumerate(starts) if s == n] for n in names]
+    if len({len(g) for g in groups}) != 1:
+        raise HeadToHeadError(f"{what}: starts {names} hold {[len(g) for g in groups]} runs; every start needs "
+                              "the same seeds (rl.seeds) for the hierarchical bootstrap")
+    return np.stack([mat[g] for g in groups])
+
+
+GAINS = (("gain", "p"), ("pass_gain", "pass"))  # column -> the per-problem score it is a gain of
+
+
+def start_gains(cfg: dict, runs: dict[str, list[Run]], owners: dict[str, str], key: list, benchmarks: np.ndarray,
+                n_boot: int) -> dict[str, dict]:
+    """Per method: its gain over the start policy in mean@k (`gain`) and pass@k (`pass_gain`), the
+    start's estimates from its `evaluation.start_k` samples a problem (unbiased pass@k), each with
+    the 95% percentile interval of the hierarchical bootstrap (starts, seeds within, problems;
+    `ci_levels` says which levels it resampled and their units). NaN without the start's
+    per-problem table (or a column of it)."""
+    from sparserl.evaluation.evaluate import per_problem_path
+    start = start_eval_table(cfg)
+    path = per_problem_path(start) if start is not None else None
+    pp = read_table(path) if path is not None and path.exists() else None
+    nan = {f"{g}{e}": np.nan for g, _ in GAINS for e in ("", "_ci_lo", "_ci_hi")}
+    out = {m: dict(nan) for m in runs}
+    problems = pd.DataFrame(key, columns=["benchmark", "id"])
+    for gain, col in GAINS:
+        if pp is None or col not in pp or any(col not in r.final for rs in runs.values() for r in rs):
+            continue
+        try:
+            base = hb.arm_array(pp.assign(seed=0), problems, col, str(path))[:, 0, :]
+        except ValueError as e:
+            raise HeadToHeadError(f"{e} (the start policy's table against the runs' problems)") from None
+        arms = {m: nest_by_start(np.stack([r.final.set_index(["benchmark", "id"])[col].loc[key].to_numpy(float)
+                                           for r in rs]), [run_start(r) for r in rs], m) for m, rs in runs.items()}
+        if {a.shape[0] for a in arms.values()} != {base.shape[0]}:
+            raise HeadToHeadError(f"{path}: {base.shape[0]} start policies but the runs descend from "
+                                  f"{sorted({a.shape[0] for a in arms.values()})}; evaluate every start policy")
+        reps = bootstrap_replicates(arms, owners, benchmarks, n_boot, int(cfg.get("seed", 0)), baseline=base,
+                                    key=1 + [g for g, _ in GAINS].index(gain))
+        for m, a in arms.items():
+            lo, hi = hb.percentile(reps[m])
+            out[m].update({gain: hb.point(a, benchmarks, base), f"{gain}_ci_lo": lo, f"{gain}_ci_hi": hi})
+    return out
+
+
 def _split_scores(runs: list[Run], split: pd.DataFrame | None, start: pd.DataFrame | None,
                   labels: pd.DataFrame | None) -> dict:
     """Seed means of each run's final scores on the two splits of `evaluation.splits`: the
@@ -374,9 +421,12 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
         per_problem[m] = np.stack(mat)
     seed_acc = {m: np.array([accuracy(row, benchmarks) for row in per_problem[m]]) for m in methods}
     means = {m: float(seed_acc[m].mean()) for m in methods}
-    reps = bootstrap_replicates(per_problem, owners, benchmarks, n_boot, int(cfg.get("seed", 0)))
+    nested = {m: nest_by_start(per_problem[m], [run_start(r) for r in runs[m]], m) for m in methods}
+    design = hb.design_of(nested[methods[0]], benchmarks)
+    reps = bootstrap_replicates(nested, owners, benchmarks, n_boot, int(cfg.get("seed", 0)))
     order = rank_methods(means, methods)
     pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 else None)
+    pairs["bootstrap_levels"] = design.text()  # added after the columns above
     labels, ties = tie_groups(order, pairs)
     q = [(1 - LEVEL) / 2, (1 + LEVEL) / 2]
     from sparserl.engines.report import (greedy_and_pass, greedy_wrong_split, pass_metric, protocol, run_lr,
@@ -421,6 +471,10 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                      **run_lr(rs[0].metrics, rl), "lr_family": lr_family(load_method(m)),
                      "protocol": protocol(m), **switch[m]})
     ranking = pd.DataFrame(rows)
+    # issue 39: gains over the start policy's many-sample evaluation, hierarchical intervals
+    gains = start_gains(cfg, runs, owners, key, benchmarks, n_boot)
+    ranking = pd.concat([ranking, pd.DataFrame([gains[m] for m in order])], axis=1)
+    ranking["ci_levels"] = design.text()
 
     curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)
     start = start_eval_table(cfg)
