@@ -150,3 +150,51 @@ def test_a_transformers_policy_trains_in_float32(tmp_path, tiny_lm, repo):
     before = [p.detach().clone() for p in t.model.parameters()]
     info, _ = _one_update(cfg, t)
     assert np.isfinite(info["loss"]) and any(not torch.equal(a, b) for a, b in zip(before, t.model.parameters()))
+
+
+def _grouped_batch(tok, groups=3, rows=4):
+    """`rows` responses of different lengths for each of `groups` prompts, prompts interleaved."""
+    rng = np.random.default_rng(1)
+    prompts = [tok(f"Q: {g} + {g % 4} {'- 2 ' * g}=\nA:", add_special_tokens=False)["input_ids"] for g in range(groups)]
+    seqs, plens = [], []
+    for i in range(groups * rows):
+        p = prompts[i % groups]
+        seqs.append(p + rng.integers(0, len(tok), 1 + i % 7).tolist())
+        plens.append(len(p))
+    return seqs, plens
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_shared_prompts_give_the_full_rows_log_probs_entropy_and_gradient(tiny_lm, compiled):
+    """`rl.share_prompts`: each distinct prompt of a micro-batch runs once and its rows attend to
+    its keys; log-probs, entropy and gradient are those of the rows written out in full."""
+    from sparserl.engines.local.trainer import compile_layers
+    hf, tok = tiny_lm
+    full, shared = _ours(hf), _ours(hf)
+    if compiled:
+        compile_layers(full, shared)
+    seqs, plens = _grouped_batch(tok)
+    calls = []
+    shared.model.layers[0].mlp.register_forward_hook(lambda mod, inp, out: calls.append(inp[0].shape[:2]))
+    outs = []
+    for m, share in ((full, False), (shared, True)):
+        m.zero_grad()
+        lp, mask, ent = token_logprobs(m, seqs, plens, tok.pad_token_id, with_entropy=True, share_prompts=share)
+        ((lp * mask).sum() + (ent * mask).sum()).backward()
+        outs.append((lp, mask, ent, [p.grad.clone() for p in m.parameters()]))
+    (lp_a, mask_a, ent_a, g_a), (lp_b, mask_b, ent_b, g_b) = outs
+    assert torch.equal(mask_a, mask_b)
+    torch.testing.assert_close(lp_b, lp_a, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ent_b, ent_a, atol=1e-5, rtol=1e-5)
+    for a, b in zip(g_a, g_b):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+    if not compiled:  # the prompt stream holds the 3 distinct prompts, not the 12 rows
+        assert calls[0][0] == 3 and calls[1][0] == 12, calls
+
+
+def test_share_prompts_is_refused_for_a_model_without_it(tmp_path, tiny_lm, repo):
+    cfg = rl_world(tmp_path, tiny_lm, repo)
+    cfg["rl"]["share_prompts"] = True
+    cfg["rollout"]["backend"] = "hf"
+    with pytest.raises(ConfigError, match="rl.share_prompts"):
+        Trainer(cfg, "grpo_g4", 0)
