@@ -81,11 +81,18 @@ def worker(args) -> dict:
                 parts[name] += time.perf_counter() - t0
         return wrap
 
-    def token_logprobs(model, seqs, plens, pad, with_entropy=False):
+    def token_logprobs(model, seqs, plens, pad, with_entropy=False, **kw):
         grad = torch.is_grad_enabled()
-        counts["train_tokens_padded" if grad else "nograd_tokens_padded"] += len(seqs) * max(map(len, seqs))
-        counts["train_tokens" if grad else "nograd_tokens"] += sum(map(len, seqs))
-        return timed("forward" if grad else "logprob_nograd", orig_lp)(model, seqs, plens, pad, with_entropy)
+        if kw.get("share_prompts"):  # the tokens the forward runs: each distinct prompt once
+            prompts = {tuple(x[:p]) for x, p in zip(seqs, plens)}
+            resp = [len(x) - p for x, p in zip(seqs, plens)]
+            padded = len(prompts) * max(map(len, prompts)) + len(seqs) * max(resp)
+            real = sum(map(len, prompts)) + sum(resp)
+        else:
+            padded, real = len(seqs) * max(map(len, seqs)), sum(map(len, seqs))
+        counts["train_tokens_padded" if grad else "nograd_tokens_padded"] += padded
+        counts["train_tokens" if grad else "nograd_tokens"] += real
+        return timed("forward" if grad else "logprob_nograd", orig_lp)(model, seqs, plens, pad, with_entropy, **kw)
 
     orig_lp = tr.token_logprobs
     tr.token_logprobs = token_logprobs

@@ -116,17 +116,28 @@ class _Layer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def forward_shared(self, xp, xr, cosp, sinp, cosr, sinr, row_prompt, mask):
-        """One layer over unique prompts xp [U, Lp, d] and responses xr [R, Lr, d]: the prompts
-        attend causally among themselves, each response to its prompt's keys (row_prompt [R]) and
-        causally to its own, as `mask` [R, 1, Lr, Lp + Lr] allows."""
-        a = self.self_attn
-        qp, kp, vp = a.project(self.input_layernorm(xp), cosp, sinp)
-        qr, kr, vr = a.project(self.input_layernorm(xr), cosr, sinr)
-        xp = xp + a.attend(qp, kp, vp)
-        xr = xr + a.attend(qr, torch.cat((kp[row_prompt], kr), 2), torch.cat((vp[row_prompt], vr), 2), mask)
-        return (xp + self.mlp(self.post_attention_layernorm(xp)),
-                xr + self.mlp(self.post_attention_layernorm(xr)))
+    def forward_shared(self, x, cos, sin, U: int, Lp: int, row_prompt, mask):
+        """One layer over the tokens x [N, d] of U unique prompts of Lp slots each, then of the
+        responses (R rows of Lr slots): projections and MLP over all N tokens at once; in the
+        attention the prompts attend causally among themselves, each response to its prompt's keys
+        (row_prompt [R]) and causally to its own, as `mask` [R, 1, Lr, Lp + Lr] allows."""
+        a, N = self.self_attn, x.shape[0]
+        h = self.input_layernorm(x)
+        q = a._rotate(a.q_norm(a.q_proj(h).view(N, a.nh, a.hd)), cos, sin).float()
+        k = a._rotate(a.k_norm(a.k_proj(h).view(N, a.kvh, a.hd)), cos, sin).float()
+        v = a.v_proj(h).view(N, a.kvh, a.hd).float()
+        P, R = U * Lp, row_prompt.shape[0]
+        Lr = (N - P) // R
+        qp, kp, vp = (t[:P].view(U, Lp, -1, a.hd).transpose(1, 2) for t in (q, k, v))
+        qr, kr, vr = (t[P:].view(R, Lr, -1, a.hd).transpose(1, 2) for t in (q, k, v))
+        with torch.autocast("cpu", enabled=False):
+            op = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=a.kvh != a.nh)
+            orr = F.scaled_dot_product_attention(qr, torch.cat((kp[row_prompt], kr), 2),
+                                                 torch.cat((vp[row_prompt], vr), 2), attn_mask=mask,
+                                                 enable_gqa=a.kvh != a.nh)
+        att = torch.cat((op.transpose(1, 2).reshape(P, -1), orr.transpose(1, 2).reshape(N - P, -1)))
+        x = x + a.o_proj(att)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class _Model(nn.Module):
@@ -220,17 +231,19 @@ class Qwen3LM(nn.Module):
         # RoPE at each row's own positions: the response starts where its prompt ends
         fp = torch.arange(Lp, dtype=torch.float32)[:, None] * self.inv_freq
         fr = (plen[:, None] + torch.arange(Lr))[..., None].float() * self.inv_freq
-        ep, er = torch.cat((fp, fp), dim=-1), torch.cat((fr, fr), dim=-1)[:, None]
-        xp, xr = self.model.embed_tokens(prompt_ids), self.model.embed_tokens(resp_ids)
-        cosp, sinp = ep.cos().to(xp.dtype), ep.sin().to(xp.dtype)
-        cosr, sinr = er.cos().to(xr.dtype), er.sin().to(xr.dtype)
+        ep, er = torch.cat((fp, fp), dim=-1), torch.cat((fr, fr), dim=-1)
+        x = self.model.embed_tokens(torch.cat((prompt_ids.reshape(-1), resp_ids.reshape(-1))))
+        # one RoPE row per token, prompts' then responses' ([N, 1, hd], broadcast over heads)
+        e = torch.cat((ep.expand(U, Lp, -1).reshape(U * Lp, -1), er.reshape(R * Lr, -1)))[:, None]
+        cos, sin = e.cos().to(x.dtype), e.sin().to(x.dtype)
         mask = torch.cat(((torch.arange(Lp)[None] < plen[:, None])[:, None].expand(R, Lr, Lp),
                           torch.ones(Lr, Lr, dtype=torch.bool).tril().expand(R, Lr, Lr)), -1)[:, None]
         with torch.autocast("cpu", dtype=self.matmul_dtype or torch.bfloat16, enabled=self.matmul_dtype is not None):
             for layer in self.model.layers:
-                xp, xr = layer.forward_shared(xp, xr, cosp, sinp, cosr, sinr, row_prompt, mask)
-        last = self.model.norm(xp)[row_prompt, plen - 1]
-        return torch.cat((last[:, None], self.model.norm(xr)), 1)
+                x = layer.forward_shared(x, cos, sin, U, Lp, row_prompt, mask)
+        x = self.model.norm(x)
+        last = x[:U * Lp].view(U, Lp, -1)[row_prompt, plen - 1]
+        return torch.cat((last[:, None], x[U * Lp:].view(R, Lr, -1)), 1)
 
     # files ---------------------------------------------------------------------------------
     @classmethod

@@ -125,7 +125,7 @@ def _shared_logprobs(model, seqs, prompt_lens, pad_id: int, with_entropy: bool):
     for i, (s, p) in enumerate(zip(seqs, prompt_lens)):
         resp[i, :len(s) - p] = torch.tensor(s[p:], dtype=torch.long)
     # the hidden states predicting response tokens 0..T-1: the prompt's last, then tokens 0..T-2
-    h = model.hidden_shared(pids, plen, resp[:, :T - 1], row_prompt)
+    h = model.hidden_shared(pids, plen, resp[:, :max(T - 1, 1)], row_prompt)[:, :T]
     logp_all = torch.log_softmax(model.lm_head(h).float(), -1)
     mask_b = torch.arange(T)[None] < rlen[:, None]
     zero = torch.zeros((), dtype=logp_all.dtype)
