@@ -284,8 +284,12 @@ def test_rl_measure_one_seed_bootstrap_and_seeds_t(repo, tmp_path, monkeypatch):
     cfg2 = _cfg(repo, seeds=(0, 1, 2))
     _write_rl(cfg2, shift=0.1)
     iv2 = C.rl_accuracy(C.Context(cfg2), "v05_osla", "grpo_g16")
-    assert iv2.method.endswith("1 start x 3 seeds x 50 problems (2 benchmarks); resampled: seeds, problems")
+    assert "1 start x 3 seeds x 50 problems (2 benchmarks); resampled: seeds, problems" in iv2.method
     assert iv2.lo > 0
+    # never narrower than t over the 3 seeds
+    runs = pd.read_parquet(Paths(cfg2).rl_runs()).set_index(["method", "seed"])["eval_accuracy_final"]
+    t = C.seed_interval(runs.loc["v05_osla"], runs.loc["grpo_g16"])
+    assert iv2.lo <= t.lo + 1e-12 and iv2.hi >= t.hi - 1e-12
     with pytest.raises(C.NotRun, match="grpo_budget_v0"):
         C.rl_accuracy(C.Context(cfg), "grpo_budget_v0", "grpo_g8")
 
@@ -449,3 +453,15 @@ def test_rl_rows_carry_greedy_pass_and_the_splits_as_context(repo, tmp_path, mon
     assert "other-template" not in iv.detail  # an arm without it
     assert "greedy-wrong" not in iv.detail  # the selected split's gain is never shown without its complement
     assert (iv.value, iv.lo, iv.hi) == (before.value, before.lo, before.hi)
+
+
+def test_bootstrap_intervals_are_widened_to_t_over_few_seeds():
+    """A percentile bootstrap over 3 seeds is narrower than t over them: the claims keep the wider."""
+    boot = C.Interval(0.05, 0.03, 0.07, "hierarchical bootstrap (2000x): 1 start x 3 seeds x 50 problems")
+    t = C.Interval(0.05, -0.01, 0.11, "paired t over 3 seeds")
+    wide = C._no_narrower_than_t(boot, t)
+    assert (wide.lo, wide.hi, wide.value) == (-0.01, 0.11, 0.05)
+    assert wide.method.endswith("widened to paired t over 3 seeds")
+    assert C._no_narrower_than_t(boot, C.Interval(0.05, 0.04, 0.06, "t")) is boot  # t inside: unchanged
+    assert C._no_narrower_than_t(boot, None) is boot
+    assert C._no_narrower_than_t(boot, C.Interval(0.05, np.nan, np.nan, "1 seed: no interval")) is boot

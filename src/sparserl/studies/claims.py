@@ -40,7 +40,8 @@ Intervals (the `ci_method` column says which): RL accuracy and gains (issue 39) 
 hierarchical bootstrap (`sparserl.core.hierarchical_bootstrap`, `BOOT` resamples, RNG seed
 `BOOT_SEED`): start policies, RL seeds within each, benchmark problems (stratified), the arms paired
 by start and problem; the column names the levels and their units ("1 start x 1 seed x 427
-problems"). Elsewhere, with >= 2 seeds a Student t interval over seeds (of the per-seed
+problems"), widened to the Student t interval over seeds where that is wider (a percentile
+bootstrap over 3 seeds understates their spread). Elsewhere, with >= 2 seeds a Student t interval over seeds (of the per-seed
 differences when both arms ran the same seeds: a seed fixes the data order, so the arms are
 paired; Welch otherwise); with one seed a percentile bootstrap over the per-unit artifact:
 checkpoint contexts (model, step) for V0's intra-context AUC; the BASIS value study's own paired bootstrap over batches for its MSE ratios
@@ -379,7 +380,18 @@ def rl_accuracy(ctx: Context, a: str, b: str | None = None) -> Interval:
     arm_a, problems = _runs_array(ctx, a, seeds)
     arm_b = _runs_array(ctx, b, seeds, problems)[0] if b else None
     m, lo, hi, design = hb.interval(arm_a, problems["benchmark"].to_numpy(), b=arm_b, n_boot=BOOT, seed=BOOT_SEED)
-    return Interval(m, lo, hi, _hierarchical_method(design, "paired with b by start and problem" if b else ""), detail)
+    iv = Interval(m, lo, hi, _hierarchical_method(design, "paired with b by start and problem" if b else ""), detail)
+    return _no_narrower_than_t(iv, seed_interval(ra, rb) if len(seeds) >= 2 else None)
+
+
+def _no_narrower_than_t(iv: Interval, t: Interval | None) -> Interval:
+    """The bootstrap interval widened to the Student t interval over seeds where that is wider: a
+    percentile bootstrap over a handful of seeds (3 at small) understates their spread (it draws
+    from n points with variance (n - 1)/n of theirs, at normal quantiles), while t over seeds leaves
+    out the problems' sampling; the union keeps both."""
+    if t is None or not np.isfinite(t.lo) or (t.lo >= iv.lo and t.hi <= iv.hi):
+        return iv
+    return Interval(iv.value, min(iv.lo, t.lo), max(iv.hi, t.hi), f"{iv.method}, widened to {t.method}", iv.detail)
 
 
 def _runs_array(ctx: Context, method: str, seeds: list, problems: pd.DataFrame | None = None, col: str = "p"):
@@ -462,7 +474,9 @@ def rl_gain(ctx: Context, method: str) -> Interval:
         raise BadArtifact(f"{path}: {base.shape[0]} start policies but {method}'s runs descend from {arm.shape[0]}; "
                           "evaluate every start policy")
     m, lo, hi, design = hb.interval(arm, problems["benchmark"].to_numpy(), baseline=base, n_boot=BOOT, seed=BOOT_SEED)
-    return Interval(m, lo, hi, _hierarchical_method(design, "paired with the start"))
+    iv = Interval(m, lo, hi, _hierarchical_method(design, "paired with the start"))
+    gains = runs[runs["method"] == method].set_index("seed")["eval_gain"]
+    return _no_narrower_than_t(iv, seed_interval(gains) if len(seeds) >= 2 else None)
 
 
 def collapses(method: str, name: str) -> Premise:
@@ -1010,8 +1024,9 @@ def legend() -> list[str]:
         "is right but the paper gives no number or its number is off; otherwise inconclusive, untestable "
         "(single run) or contradicted.",
         ("Intervals: RL accuracy and gains by a hierarchical bootstrap over start policies, seeds within each and "
-         "benchmark problems (the column CI names the levels and their units); others t over seeds with >= 2 seeds, "
-         "else a bootstrap over the per-unit artifact."),
+         "benchmark problems (the column CI names the levels and their units), widened to the t interval over "
+         "seeds where that is wider; others t over seeds with >= 2 seeds, else a bootstrap over the per-unit "
+         "artifact."),
     ]
 
 
