@@ -288,6 +288,21 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
     from sparserl.core.artifacts import read_manifest
     man = read_manifest(Paths(first).head_to_head("ranking"))
     assert man["starts"] == {"results/smoke": 0, "results_start1/smoke": 1} and man["ci_levels"] == levels
+    # the ranking figure draws these whiskers; its footer names the levels and the pooled tree
+    f = get_figure("head_to_head/ranking")
+    assert f.note(pooled) == f"bootstrap levels: {levels} (start policies pooled from this tree and " \
+                             f"{pooled['head_to_head']['pool'][0]})"
+    data = f.read(pooled, f.tables(pooled))
+    fig, ax = f.layout(data)
+    f.draw(data, ax)
+    from matplotlib.container import ErrorbarContainer
+    (eb,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    whiskers = eb.lines[2][0].get_segments()
+    np.testing.assert_allclose([[w[0][0], w[1][0]] for w in whiskers],
+                               data[["ci_lo", "ci_hi"]].to_numpy())
+    assert "2 start policies" in ax.get_title()
+    pyplot().close(fig)
+    assert make_figure("head_to_head/ranking", pooled).read_bytes()[:4] == b"\x89PNG"
     mine = alone_t["curves"][alone_t["curves"]["method"].isin(r.index)].reset_index(drop=True)
     pd.testing.assert_frame_equal(t["curves"].sort_values(["method", "step"]).reset_index(drop=True),
                                   mine.sort_values(["method", "step"]).reset_index(drop=True))
