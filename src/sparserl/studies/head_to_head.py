@@ -25,6 +25,14 @@ under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
                    training wall time up to that step, eval accuracy, greedy accuracy and pass@k (the
                    start policy at step 0 when the DAG evaluates it)
 
+Other start policies (issue 39): `head_to_head.pool` names overlays of trees pre-trained from
+another `pretrain.start_seed` (configs/overlays/start1.yaml). Their runs of the methods every tree
+ran join this tree's as further starts (grouped by the per-problem `start`): the ranking holds those
+methods, `accuracy` is the mean over starts and seeds, and rules 1 and 3 read the hierarchical
+bootstrap (starts, seeds within, problems) in place of the t and Welch intervals over seeds;
+`starts` counts the start policies, `ci_levels` names the levels. Steps, wall time, the splits and
+the curves stay this tree's runs (the splits are defined by this tree's start policy).
+
 Accuracy is the RL summary's `eval_accuracy_final`: the mean over the benchmarks of the mean over
 each benchmark's problems of the per-problem score p (mean@k at tiny scale), read here from the
 final checkpoint's per-problem table `eval/final_per_problem.parquet` (checked against eval.parquet).
