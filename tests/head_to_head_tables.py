@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import write_table
+from sparserl.core.config import start_seed
 from sparserl.core.paths import Paths
 from sparserl.methods.spec import load_method, method_run, run_owners, snapshot_steps, total_steps
 
@@ -51,6 +52,7 @@ def write_runs(cfg: dict, lift: Callable[[str, int], float] | None = None,
     p0 = probs["p0"].to_numpy()
     owners = run_owners(methods)
     P = Paths(cfg)
+    start_id = start_seed(cfg)  # rl-eval records the start policy's pre-training seed
     for m in methods:
         if owners[m] != m:
             continue
@@ -71,14 +73,14 @@ def write_runs(cfg: dict, lift: Callable[[str, int], float] | None = None,
                     p = np.asarray(scores(m, seed, p0), dtype=float)
                 else:
                     p = np.clip(p0 + step / n * lift(m, seed), 0, 1)
-                pp = _sharpening(probs[["benchmark", "id"]].assign(p=p))
+                pp = _sharpening(probs[["benchmark", "id"]].assign(p=p)).assign(start=start_id)
                 write_table(pp, run.eval_dir / f"{label}_per_problem.parquet", cfg=cfg)
                 for b, d in pp.groupby("benchmark", sort=False):
                     rows.append({"policy": f"{m}/seed{seed}/{label}", "method": m, "seed": seed, "checkpoint": label,
                                  "benchmark": b, "problems": len(d), "accuracy": float(d["p"].mean()),
                                  **_sharpening_row(d)})
             write_table(pd.DataFrame(rows), run.eval, cfg=cfg)
-    pp0 = _sharpening(probs[["benchmark", "id"]].assign(p=p0))
+    pp0 = _sharpening(probs[["benchmark", "id"]].assign(p=p0)).assign(start=start_id)
     start = [{"policy": rl["policy"], "benchmark": b, "accuracy": float(d["p"].mean()), **_sharpening_row(d)}
              for b, d in pp0.groupby("benchmark", sort=False)]
     write_table(pd.DataFrame(start), P.eval_table(rl["policy"]), cfg=cfg)

@@ -198,3 +198,20 @@ def test_an_overlay_on_the_wrong_scale_names_the_harvest_policies(repo):
     load time and names the key, not when a workflow file is parsed."""
     with pytest.raises(ConfigError, match=r"small_v0\.yaml.*v0\.harvest\.policies names \['s', 'm', 'l'\]"):
         load_config([str(repo / "configs/openrlhf_cpu.yaml"), str(repo / "configs/overlays/small_v0.yaml")])
+
+
+def test_the_second_start_overlays_load_over_tiny_and_small(repo):
+    """Issue 39: configs/overlays/start1.yaml is another start policy's tree over either scale (its
+    own results, start_seed 1, methods of tiny's and small's rl.methods, small's rates read from the
+    first tree), and pool_start1.yaml pools it; tiny keeps start 0 and no pool."""
+    from sparserl.core.config import start_seed
+    from sparserl.engines.lr_tuning import borrowed
+    for scale in ("tiny", "small"):
+        base = load_config(repo / f"configs/{scale}.yaml")
+        s1 = load_config([repo / f"configs/{scale}.yaml", repo / "configs/overlays/start1.yaml"])
+        assert (start_seed(base), start_seed(s1)) == (0, 1) and "start_seed" not in base["pretrain"]
+        assert s1["results_dir"] != base.get("results_dir", "results")
+        assert set(s1["rl"]["methods"]) < set(base["rl"]["methods"]) and set(s1["ood"]["methods"]) <= set(s1["rl"]["methods"])
+        assert borrowed(s1) == (Path(f"results/{scale}/tuning/lr.json") if scale == "small" else None)
+        pooled = load_config([repo / f"configs/{scale}.yaml", repo / "configs/overlays/pool_start1.yaml"])
+        assert pooled["head_to_head"]["pool"] == ["configs/overlays/start1.yaml"] and "head_to_head" not in base

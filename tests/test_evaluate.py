@@ -158,3 +158,31 @@ def test_the_start_policy_draws_start_k_samples_and_writes_its_unbiased_pass_at_
     assert overall[1] == pytest.approx(start.loc[sampled, "accuracy"].mean())
     assert overall[4] == pytest.approx(start.loc[sampled, "pass_at_k"].mean())
     assert list(pd.read_parquet(P.pass_at_k_curve("m"))["k"].unique()) == [1, 2, 4]
+
+
+def test_every_evaluation_records_its_start_policy_seed(tmp_path, tiny_lm, repo, monkeypatch):
+    """Issue 39: the per-problem table's `start` and the manifests carry pretrain.start_seed, the
+    level the head-to-head's bootstrap resamples (fails if `start` stays 0 whatever the config)."""
+    from sparserl.evaluation import evaluate as EV
+    from sparserl.evaluation.evaluate import per_problem_path
+    from sparserl.models.policies import save_hf
+    cfg = load_config(repo / "configs/smoke.yaml", overrides={"pretrain": {"start_seed": 3}})
+    cfg["results_dir"] = str(tmp_path / "results")
+    cfg["rollout"]["max_new_tokens"] = 4
+    cfg["evaluation"].update(default={"protocol": "mean_at_k", "k": 2, "temperature": 1.0, "top_p": 1.0},
+                             greedy=False, start_k=2)
+    P = Paths(cfg)
+    for name, df in procedural.make_benchmarks(cfg).items():
+        write_table(df, P.benchmark(name))
+    model, tok = tiny_lm
+    save_hf(model, tok, P.policy("s"), {"test": True})
+    monkeypatch.setattr(EV, "open_verifier", lambda cfg: contextlib.nullcontext(_ParityVerifier()))
+    EV.evaluate_policy(cfg, "s")
+    table = P.eval_table("s")
+    assert (pd.read_parquet(per_problem_path(table))["start"] == 3).all()
+    for path in (table, per_problem_path(table), P.pass_at_k_curve("s")):
+        assert read_manifest(path)["start"] == 3, path
+    # a checkpoint's evaluation (rl-eval's path) too, and an explicit start wins
+    out = tmp_path / "ck" / "final.parquet"
+    EV.evaluate_checkpoint(cfg, str(P.policy("s")), out, "ck", start=5)
+    assert (pd.read_parquet(per_problem_path(out))["start"] == 5).all() and read_manifest(out)["start"] == 5

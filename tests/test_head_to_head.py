@@ -238,6 +238,114 @@ def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo
         h2h.head_to_head(cfg, n_boot=50)
 
 
+def _two_start_trees(repo, tmp_path, monkeypatch, seeds=(0,)):
+    """Two synthetic trees as configs/overlays/start1.yaml and pool_start1.yaml make them: the
+    first (start 0) ran grpo_g8, v05_k4 and rloo_g8, the second (start 1, results_start1) the first
+    two. Start 1's policy is 0.2 better on every problem and so are its runs; each run is its start
+    + 0.1 + a lift of (method, seed). Returns the first config, the pooled one and the lifts."""
+    from sparserl.core.artifacts import write_table
+    monkeypatch.chdir(tmp_path)
+    first = make_cfg(repo, ["grpo_g8", "v05_k4", "rloo_g8"], seeds=seeds)
+    overlay = tmp_path / "start1.yaml"
+    overlay.write_text(yaml.safe_dump({"results_dir": "results_start1", "pretrain": {"start_seed": 1},
+                                       "rl": {"methods": ["grpo_g8", "v05_k4"]}}))
+    second = {**first, "results_dir": "results_start1", "pretrain": {**first["pretrain"], "start_seed": 1},
+              "rl": {**first["rl"], "methods": ["grpo_g8", "v05_k4"]}}
+    lifts = {"grpo_g8": (0.02, 0.03), "v05_k4": (0.05, 0.06), "rloo_g8": (0.0, 0.01)}
+    for c, shift in ((first, 0.0), (second, 0.2)):
+        probs = write_runs(c, scores=lambda m, s, p0, shift=shift: p0 * 0.5 + 0.2 + shift + 0.1 + lifts[m][s])
+        start = probs[["benchmark", "id"]].assign(p=probs["p0"] * 0.5 + 0.2 + shift, start=c["pretrain"].get("start_seed", 0))
+        write_table(start.assign(**{"pass": 1.0}), Paths(c).stage("eval", "s", "eval_per_problem.parquet"), cfg=c)
+    return first, {**first, "head_to_head": {"pool": [str(overlay)]}}, lifts
+
+
+def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, tmp_path, monkeypatch):
+    """Issue 39: head_to_head.pool adds another start's tree; the bootstrap resamples starts, then
+    seeds, then problems, so a method's interval holds both starts' means (0.2 apart) and is wider
+    than the first tree's alone; each start's gain is over its own start policy, so the gain's
+    interval stays narrow. The ranking holds the methods both trees ran."""
+    first, pooled, lifts = _two_start_trees(repo, tmp_path, monkeypatch)
+    alone_t = h2h.head_to_head(first, n_boot=600)
+    alone = alone_t["ranking"].set_index("method")
+    t = h2h.head_to_head(pooled, n_boot=600)
+    r = t["ranking"].set_index("method")
+    assert list(r.index) == ["v05_k4", "grpo_g8"] and (r["starts"] == 2).all() and (alone["starts"] == 1).all()
+    levels = "2 starts x 1 seed x 100 problems (2 benchmarks); resampled: starts, problems"
+    assert (r["ci_levels"] == levels).all() and (r["ci_method"] == f"hierarchical bootstrap over {levels}").all()
+    assert (t["pairs"]["bootstrap_levels"] == levels).all() and "welch_separated" not in t["pairs"]
+    p0 = problems()
+    bench = p0["benchmark"].to_numpy()
+    for m in r.index:
+        per_start = [h2h.accuracy(p0["p0"].to_numpy() * 0.5 + 0.3 + shift + lifts[m][0], bench) for shift in (0.0, 0.2)]
+        assert r.loc[m, "accuracy"] == pytest.approx(np.mean(per_start))
+        assert r.loc[m, "ci_lo"] < per_start[0] < per_start[1] < r.loc[m, "ci_hi"], m
+        assert r.loc[m, "ci_hi"] - r.loc[m, "ci_lo"] > 3 * (alone.loc[m, "ci_hi"] - alone.loc[m, "ci_lo"]), m
+        # the gain over its own start: 0.1 + the lift on both starts, whatever the start's shift
+        assert r.loc[m, "gain"] == pytest.approx(0.1 + lifts[m][0])
+        assert r.loc[m, "gain_ci_hi"] - r.loc[m, "gain_ci_lo"] < 1e-9
+    # the manifest says what was pooled; the curves stay the first tree's runs
+    h2h.write_head_to_head(pooled, n_boot=100)
+    from sparserl.core.artifacts import read_manifest
+    man = read_manifest(Paths(first).head_to_head("ranking"))
+    assert man["starts"] == {"results/smoke": 0, "results_start1/smoke": 1} and man["ci_levels"] == levels
+    # the ranking figure draws these whiskers; its footer names the levels and the pooled tree
+    f = get_figure("head_to_head/ranking")
+    assert f.note(pooled) == f"bootstrap levels: {levels} (start policies pooled from this tree and " \
+                             f"{pooled['head_to_head']['pool'][0]})"
+    data = f.read(pooled, f.tables(pooled))
+    fig, ax = f.layout(data)
+    f.draw(data, ax)
+    from matplotlib.container import ErrorbarContainer
+    (eb,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    whiskers = eb.lines[2][0].get_segments()
+    np.testing.assert_allclose([[w[0][0], w[1][0]] for w in whiskers],
+                               data[["ci_lo", "ci_hi"]].to_numpy())
+    assert "2 start policies" in ax.get_title()
+    pyplot().close(fig)
+    assert make_figure("head_to_head/ranking", pooled).read_bytes()[:4] == b"\x89PNG"
+    mine = alone_t["curves"][alone_t["curves"]["method"].isin(r.index)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(t["curves"].sort_values(["method", "step"]).reset_index(drop=True),
+                                  mine.sort_values(["method", "step"]).reset_index(drop=True))
+
+
+def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_command(repo, tmp_path, monkeypatch):
+    """Issue 39: a pooled tree that is not built is a one-line error naming the missing file and
+    the command that builds it (study, CLI and the DAG alike), not a KeyError; a tree whose runs
+    were evaluated under another start is refused."""
+    from sparserl.cli import main
+    from sparserl.core.artifacts import read_table, write_table
+    from sparserl.methods.spec import method_run
+    first, pooled, _ = _two_start_trees(repo, tmp_path, monkeypatch)
+    second = {**first, "results_dir": "results_start1", "rl": {**first["rl"], "methods": ["grpo_g8", "v05_k4"]}}
+    gone = method_run(second, "v05_k4", 0).eval_dir / "final_per_problem.parquet"
+    saved = gone.read_bytes()
+    gone.unlink()
+    overlay = pooled["head_to_head"]["pool"][0]
+    want = (f"head_to_head.pool: {gone} is missing: build the pooled tree first with `snakemake --cores 2 "
+            f"head_to_head --configfile configs/smoke.yaml {overlay}`")
+    assert h2h.missing_pool(pooled) == want
+    with pytest.raises(h2h.HeadToHeadError) as e:
+        h2h.head_to_head(pooled, n_boot=50)
+    assert str(e.value) == want and "\n" not in want
+    cfg_file = tmp_path / "pooled.yaml"
+    cfg_file.write_text(yaml.safe_dump(pooled))
+    with pytest.raises(SystemExit, match="head-to-head: head_to_head.pool: .*final_per_problem.parquet is missing"):
+        main(["head-to-head", "--config", str(cfg_file)])
+    gone.write_bytes(saved)
+    # runs of the pooled tree that record start 0: not the start its config names
+    path = method_run(second, "grpo_g8", 0).eval_dir / "final_per_problem.parquet"
+    write_table(read_table(path).assign(start=0), path, cfg=second)
+    with pytest.raises(h2h.HeadToHeadError, match="start 0, but its tree's pretrain.start_seed is 1"):
+        h2h.head_to_head(pooled, n_boot=50)
+    # an overlay that is no file, or one that gives the first tree's results
+    with pytest.raises(h2h.HeadToHeadError, match="nowhere.yaml is no file"):
+        h2h.pool_trees({**first, "head_to_head": {"pool": ["nowhere.yaml"]}})
+    same = tmp_path / "same.yaml"
+    same.write_text(yaml.safe_dump({"pretrain": {"start_seed": 1}}))
+    with pytest.raises(h2h.HeadToHeadError, match="needs its own results_dir and start_seed"):
+        h2h.pool_trees({**first, "head_to_head": {"pool": [str(same)]}})
+
+
 def test_ranking_and_curves_carry_greedy_pass_and_the_greedy_wrong_split(repo, tmp_path, monkeypatch):
     """Issue 28: greedy accuracy and pass@k beside mean@k, and mean@k and greedy on the problems the
     start policy answers wrong greedily (the helper's greedy is right when p > 1/2, pass when p > 0)."""
@@ -428,3 +536,48 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
     data = f.read(cfg, tables)
     assert data["entropy"] is None
     assert make_figure(f.id, cfg).exists()
+
+
+@pytest.mark.slow  # two dry runs of the tiny DAG
+def test_the_rule_declares_the_pooled_trees_files_and_stops_in_one_line_without_them(repo, tmp_path):
+    """Issue 39: a dry run of the tiny head-to-head with head_to_head.pool: without the pooled tree
+    one line names its first missing file and the command that builds it (the pool overlay left
+    out of it); with the tree there, the rule's inputs are both trees' runs and start evaluations."""
+    from sparserl.core.config import load_config
+    s1, pool = tmp_path / "s1.yaml", tmp_path / "pool.yaml"
+    s1.write_text(yaml.safe_dump({"results_dir": "results_start1", "pretrain": {"start_seed": 1},
+                                  "rl": {"methods": ["grpo_g8", "v05_k4"]}}))
+    pool.write_text(yaml.safe_dump({"head_to_head": {"pool": [str(s1)]}}))
+    tiny = str(repo / "configs/tiny.yaml")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n",
+           "results/tiny/head_to_head/ranking.parquet", "--configfile", tiny, str(pool)]
+    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    line = ("head_to_head.pool: results_start1/tiny/rl/grpo_g8/seed0/eval.parquet is missing: build the pooled tree "
+            f"first with `snakemake --cores 2 head_to_head --configfile {tiny} {s1}`")
+    said = out.stdout + out.stderr
+    assert line in said.splitlines(), said[-2000:]
+    assert "KeyError" not in said and "Traceback" not in said
+    # the tree built (its files stand in): the rule reads both trees
+    import os
+    os.chdir(tmp_path)  # the study resolves the trees' relative results_dir here, as the DAG does
+    try:
+        cfg = load_config([tiny, str(pool)])
+        for f in h2h.input_tables(cfg) + [
+                p for m in ("grpo_g8", "v05_k4") for p in
+                (tmp_path / f"results_start1/tiny/rl/{m}/seed0/eval/final_per_problem.parquet",)] + [
+                tmp_path / "results_start1/tiny/eval/s/eval_per_problem.parquet"]:
+            if "results_start1" in str(f):
+                (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / f).touch()
+    finally:
+        os.chdir(repo)
+    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    block = out.stdout.split("rule head_to_head:\n")[1].split("\n\n")[0]
+    inputs = [i.strip() for i in block.split("input: ")[1].split("\n")[0].split(",")]
+    pooled = [i for i in inputs if i.startswith("results_start1/")]
+    assert sorted(pooled) == sorted([f"results_start1/tiny/rl/{m}/seed0/{t}.parquet" for m in ("grpo_g8", "v05_k4")
+                                     for t in ("metrics", "eval")] + ["results_start1/tiny/eval/s/eval.parquet"])
+    assert "results/tiny/rl/grpo_g8/seed0/eval.parquet" in inputs and "results/tiny/eval/s/eval.parquet" in inputs
+    assert not any("rloo_g8" in i for i in inputs)  # the methods both trees ran

@@ -294,6 +294,28 @@ def test_the_trainer_uses_the_chosen_lr_and_steps_when_enabled_and_rl_lr_when_no
         Trainer(cfg, "grpo_g4", 0)
 
 
+def test_a_tree_with_lr_tuning_from_trains_the_first_trees_choice_and_tunes_nothing(world, tmp_path):
+    """Issue 39: a second start's tree (rl.lr_tuning.from) reads the first tree's lr.json, {scale}
+    filled in; its own tuning/lr.json is never asked for, and a missing first tree is one error
+    naming the file and the command that builds it."""
+    first = copy.deepcopy(world)
+    first["rl"]["lr_tuning"] = copy.deepcopy(TUNING)
+    _write_chosen(first, 2e-4, 1)
+    second = copy.deepcopy(first)
+    second["results_dir"] = str(tmp_path / "results_start1")
+    second["rl"]["lr_tuning"]["from"] = str(tmp_path / "results" / "{scale}" / "tuning" / "lr.json")
+    assert L.borrowed(second) == Paths(first).tuning("lr.json") and L.borrowed(first) is None
+    g4 = load_method("grpo_g4")
+    assert L.tuned_lr(second, g4) == (2e-4, "tuned") and L.tuned_steps(second, g4) == 1
+    assert not Paths(second).tuning("lr.json").exists()
+    second["rl"]["lr_tuning"]["from"] = str(tmp_path / "nowhere" / "{scale}" / "lr.json")
+    with pytest.raises(ConfigError, match=r"nowhere/smoke/lr\.json: rl\.lr_tuning\.from .*snakemake --cores 2 "):
+        L.tuned_lr(second, g4)
+    # off, `from` is inert (tiny layered with configs/overlays/start1.yaml)
+    second["rl"]["lr_tuning"]["enabled"] = False
+    assert L.borrowed(second) is None and L.tuned_lr(second, g4) == (1e-4, "fixed")
+
+
 # the CLI end to end --------------------------------------------------------------------------
 def test_cli_tunes_selects_and_the_rl_run_trains_the_chosen_lr_and_steps(world, tmp_path):
     from sparserl.cli import main

@@ -122,3 +122,21 @@ def test_bf16_and_compiled_pretraining_starts_from_transformers_init_and_saves_a
     lbf = json.loads((Pf.policy("s") / "sparserl.json").read_text())["loss_last50"]
     assert lbf == pytest.approx(l32, rel=0.1)
     assert (Pf.policy("s") / "generation_config.json").is_file()
+
+
+def test_start_seed_0_keeps_the_seed_and_another_start_moves_the_weights(repo, tmp_path):
+    """Issue 39: pretrain.start_seed 0 is the seed every tree had (seed * 100 + the name's code
+    points, so tiny's bytes stay); start 1 pre-trains other weights from the same corpus."""
+    from sparserl.models.policies import pretrain_seed
+    cfg, P0 = _world(repo, tmp_path / "start0")
+    assert pretrain_seed(cfg, "s") == cfg["seed"] * 100 + ord("s")
+    assert pretrain_seed({**cfg, "seed": 2}, "m") == 200 + ord("m")
+    assert pretrain_seed({**cfg, "pretrain": {**cfg["pretrain"], "start_seed": 0}}, "s") == pretrain_seed(cfg, "s")
+    other, P1 = _world(repo, tmp_path / "start1")
+    other["pretrain"]["start_seed"] = 1
+    assert pretrain_seed(other, "s") != pretrain_seed(cfg, "s")
+    pretrain(cfg, "s")
+    pretrain(other, "s")
+    a, b = _weights(P0.policy("s")), _weights(P1.policy("s"))
+    assert a.keys() == b.keys() and not any(torch.equal(a[k], b[k]) for k in a if a[k].numel() > 1 and a[k].std() > 0)
+    assert read_manifest(P1.policy("s"))["start"] == 1 and read_manifest(P0.policy("s"))["start"] == 0

@@ -2,6 +2,9 @@
 # tables only: ranking with 95% CIs and tie groups, the pairs, accuracy vs rollouts and wall time.
 #   snakemake --cores 2 head_to_head                               # results/{scale}/head_to_head/*.parquet
 #   snakemake --cores 2 head_to_head_aggregates    # iqm, improvement, profiles.parquet (rliable)
+# A second start policy (issue 39): build its tree, then pool it (head_to_head.pool):
+#   snakemake --cores 2 head_to_head --configfile configs/tiny.yaml configs/overlays/start1.yaml
+#   snakemake --cores 2 head_to_head --configfile configs/tiny.yaml configs/overlays/pool_start1.yaml
 # Its figures (paper_figures/{scale}/head_to_head/) are registered in sparserl.figures.head_to_head.
 
 
@@ -13,12 +16,26 @@ def head_to_head_targets():
 
 if CFG.get("rl"):
     from sparserl.figures import report as figure_report
+    from sparserl.studies.head_to_head import HeadToHeadError, missing_pool
     from sparserl.studies.head_to_head import input_tables as head_to_head_inputs
+
+    # head_to_head.pool (issue 39): other start policies' trees, built by their own runs of this
+    # DAG (no rule here makes their files): one missing is one line naming it and that command
+    # the pooled tree's command: this config's files but those that set the pool
+    _own_files = [str(f) for f in (workflow.overwrite_configfiles or workflow.configfiles)
+                  if "head_to_head" not in (read_yaml(f) or {})]
+    try:
+        _pool_missing = missing_pool(CFG, " ".join(_own_files))
+    except HeadToHeadError as e:
+        _pool_missing = str(e)
+    if _pool_missing:
+        raise WorkflowError(_pool_missing)
 
     rule head_to_head:
         input:
             # each run's metrics and eval.parquet (aliases read their owner's run), the start
-            # policy's evaluation; the per-problem tables come with eval.parquet (`sparserl rl-eval`)
+            # policy's evaluation; the per-problem tables come with eval.parquet (`sparserl rl-eval`);
+            # with head_to_head.pool, the same of every pooled tree
             [str(t) for t in head_to_head_inputs(CFG)],
         output:
             ranking=str(P.head_to_head("ranking")),
@@ -46,7 +63,7 @@ if CFG.get("rl"):
     # rliable (sparserl.studies.aggregates); the same runs as the head-to-head, read the same way
     rule head_to_head_aggregates:
         input:
-            [str(t) for t in head_to_head_inputs(CFG)],
+            [str(t) for t in head_to_head_inputs(CFG, pool=False)],
         output:
             iqm=str(P.head_to_head("iqm")),
             improvement=str(P.head_to_head("improvement")),

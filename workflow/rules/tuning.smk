@@ -3,7 +3,8 @@
 # trains its first method of rl.methods at every rate of rl.lr_tuning.grid and seed for the steps
 # its runs train, scored at rl.lr_tuning.checkpoints on tasks/validation.parquet (pool side, no
 # benchmark, pool or corpus problem); the rule validation_argmax writes tuning/lr.parquet (lr.csv,
-# lr.md) and tuning/lr.json, which every rl_train job then reads. Off: no job here.
+# lr.md) and tuning/lr.json, which every rl_train job then reads. Off, or reading another tree's
+# choice (rl.lr_tuning.from, configs/overlays/start1.yaml): no job here.
 #   snakemake --cores 2 results/small/tuning/lr.parquet --configfile configs/small.yaml
 
 LR_TUNING = None
@@ -18,11 +19,12 @@ if CFG.get("rl"):
 
 
 def lr_tuning_inputs(wildcards=None):
-    """The tuned rates an RL run reads (rule rl_train's input), when rl.lr_tuning is enabled."""
-    return [str(P.tuning("lr.json"))] if LR_TUNING else []
+    """The tuned rates an RL run reads (rule rl_train's input), when rl.lr_tuning is enabled: this
+    tree's, or rl.lr_tuning.from's (another tree's choice; no rule here makes it)."""
+    return [str(_lrt.chosen_path(CFG))] if LR_TUNING else []
 
 
-if LR_TUNING:
+if LR_TUNING and not _lrt.borrowed(CFG):
     from types import SimpleNamespace
 
     LR_SETTINGS = _lrt.setting_methods(CFG)  # setting -> its methods; the first trains its tuning

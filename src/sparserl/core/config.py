@@ -329,6 +329,12 @@ def start_samples(cfg: dict) -> int:
     return int(cfg["evaluation"].get("start_k", schema_default("evaluation", "start_k")))
 
 
+def start_seed(cfg: dict) -> int:
+    """The start policies' pre-training seed (`pretrain.start_seed`): the `start` every per-problem
+    evaluation records and the head-to-head's bootstrap resamples."""
+    return int((cfg.get("pretrain") or {}).get("start_seed", schema_default("pretrain", "start_seed")))
+
+
 def rollout_max_new_tokens(cfg: dict) -> int:
     """Response length cap of pass rates, reference caches and evaluation (`rollout.max_new_tokens`)."""
     return int(cfg["rollout"]["max_new_tokens"])

@@ -17,7 +17,9 @@ scored by the evaluation's protocol (mean@16 at small) on the validation split
 `validation_argmax` (its docstring); `select` writes its table, tuning/lr.parquet (with lr.csv and
 lr.md beside it: per setting and (lr, steps) the seed mean, sd, min and max of validation accuracy,
 the choice and whether it sits at the grid's edge) and tuning/lr.json (the choice per setting, which
-every RL run of the setting reads through `tuned_lr`). No benchmark problem enters either.
+every RL run of the setting reads through `tuned_lr`). No benchmark problem enters either. A tree
+with `rl.lr_tuning.from` (a second start policy's, configs/overlays/start1.yaml) tunes nothing: its
+runs read that file, the first tree's choice, so the two starts train the same rates.
 
 A method's family comes from its spec (`lr_family`): the estimator first where it sets the
 baseline (critic, BASIS, V0.5's prior, REINFORCE-style single rollouts), then, for the
@@ -382,14 +384,31 @@ def select(cfg: dict) -> dict:
     return out
 
 
+def borrowed(cfg: dict) -> Path | None:
+    """`rl.lr_tuning.from` ({scale} filled in) when this tree reads another tree's chosen rates
+    instead of tuning (enabled and set), else None."""
+    s = settings(cfg)
+    return Path(str(s["from"]).replace("{scale}", cfg["scale"])) if s and s.get("from") else None
+
+
+def chosen_path(cfg: dict) -> Path:
+    """The chosen rates the runs read: `rl.lr_tuning.from`, else this tree's tuning/lr.json."""
+    return borrowed(cfg) or Paths(cfg).tuning("lr.json")
+
+
 def tuned_choice(cfg: dict, method) -> dict | None:
-    """The rule's choice for `method`'s setting ({lr, steps, ...} of tuning/lr.json), None when
-    rl.lr_tuning is off or the setting was not tuned (a method outside rl.methods; a warning)."""
+    """The rule's choice for `method`'s setting ({lr, steps, ...} of tuning/lr.json, or of
+    `rl.lr_tuning.from`), None when rl.lr_tuning is off or the setting was not tuned (a method
+    outside rl.methods; a warning)."""
     s = settings(cfg)
     if s is None:
         return None
-    path = Paths(cfg).tuning("lr.json")
+    path = chosen_path(cfg)
     if not path.is_file():
+        if borrowed(cfg):
+            raise ConfigError(f"{path}: rl.lr_tuning.from names the first tree's chosen rates, which are missing; "
+                              f"build them there first (`snakemake --cores 2 {path} --configfile "
+                              f"configs/{cfg['scale']}.yaml`)")
         raise ConfigError(f"{path}: rl.lr_tuning is enabled but the tuned learning rates are missing; "
                           f"build them first (`snakemake --cores 2 {path}`, rule lr_tuning) or set "
                           "rl.lr_tuning.enabled: false")
@@ -430,6 +449,6 @@ def tuned_steps(cfg: dict, method) -> int:
     if entry is None:
         return n
     if not 1 <= int(entry["steps"]) <= n:
-        raise ConfigError(f"{Paths(cfg).tuning('lr.json')}: {entry['steps']} steps chosen for "
+        raise ConfigError(f"{chosen_path(cfg)}: {entry['steps']} steps chosen for "
                           f"{setting_of(method, cfg['rl'])}, past its {n}; rerun the tuning (rule lr_tuning)")
     return int(entry["steps"])

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_table
+from sparserl.core.config import start_seed
 from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.grading.verifier import open_verifier
@@ -54,7 +55,7 @@ def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.Data
                 threads=threads, extra_cols={"method": method, "seed": seed, "checkpoint": label},
                 verifier=ver))
     out = pd.concat(tables, ignore_index=True)
-    write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed})
+    write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed, "start": start_seed(cfg)})
     log_evaluation(cfg, method, seed, out)
     return out
 

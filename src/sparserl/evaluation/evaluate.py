@@ -10,8 +10,8 @@ Sec. 2.1, `sparserl.evaluation.pass_at_k`; with n = k samples the share of probl
 `pass_metric` names it, e.g. pass@16) and `greedy_accuracy` (one greedy rollout per problem, rolled
 out after every sampled one so those keep their seeds and outputs; off with `evaluation.greedy: false`).
 The per-problem table has `p`, `pass` (its unbiased pass@k), `greedy`, `n` (samples), `c` (correct)
-and `start` (the pre-training seed of the start policy the model descends from: 0 until a config
-names more) per problem.
+and `start` (the pre-training seed of the start policy the model descends from,
+`pretrain.start_seed`; the manifests record it too) per problem.
 
 The RL start policy (`rl.policy`) draws `evaluation.start_k` samples a problem (default 64) on each
 sampled benchmark instead of the protocol's k (`samples` column): its mean@k and pass@k estimate the
@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_manifest, read_table, write_json, write_table
-from sparserl.core.config import rollout_max_new_tokens, start_samples
+from sparserl.core.config import rollout_max_new_tokens, start_samples, start_seed
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.evaluation.pass_at_k import pass_at_k, pass_at_k_curve
@@ -181,18 +181,20 @@ def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
 def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: int = 1,
                         extra_cols: dict | None = None, verifier=None,
                         benchmarks: dict[str, pd.DataFrame] | None = None, samples: int | None = None,
-                        curve: Path | None = None, start: int = 0) -> pd.DataFrame:
+                        curve: Path | None = None, start: int | None = None) -> pd.DataFrame:
     """Evaluate one checkpoint (dir or hub name) on every benchmark; write `path` (+ per problem).
     `verifier`: an open one to share across checkpoints (its workers start once); the manifest
     counts this checkpoint's items only. `benchmarks`: name -> problems to score instead of the
     config's benchmarks (the lr tuning's validation split), each under `protocol_for` its name.
     `samples`: draw this many samples a problem on a sampled benchmark (at least its k; the start
-    policy's `start_k`); `curve`: write the pass@k curve there; `start`: the per-problem `start`."""
+    policy's `start_k`); `curve`: write the pass@k curve there; `start`: the per-problem `start`
+    (default `pretrain.start_seed`: the start policy every model of the config descends from)."""
     if verifier is None:
         with open_verifier(cfg) as ver:
             return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver, benchmarks, samples,
                                        curve, start)
     ver, before = verifier, verifier.timeout_counts()
+    start = start_seed(cfg) if start is None else int(start)
     P = Paths(cfg)
     backend = make_backend(cfg, model, threads=threads)
     rows, per_problem = [], []
@@ -249,14 +251,15 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     out = pd.DataFrame(rows)
     path = Path(path)
     per_problem = pd.concat(per_problem, ignore_index=True)
-    write_table(per_problem, per_problem_path(path), cfg=cfg)
+    write_table(per_problem, per_problem_path(path), cfg=cfg, extra={"policy": label, "start": start})
     if curve is not None:  # over the sampled benchmarks: a greedy one has no k > 1
         sampled = [b for (b, _, spec) in benches if spec.get("protocol") != "greedy"]
         rows_c = per_problem[per_problem["benchmark"].isin(sampled)] if sampled else per_problem
         write_table(pass_at_k_curve(rows_c), curve, cfg=cfg,
-                    extra={"policy": label, "estimator": ESTIMATOR, "benchmarks": sampled or "greedy only"})
+                    extra={"policy": label, "estimator": ESTIMATOR, "benchmarks": sampled or "greedy only",
+                           "start": start})
     counts = {k: v - before.get(k, 0) for k, v in ver.timeout_counts().items()}
-    write_table(out, path, cfg=cfg, extra={"policy": label, "verifier": counts})
+    write_table(out, path, cfg=cfg, extra={"policy": label, "verifier": counts, "start": start})
     log.info(f"{label}:\n" + out[["benchmark", "metric", "problems", "accuracy", "pass_metric", "pass_at_k",
                                     "greedy_accuracy"]].to_string(index=False))
     return out

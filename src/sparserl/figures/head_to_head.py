@@ -142,12 +142,30 @@ def _ranking_layout(df):
     return pyplot().subplots(figsize=(8.5, 1.2 + 0.24 * len(df)))
 
 
+def _ranking_note(cfg: dict) -> str:
+    """The footer's line: the starts, seeds and problems the intervals resample (issue 39), and
+    the trees pooled as starts (head_to_head.pool)."""
+    path = Paths(cfg).head_to_head("ranking")
+    r = read_table(path) if path.exists() else None
+    if r is None or "ci_levels" not in r or r.empty:
+        return ""
+    pool = (cfg.get("head_to_head") or {}).get("pool", [])
+    pooled = f" (start policies pooled from this tree and {', '.join(pool)})" if pool else ""
+    return f"bootstrap levels: {r['ci_levels'].iloc[0]}{pooled}"
+
+
 @register_figure("head_to_head/ranking", tables=_tables("ranking"), read=_read_ranking, layout=_ranking_layout,
-                 built_by=BUILT_BY, unavailable=_no_rl,
-                 bars="95% CI: t-interval over seeds (>= 2 seeds), else a stratified bootstrap over the eval problems",
-                 caption="Every method ranked by final eval accuracy: bar = mean over seeds, whisker = 95% CI "
-                         "(t-interval over seeds with >= 2 seeds; with 1 seed a stratified bootstrap over the eval "
-                         "problems, which holds the run fixed and so carries no seed noise). Letters = tie groups: "
+                 built_by=BUILT_BY, unavailable=_no_rl, note=_ranking_note,
+                 bars="95% CI: with >= 2 start policies (head_to_head.pool) the hierarchical bootstrap over starts, "
+                      "seeds and problems; else a t-interval over seeds (>= 2 seeds), else a stratified bootstrap over "
+                      "the eval problems",
+                 caption="Every method ranked by final eval accuracy: bar = mean over starts and seeds, whisker = 95% "
+                         "CI. With runs from two or more start policies (head_to_head.pool: each pre-trained from its "
+                         "own pretrain.start_seed) the whisker is the hierarchical bootstrap that resamples start "
+                         "policies, then seeds within each, then the eval problems, so it holds the start policies' "
+                         "spread; the footer names the levels and their units. Otherwise a "
+                         "t-interval over seeds with >= 2 seeds; with 1 seed a stratified bootstrap over the eval "
+                         "problems, which holds the run fixed and so carries no seed noise. Letters = tie groups: "
                          "two methods share a letter exactly when the 95% paired-bootstrap CI of their difference "
                          "(same problems, seeds resampled) contains 0; no correction for the number of pairs. The "
                          "paired CI is narrower than two whiskers suggest, so overlapping whiskers can still be "
@@ -165,7 +183,10 @@ def _ranking(df, ax):
         ax.text(hi + 0.004, y[yi], g, va="center", fontsize=6.5, family="monospace")
     ax.set_xlim(lo, right + 0.02 + 0.006 * int(df["tie_group"].str.len().max()))
     ax.set_xlabel("final eval accuracy (mean over benchmarks), 95% CI")
-    ax.set_title(f"Head-to-head ranking (95% CI: {df['ci_method'].iloc[0]})\n"
+    how = df["ci_method"].iloc[0]
+    if "starts" in df and int(df["starts"].max()) > 1:  # the levels and units are in the footer
+        how = f"hierarchical bootstrap over {int(df['starts'].max())} start policies, seeds, problems"
+    ax.set_title(f"Head-to-head ranking (95% CI: {how})\n"
                  "shared letter = not separated by the data (paired bootstrap)")
 
 

@@ -19,6 +19,7 @@ import torch
 
 from sparserl.core.artifacts import (atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint,
                                      write_manifest)
+from sparserl.core.config import start_seed
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths, snapshot_tag
 from sparserl.tasks import corpus_targets, format_prompt
@@ -98,7 +99,7 @@ def _save_policy(model, tokenizer, out: Path, cfg: dict, info: dict) -> None:
     decides its weights (`sparserl provenance`); the manifest stays out of the checkpoint's bytes."""
     save_hf(model, tokenizer, out, info)
     write_manifest(out, rows=None, columns=None, cfg=cfg,
-                   extra={"policy": info["policy"], "step": info["step"]})
+                   extra={"policy": info["policy"], "step": info["step"], "start": start_seed(cfg)})
 
 
 def _lr_lambda(warmup: int, total: int):
@@ -133,6 +134,17 @@ def batch_loss(model, x: torch.Tensor, m: torch.Tensor, chunks: int = 1) -> torc
     return loss
 
 
+def pretrain_seed(cfg: dict, name: str) -> int:
+    """The torch seed of policy `name`'s initialisation and batches. `pretrain.start_seed` 0 keeps
+    the seed of every tree before the setting (so their bytes); another start mixes it in through
+    numpy's SeedSequence, so no (seed, name, start) lands on another's seed by arithmetic."""
+    base = cfg["seed"] * 100 + sum(map(ord, name))
+    start = start_seed(cfg)
+    if start == 0:
+        return base
+    return int(np.random.SeedSequence([base, start]).generate_state(1, np.uint32)[0])
+
+
 def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
              stop_after: int | None = None) -> Path:
     """Pre-train policy `name`; resumable. Returns the final checkpoint dir.
@@ -157,7 +169,7 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
         log(f"{too_long} corpus rows exceed tokenizer.max_length={max_length}; their last "
             "token is cut (known: 1-digit arithmetic includes 10)")
 
-    seed = cfg["seed"] * 100 + sum(map(ord, name))
+    seed = pretrain_seed(cfg, name)
     torch.manual_seed(seed)
     model = build_model(pol, tokenizer, max_length)
     precision, compiled = pol.get("precision", "fp32"), pt.get("compile", False)

@@ -25,6 +25,14 @@ under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
                    training wall time up to that step, eval accuracy, greedy accuracy and pass@k (the
                    start policy at step 0 when the DAG evaluates it)
 
+Other start policies (issue 39): `head_to_head.pool` names overlays of trees pre-trained from
+another `pretrain.start_seed` (configs/overlays/start1.yaml). Their runs of the methods every tree
+ran join this tree's as further starts (grouped by the per-problem `start`): the ranking holds those
+methods, `accuracy` is the mean over starts and seeds, and rules 1 and 3 read the hierarchical
+bootstrap (starts, seeds within, problems) in place of the t and Welch intervals over seeds;
+`starts` counts the start policies, `ci_levels` names the levels. Steps, wall time, the splits and
+the curves stay this tree's runs (the splits are defined by this tree's start policy).
+
 Accuracy is the RL summary's `eval_accuracy_final`: the mean over the benchmarks of the mean over
 each benchmark's problems of the per-problem score p (mean@k at tiny scale), read here from the
 final checkpoint's per-problem table `eval/final_per_problem.parquet` (checked against eval.parquet).
@@ -202,15 +210,94 @@ def start_eval_table(cfg: dict) -> Path | None:
     return Paths(cfg).eval_table(policy) if policy in policies else None
 
 
-def input_tables(cfg: dict) -> list[Path]:
+@dataclass(frozen=True)
+class Tree:
+    """A results tree the head-to-head reads: its config, the overlay that made it from this one
+    (None: this tree), its start policy's pre-training seed."""
+
+    cfg: dict
+    overlay: str | None
+    start: int
+
+
+def pool_trees(cfg: dict) -> list[Tree]:
+    """This tree, then each tree of `head_to_head.pool`: its overlay layered on this config (as
+    `snakemake --configfile <this config> <overlay>` resolves it), checked to be another start."""
+    from sparserl.core.config import ConfigError, deep_merge, read_yaml, start_seed, validate
+    base = {k: v for k, v in cfg.items() if k != "head_to_head"}
+    trees = [Tree(cfg, None, start_seed(cfg))]
+    for overlay in (cfg.get("head_to_head") or {}).get("pool", []):
+        if not Path(overlay).is_file():
+            raise HeadToHeadError(f"head_to_head.pool: {overlay} is no file; name an overlay of another start "
+                                  "policy's tree, e.g. configs/overlays/start1.yaml")
+        try:
+            layer = read_yaml(overlay) or {}
+            other = validate(deep_merge(base, layer), [("this config", base), (overlay, layer)])
+        except ConfigError as e:
+            raise HeadToHeadError(f"head_to_head.pool: {e}") from None
+        tree = Tree(other, overlay, start_seed(other))
+        if not (other.get("rl") or {}).get("methods"):
+            raise HeadToHeadError(f"head_to_head.pool: {overlay} leaves its tree no rl.methods")
+        for t in trees:
+            if Paths(other).results == Paths(t.cfg).results or tree.start == t.start:
+                raise HeadToHeadError(f"head_to_head.pool: {overlay} gives results {Paths(other).results} and "
+                                      f"pretrain.start_seed {tree.start}, as {t.overlay or 'this config'} does; "
+                                      "a pooled tree needs its own results_dir and start_seed")
+        trees.append(tree)
+    return trees
+
+
+def pooled_methods(cfg: dict, trees: list[Tree] | None = None) -> list[str]:
+    """The methods the head-to-head ranks: rl.methods, or with a pool those every tree ran (each
+    method's intervals then resample the same starts)."""
+    trees = trees or pool_trees(cfg)
+    methods = list(dict.fromkeys(cfg["rl"]["methods"]))
+    out = [m for m in methods if all(m in t.cfg["rl"]["methods"] for t in trees)]
+    if not out:
+        raise HeadToHeadError(f"head_to_head.pool: no method of rl.methods is in every pooled tree "
+                              f"({', '.join(t.overlay for t in trees[1:])}); pool trees that ran the same methods")
+    return out
+
+
+def input_tables(cfg: dict, pool: bool = True) -> list[Path]:
     """What the study reads (the rule's input): each run's metrics and eval table, deduplicated
-    over aliases, and the start policy's evaluation when there is one. The per-problem tables
-    beside eval.parquet are written by the same `sparserl rl-eval` before it."""
-    rl = cfg["rl"]
-    files = {str(f) for m in rl["methods"] for s in rl["seeds"]
-             for f in (method_run(cfg, m, s).metrics, method_run(cfg, m, s).eval)}
-    start = start_eval_table(cfg)
-    return [Path(f) for f in sorted(files)] + ([start] if start is not None else [])
+    over aliases, and the start policy's evaluation when there is one; with `head_to_head.pool`
+    (and `pool`), the same of every pooled tree for the methods every tree ran. The per-problem
+    tables beside eval.parquet are written by the same `sparserl rl-eval` before it."""
+    trees = pool_trees(cfg) if pool else [Tree(cfg, None, 0)]
+    methods = pooled_methods(cfg, trees) if len(trees) > 1 else cfg["rl"]["methods"]
+    out: list[Path] = []
+    for t in trees:
+        files = {str(f) for m in methods for s in t.cfg["rl"]["seeds"]
+                 for f in (method_run(t.cfg, m, s).metrics, method_run(t.cfg, m, s).eval)}
+        start = start_eval_table(t.cfg)
+        out += [Path(f) for f in sorted(files)] + ([start] if start is not None else [])
+    return out
+
+
+def missing_pool(cfg: dict, config_files: str | None = None) -> str | None:
+    """One line naming the first file a pooled tree lacks and the command that builds that tree;
+    None when every pooled tree is there (or there is no pool). `config_files`: this config's
+    files as the command line gave them (default configs/<scale>.yaml)."""
+    trees = pool_trees(cfg)
+    if len(trees) == 1:
+        return None
+    methods = pooled_methods(cfg, trees)
+    files = config_files or f"configs/{cfg['scale']}.yaml"
+    for t in trees[1:]:
+        need = [method_run(t.cfg, m, s).eval_dir / "final_per_problem.parquet" for m in methods
+                for s in t.cfg["rl"]["seeds"]]
+        start = start_eval_table(t.cfg)
+        if start is None:
+            return (f"head_to_head.pool: {t.overlay} evaluates no start policy (rl.policy in evaluation.policies); "
+                    "each start's gain needs its own start policy's evaluation")
+        from sparserl.evaluation.evaluate import per_problem_path
+        mine = [f for f in input_tables(cfg) if Path(f).is_relative_to(Paths(t.cfg).results)]
+        for f in mine + need + [per_problem_path(start)]:
+            if not Path(f).exists():
+                return (f"head_to_head.pool: {f} is missing: build the pooled tree first with `snakemake --cores 2 "
+                        f"head_to_head --configfile {files} {t.overlay}`")
+    return None
 
 
 def _need(df: pd.DataFrame, cols, path) -> None:
@@ -293,6 +380,18 @@ def run_start(r: Run) -> int:
     return int(r.final["start"].iloc[0]) if "start" in r.final else 0
 
 
+def tree_runs(tree: Tree, method: str, pooling: bool = False) -> list[Run]:
+    """A tree's runs of `method` (its rl.seeds); `pooling`: each checked to descend from the tree's
+    start policy (its per-problem `start` is the tree's pretrain.start_seed), so trees pool as starts."""
+    out = [read_run(tree.cfg, method, s) for s in tree.cfg["rl"]["seeds"]]
+    for r in out if pooling else []:
+        if run_start(r) != tree.start:
+            raise HeadToHeadError(f"{r.eval_path.parent / 'eval' / 'final_per_problem.parquet'}: start {run_start(r)}, "
+                                  f"but its tree's pretrain.start_seed is {tree.start}; rerun `sparserl rl-eval "
+                                  f"--method {method} --seed {r.seed}` with that tree's config")
+    return out
+
+
 def nest_by_start(mat: np.ndarray, starts: list[int], what: str) -> np.ndarray:
     """(runs, J) -> (starts, seeds, J), the runs of each start in their order; every start must
     have as many runs (the hierarchical bootstrap draws seeds within a start)."""
@@ -307,17 +406,37 @@ def nest_by_start(mat: np.ndarray, starts: list[int], what: str) -> np.ndarray:
 GAINS = (("gain", "p"), ("pass_gain", "pass"))  # column -> the per-problem score it is a gain of
 
 
+def start_tables(trees: list[Tree]) -> tuple[pd.DataFrame | None, str]:
+    """The start policies' per-problem tables of every tree (a table without `start` is its tree's
+    `pretrain.start_seed`; a pooled tree's must hold that start), and their paths as text; None
+    when a tree lacks one (no gains then)."""
+    from sparserl.evaluation.evaluate import per_problem_path
+    tables, paths = [], []
+    for t in trees:
+        start = start_eval_table(t.cfg)
+        path = per_problem_path(start) if start is not None else None
+        if path is None or not path.exists():
+            return None, ""
+        pp = read_table(path)
+        pp = pp if "start" in pp else pp.assign(start=t.start)
+        if len(trees) > 1 and set(pp["start"]) != {t.start}:
+            raise HeadToHeadError(f"{path}: the start policy's table says start {sorted(set(pp['start']))}, its "
+                                  f"config pretrain.start_seed {t.start}; rerun its evaluation (`sparserl evaluate`) "
+                                  "with this code and that config")
+        tables.append(pp)
+        paths.append(str(path))
+    return pd.concat(tables, ignore_index=True), ", ".join(paths)
+
+
 def start_gains(cfg: dict, runs: dict[str, list[Run]], owners: dict[str, str], key: list, benchmarks: np.ndarray,
-                n_boot: int) -> dict[str, dict]:
+                n_boot: int, trees: list[Tree] | None = None) -> dict[str, dict]:
     """Per method: its gain over the start policy in mean@k (`gain`) and pass@k (`pass_gain`), the
     start's estimates from its `evaluation.start_k` samples a problem (unbiased pass@k), each with
     the 95% percentile interval of the hierarchical bootstrap (starts, seeds within, problems;
-    `ci_levels` says which levels it resampled and their units). NaN without the start's
-    per-problem table (or a column of it)."""
-    from sparserl.evaluation.evaluate import per_problem_path
-    start = start_eval_table(cfg)
-    path = per_problem_path(start) if start is not None else None
-    pp = read_table(path) if path is not None and path.exists() else None
+    `ci_levels` says which levels it resampled and their units). Each run's gain is over its own
+    start policy (`trees`: this one and the pooled ones, each with its start's table). NaN without
+    a start's per-problem table (or a column of it)."""
+    pp, path = start_tables(trees or pool_trees(cfg))
     nan = {f"{g}{e}": np.nan for g, _ in GAINS for e in ("", "_ci_lo", "_ci_hi")}
     out = {m: dict(nan) for m in runs}
     problems = pd.DataFrame(key, columns=["benchmark", "id"])
@@ -325,7 +444,7 @@ def start_gains(cfg: dict, runs: dict[str, list[Run]], owners: dict[str, str], k
         if pp is None or col not in pp or any(col not in r.final for rs in runs.values() for r in rs):
             continue
         try:
-            base = hb.arm_array(pp.assign(seed=0), problems, col, str(path))[:, 0, :]
+            base = hb.arm_array(pp.assign(seed=0), problems, col, path)[:, 0, :]
         except ValueError as e:
             raise HeadToHeadError(f"{e} (the start policy's table against the runs' problems)") from None
         arms = {m: nest_by_start(np.stack([r.final.set_index(["benchmark", "id"])[col].loc[key].to_numpy(float)
@@ -394,8 +513,18 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     methods, seeds = list(dict.fromkeys(rl["methods"])), list(rl["seeds"])
     if not methods or not seeds:
         raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
+    trees = pool_trees(cfg)
+    if len(trees) > 1:  # issue 39: other start policies' trees (head_to_head.pool), the methods all ran
+        missing = missing_pool(cfg)
+        if missing:
+            raise HeadToHeadError(missing)
+        methods = pooled_methods(cfg, trees)
     owners = run_owners(methods, rl.get("rollouts_per_step"))
-    runs = {m: [read_run(cfg, m, s) for s in seeds] for m in methods}
+    pooling = len(trees) > 1
+    runs = {m: tree_runs(trees[0], m, pooling) for m in methods}
+    # every tree's runs, grouped by start below; `runs` (this tree's) keep the columns beside the
+    # accuracy (steps, wall time, the splits against this tree's start policy, the curves)
+    pooled = {m: runs[m] + [r for t in trees[1:] for r in tree_runs(t, m, pooling)] for m in methods}
     # an EVPO method whose switch chose the critic at every step trained its twin's run (issue 39):
     # one run, one seed draw, one count in the ranks
     switch = {m: _switch(m, methods, runs[m]) for m in methods}
@@ -406,14 +535,14 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     ref = runs[methods[0]][0].final
     key = list(zip(ref["benchmark"], ref["id"]))
     benchmarks = ref["benchmark"].to_numpy()
-    ref_path = method_run(cfg, methods[0], seeds[0]).eval_dir / "final_per_problem.parquet"
+    ref_path = runs[methods[0]][0].eval_path.parent / "eval" / "final_per_problem.parquet"
     per_problem = {}
     for m in methods:
         mat = []
-        for r in runs[m]:
+        for r in pooled[m]:
             p = r.final.set_index(["benchmark", "id"])["p"]
             if len(p) != len(key) or set(p.index) != set(key):
-                path = method_run(cfg, m, r.seed).eval_dir / "final_per_problem.parquet"
+                path = r.eval_path.parent / "eval" / "final_per_problem.parquet"
                 raise HeadToHeadError(f"{path}: evaluated on other problems than {ref_path} ({len(p)} vs "
                                       f"{len(key)}); every run must be scored on the same benchmarks: rerun its "
                                       f"`sparserl rl-eval --method {m} --seed {r.seed}`")
@@ -421,11 +550,12 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
         per_problem[m] = np.stack(mat)
     seed_acc = {m: np.array([accuracy(row, benchmarks) for row in per_problem[m]]) for m in methods}
     means = {m: float(seed_acc[m].mean()) for m in methods}
-    nested = {m: nest_by_start(per_problem[m], [run_start(r) for r in runs[m]], m) for m in methods}
+    nested = {m: nest_by_start(per_problem[m], [run_start(r) for r in pooled[m]], m) for m in methods}
     design = hb.design_of(nested[methods[0]], benchmarks)
+    starts = design.starts > 1  # rules 1 and 3 then read the hierarchical bootstrap, not seeds alone
     reps = bootstrap_replicates(nested, owners, benchmarks, n_boot, int(cfg.get("seed", 0)))
     order = rank_methods(means, methods)
-    pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 else None)
+    pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 and not starts else None)
     pairs["bootstrap_levels"] = design.text()  # added after the columns above
     labels, ties = tie_groups(order, pairs)
     q = [(1 - LEVEL) / 2, (1 + LEVEL) / 2]
@@ -438,7 +568,10 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     rows = []
     for m in order:
         accs = seed_acc[m]
-        if len(accs) >= 2:
+        if starts:
+            lo, hi = (float(v) for v in np.quantile(reps[m], q))
+            how = f"hierarchical bootstrap over {design.text()}"
+        elif len(accs) >= 2:
             _, lo, hi = t_interval(accs)
             how = f"t over {len(accs)} seeds"
         else:
@@ -472,9 +605,10 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                      "protocol": protocol(m), **switch[m]})
     ranking = pd.DataFrame(rows)
     # issue 39: gains over the start policy's many-sample evaluation, hierarchical intervals
-    gains = start_gains(cfg, runs, owners, key, benchmarks, n_boot)
+    gains = start_gains(cfg, pooled, owners, key, benchmarks, n_boot, trees)
     ranking = pd.concat([ranking, pd.DataFrame([gains[m] for m in order])], axis=1)
     ranking["ci_levels"] = design.text()
+    ranking["starts"] = design.starts  # issue 39: start policies pooled (head_to_head.pool)
 
     curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)
     start = start_eval_table(cfg)
@@ -524,7 +658,10 @@ def write_head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, Path]:
     P = Paths(cfg)
     tables = head_to_head(cfg, n_boot)
     extra = {"study": "head_to_head", "level": LEVEL, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
-             "seed": int(cfg.get("seed", 0)), "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"])}
+             "seed": int(cfg.get("seed", 0)), "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"]),
+             "pool": list((cfg.get("head_to_head") or {}).get("pool", [])),
+             "starts": {str(Paths(t.cfg).results): t.start for t in pool_trees(cfg)},
+             "ci_levels": str(tables["ranking"]["ci_levels"].iloc[0])}
     out = {}
     for name in TABLES:
         out[name] = write_table(tables[name], P.head_to_head(name), cfg=cfg, extra=extra)
