@@ -147,6 +147,7 @@ def require_checkpoint(cfg: dict, ref: str, path: str) -> None:
 
 
 class Trainer(CriticLoop):
+    share_prompts = False  # rl.share_prompts; Le Critique's trainer (critique.py) builds its own and keeps it off
     def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info,
                  run_paths=None):
         torch.set_num_threads(threads)
