@@ -156,9 +156,8 @@ def _ranking_note(cfg: dict) -> str:
 
 @register_figure("head_to_head/ranking", tables=_tables("ranking"), read=_read_ranking, layout=_ranking_layout,
                  built_by=BUILT_BY, unavailable=_no_rl, note=_ranking_note,
-                 bars="95% CI: with >= 2 start policies (head_to_head.pool) the hierarchical bootstrap over starts, "
-                      "seeds and problems; else a t-interval over seeds (>= 2 seeds), else a stratified bootstrap over "
-                      "the eval problems",
+                 bars="95% CI: >= 2 starts (head_to_head.pool): hierarchical bootstrap (starts, seeds, problems); "
+                      ">= 2 seeds: t over seeds; else bootstrap over problems",
                  caption="Every method ranked by final eval accuracy: bar = mean over starts and seeds, whisker = 95% "
                          "CI. With runs from two or more start policies (head_to_head.pool: each pre-trained from its "
                          "own pretrain.start_seed) the whisker is the hierarchical bootstrap that resamples start "
