@@ -79,12 +79,9 @@ def token_logprobs(model, seqs: list[list[int]], prompt_lens: list[int], pad_id:
     with the same prompt share one pass over it (`Qwen3LM.hidden_shared`)."""
     if share_prompts and hasattr(model, "hidden_shared"):
         return _shared_logprobs(model, seqs, prompt_lens, pad_id, with_entropy)
-    n = len(seqs)
     lens = torch.tensor([len(s) for s in seqs])
     L = int(lens.max())
-    ids = torch.full((n, L), pad_id, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
+    ids = _right_padded(seqs, L, pad_id)
     attn = (torch.arange(L)[None] < lens[:, None]).long()
     # response token t of row i is predicted at position p_i - 1 + t: one gather for all rows
     # (a slice and a pad per row cost a dozen autograd ops each, most of a tiny model's update)
@@ -100,9 +97,21 @@ def token_logprobs(model, seqs: list[list[int]], prompt_lens: list[int], pad_id:
     else:
         logits = model(input_ids=ids, attention_mask=attn).logits.float()
         logits = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))
+    return _response_logprobs(logits, ids.gather(1, pos + 1), mask_b, with_entropy)
+
+
+def _right_padded(rows: list[list[int]], width: int, pad_id: int) -> torch.Tensor:
+    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+    return out
+
+
+def _response_logprobs(logits, targets, mask_b, with_entropy: bool):
+    """(logp, mask[, entropy]) of `targets` [N, T] under `logits` [N, T, V], zero where ~mask_b."""
     logp_all = torch.log_softmax(logits, -1)
     zero = torch.zeros((), dtype=logp_all.dtype)
-    out = torch.where(mask_b, logp_all.gather(-1, ids.gather(1, pos + 1)[..., None]).squeeze(-1), zero)
+    out = torch.where(mask_b, logp_all.gather(-1, targets[..., None]).squeeze(-1), zero)
     mask = mask_b.to(torch.float32)
     if with_entropy:
         ent = -(logp_all.detach().exp() * logp_all.detach()).sum(-1)
@@ -118,20 +127,8 @@ def _shared_logprobs(model, seqs, prompt_lens, pad_id: int, with_entropy: bool):
     plen = torch.tensor([len(p) for p in prompts])
     rlen = torch.tensor([len(s) - p for s, p in zip(seqs, prompt_lens)])
     T = max(int(rlen.max()), 1)
-    pids = torch.full((len(prompts), int(plen.max())), pad_id, dtype=torch.long)
-    for u, p in enumerate(prompts):
-        pids[u, :len(p)] = torch.tensor(p)
-    resp = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    for i, (s, p) in enumerate(zip(seqs, prompt_lens)):
-        resp[i, :len(s) - p] = torch.tensor(s[p:], dtype=torch.long)
+    pids = _right_padded(prompts, int(plen.max()), pad_id)
+    resp = _right_padded([s[p:] for s, p in zip(seqs, prompt_lens)], T, pad_id)
     # the hidden states predicting response tokens 0..T-1: the prompt's last, then tokens 0..T-2
     h = model.hidden_shared(pids, plen, resp[:, :max(T - 1, 1)], row_prompt)[:, :T]
-    logp_all = torch.log_softmax(model.lm_head(h).float(), -1)
-    mask_b = torch.arange(T)[None] < rlen[:, None]
-    zero = torch.zeros((), dtype=logp_all.dtype)
-    out = torch.where(mask_b, logp_all.gather(-1, resp[..., None]).squeeze(-1), zero)
-    mask = mask_b.to(torch.float32)
-    if with_entropy:
-        ent = -(logp_all.detach().exp() * logp_all.detach()).sum(-1)
-        return out, mask, torch.where(mask_b, ent, zero)
-    return out, mask
+    return _response_logprobs(model.lm_head(h).float(), resp, torch.arange(T)[None] < rlen[:, None], with_entropy)
