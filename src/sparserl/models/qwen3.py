@@ -72,25 +72,18 @@ class _Attention(nn.Module):
         h = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
 
-    def project(self, x, cos, sin):
-        """q, k (normed, rotated) and v as [B, heads, T, hd], in float32 for the attention."""
+    def forward(self, x, cos, sin):
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.nh, self.hd)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(B, T, self.kvh, self.hd)).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.kvh, self.hd).transpose(1, 2)
-        return self._rotate(q, cos, sin).float(), self._rotate(k, cos, sin).float(), v.float()
-
-    def attend(self, q, k, v, mask=None):
+        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         # attention in float32 under a bf16 autocast too: CPU's bf16 flash-attention backward
         # took 8x its float32 time (perf/rl_step.py)
         with torch.autocast("cpu", enabled=False):
-            att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+            att = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
                                                  enable_gqa=self.kvh != self.nh)
-        B, _, T, _ = att.shape
         return self.o_proj(att.transpose(1, 2).reshape(B, T, self.nh * self.hd))
-
-    def forward(self, x, cos, sin):
-        return self.attend(*self.project(x, cos, sin))
 
 
 class _MLP(nn.Module):
