@@ -125,6 +125,43 @@ def test_value_model_is_a_copy_with_a_new_head(tiny_lm):
                if any(p is _ for p in vm.parameters_to_train()))
 
 
+def test_shared_prefixes_and_length_chunks_give_the_plain_critic(tiny_lm):
+    """rl.share_prompts and rl.length_chunks change how the critic computes, not what: the same
+    values, and one value update moves the weights as the full padded rows do (to float rounding).
+    A shared path that read the wrong position, or chunks that lost rows, breaks it."""
+    import tempfile
+    from sparserl.models.policies import save_hf
+    from sparserl.models.qwen3 import Qwen3LM
+    model, tok = tiny_lm
+    with tempfile.TemporaryDirectory() as d:
+        save_hf(model, tok, d, {})
+        pol = Qwen3LM.from_dir(d)
+    spec = load_method("lc_pvf_answer").critic
+    rng = np.random.default_rng(0)
+    seqs, starts, targets = [], [], []
+    for p in range(3):  # 3 prefixes (prompt + privileged) of different lengths, 4 rows each
+        prefix = rng.integers(3, 40, size=5 + 3 * p).tolist()
+        for r in range(4):
+            resp = rng.integers(3, 40, size=1 + (5 * r + p) % 9).tolist()
+            seqs.append(prefix + resp)
+            starts.append(len(prefix) - 1)
+            targets.append(np.full(len(resp), float(r % 2)))
+    lengths = [len(t) for t in targets]
+    plain = Critic(pol, spec, pad_id=0, seed=0, batch_size=12)
+    fast = Critic(pol, spec, pad_id=0, seed=0, batch_size=12, length_chunks=3, share_prompts=True)
+    assert fast.share_prompts
+    np.testing.assert_allclose(fast.values(seqs, starts, lengths), plain.values(seqs, starts, lengths),
+                               atol=1e-5)
+    for c in (plain, fast):
+        c.push(seqs, starts, targets)
+        c.update()
+    for (n, a), b in zip(plain.model.named_parameters(), fast.model.parameters()):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=n)
+    moved = [n for (n, a), b in zip(plain.model.named_parameters(), pol.parameters()) if n.startswith("body.")
+             and not torch.equal(a, b)]
+    assert moved  # the update trained the body: the comparison above is not vacuous
+
+
 def _cfg(tmp_path, tiny_lm, repo, env_kind="toy", methods=("lc_pvf_answer",), k=4):
     from sparserl.envs.world import CritiquePaths
     from sparserl.models.policies import save_hf

@@ -78,14 +78,21 @@ class Critic:
     """Value model + optimiser + FIFO replay (module docstring)."""
 
     def __init__(self, policy: torch.nn.Module, spec, pad_id: int, seed: int, batch_size: int,
-                 micro_batch: int = 256, capacity_batches: int = 4, optimizer=None):
+                 micro_batch: int = 256, capacity_batches: int = 4, optimizer=None,
+                 length_chunks: int = 1, share_prompts: bool = False):
         """`optimizer(params, lr)`: the engine's optimiser (the local trainer's AdamW); default
-        torch.optim.AdamW without weight decay."""
+        torch.optim.AdamW without weight decay. `length_chunks`: each micro-batch's forward (and
+        backward) in that many length-sorted chunks, each padded to its own longest sequence: the
+        same values and gradient, to float rounding, for less compute (`rl.length_chunks`).
+        `share_prompts`: rows with the same prompt and privileged context run it once
+        (`Qwen3LM.hidden_shared`, `rl.share_prompts`): a group's G rows at one prefix's cost."""
         self.spec, self.pad_id = spec, int(pad_id)
         self.model = ValueModel(policy, seed).eval()
         make = optimizer or (lambda params, lr: torch.optim.AdamW(params, lr=lr, weight_decay=0.0))
         self.opt = make(self.model.parameters_to_train(), spec.lr)
         self.batch_size, self.micro_batch = int(batch_size), int(micro_batch)
+        self.length_chunks = max(1, int(length_chunks))
+        self.share_prompts = bool(share_prompts) and hasattr(self.model.body, "hidden_shared")
         # bounded FIFO: with reuse N = 2 it never fills at one update per step; the bound only
         # matters when updates lag pushes (warm-up, updates_per_step = 0 at a scale)
         self.capacity = int(capacity_batches) * self.batch_size
@@ -101,11 +108,39 @@ class Critic:
         out = np.zeros((len(seqs), T))
         self.model.eval()
         for a in range(0, len(seqs), self.micro_batch):
-            sl = slice(a, a + self.micro_batch)
-            ids, attn = _pad(seqs[sl], self.pad_id)
-            v, m = _gather(self.model(ids, attn), starts[sl], lengths[sl], T)
-            out[sl] = torch.where(m, torch.sigmoid(v), torch.zeros(())).double().numpy()
+            for sl in self._chunks(seqs, range(a, min(a + self.micro_batch, len(seqs)))):
+                v, m = self._logits([seqs[i] for i in sl], [starts[i] for i in sl], [lengths[i] for i in sl], T)
+                out[sl] = torch.where(m, torch.sigmoid(v), torch.zeros(())).double().numpy()
         return out
+
+    def _logits(self, seqs: list, starts: list, lengths: list, T: int):
+        """(N, T) value logits at start_i + t for t < length_i (0 elsewhere) and the bool mask."""
+        if not self.share_prompts:
+            ids, attn = _pad(seqs, self.pad_id)
+            return _gather(self.model(ids, attn), starts, lengths, T)
+        # the prefix through the value of response token 0, run once per distinct prefix; the
+        # hidden state at index t is the value of response token t (start + t in the full row)
+        first: dict = {}
+        row_prefix = torch.tensor([first.setdefault(tuple(s[:st + 1]), len(first)) for s, st in zip(seqs, starts)])
+        pids, pmask = _pad([list(k) for k in first], self.pad_id)
+        ln = torch.as_tensor(list(lengths), dtype=torch.long)
+        Tc = max(1, int(ln.max()))
+        resp, _ = _pad([s[st + 1:st + Tc] or [self.pad_id] for s, st in zip(seqs, starts)], self.pad_id)
+        h = self.model.body.hidden_shared(pids, pmask.sum(1), resp, row_prefix)[:, :Tc]
+        logits = self.model.head(h).squeeze(-1)
+        mask = torch.arange(T)[None] < ln[:, None]
+        out = torch.zeros((len(seqs), T), dtype=logits.dtype)
+        out = torch.cat((torch.where(mask[:, :Tc], logits, torch.zeros((), dtype=logits.dtype)),
+                         out[:, Tc:]), 1)
+        return out, mask
+
+    def _chunks(self, seqs: list, rows) -> list[list[int]]:
+        """`rows` (indices into seqs) in `length_chunks` length-sorted chunks; one keeps the order."""
+        rows = list(rows)
+        if self.length_chunks <= 1 or len(rows) <= 1:
+            return [rows]
+        rows.sort(key=lambda i: len(seqs[i]))
+        return [c.tolist() for c in np.array_split(np.asarray(rows), min(self.length_chunks, len(rows)))]
 
     # replay --------------------------------------------------------------------------------
     def push(self, seqs: list, starts: list, targets: list) -> None:
@@ -127,19 +162,20 @@ class Critic:
         self.model.train()
         self.opt.zero_grad(set_to_none=True)
         total = 0.0
+        seqs = [e.seq for e in batch]
         for a in range(0, k, self.micro_batch):
-            mb = batch[a:a + self.micro_batch]
-            T = max(1, max(len(e.target) for e in mb))
-            ids, attn = _pad([e.seq for e in mb], self.pad_id)
-            logit, m = _gather(self.model(ids, attn), [e.start for e in mb], [len(e.target) for e in mb], T)
-            tgt = torch.zeros((len(mb), T), dtype=logit.dtype)
-            for j, e in enumerate(mb):
-                tgt[j, :len(e.target)] = torch.as_tensor(e.target, dtype=logit.dtype)
-            # token mean over the value batch (B.4: BCE on p; targets R in [0, 1])
-            bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, tgt, reduction="none")
-            loss = (bce * m).sum() / max(tokens, 1)
-            loss.backward()
-            total += float(loss.detach())
+            for sl in self._chunks(seqs, range(a, min(a + self.micro_batch, k))):
+                mb = [batch[i] for i in sl]
+                T = max(1, max(len(e.target) for e in mb))
+                logit, m = self._logits([e.seq for e in mb], [e.start for e in mb], [len(e.target) for e in mb], T)
+                tgt = torch.zeros((len(mb), T), dtype=logit.dtype)
+                for j, e in enumerate(mb):
+                    tgt[j, :len(e.target)] = torch.as_tensor(e.target, dtype=logit.dtype)
+                # token mean over the value batch (B.4: BCE on p; targets R in [0, 1])
+                bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, tgt, reduction="none")
+                loss = (bce * m).sum() / max(tokens, 1)
+                loss.backward()
+                total += float(loss.detach())
         torch.nn.utils.clip_grad_norm_(self.model.parameters_to_train(), 1.0)
         self.opt.step()
         self.model.eval()

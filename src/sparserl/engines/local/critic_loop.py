@@ -47,9 +47,11 @@ def with_critic_lr(method, rl: dict):
 
 def make_critic(model, method, pad_id: int, seed: int, rl: dict) -> Critic:
     """The run's critic: a copy of the policy `model` with a new head (B.3), value batches of one
-    step's rollouts (`rl.rollouts_per_step`), the trainer's micro-batch and AdamW without decay."""
+    step's rollouts (`rl.rollouts_per_step`), the trainer's micro-batch, length chunks and prompt sharing, and
+    AdamW without decay."""
     return Critic(model, method.critic, pad_id, seed, batch_size=int(rl["rollouts_per_step"]),
-                  micro_batch=int(rl.get("micro_batch_size", 256)),
+                  micro_batch=int(rl.get("micro_batch_size", 256)), length_chunks=int(rl.get("length_chunks", 1)),
+                  share_prompts=bool(rl.get("share_prompts", False)),
                   optimizer=lambda params, lr: AdamW(params, lr=lr, weight_decay=0.0))
 
 
