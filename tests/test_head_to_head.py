@@ -418,7 +418,7 @@ def test_cli_writes_the_tables_and_refuses_a_config_without_rl(cfg, tmp_path, ca
 
 def test_rule_reads_every_run_once_and_the_start_evaluation(repo, tmp_path):
     """A dry run of the tiny DAG's head-to-head table: its inputs are the runs' metrics and eval
-    tables (an alias reads its owner's) and the start policy's evaluation."""
+    tables (an alias reads its owner's), the start policy's evaluation and the benchmarks."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n",
            "results/tiny/head_to_head/ranking.parquet"]
     out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
@@ -429,7 +429,10 @@ def test_rule_reads_every_run_once_and_the_start_evaluation(repo, tmp_path):
     tiny = load_config([str(repo / "configs/tiny.yaml")])
     inputs = [i.strip() for i in block.split("input: ")[1].split("\n")[0].split(",")]
     owners = set(run_owners(tiny["rl"]["methods"]).values())
-    assert len(inputs) == 2 * len(owners) * len(tiny["rl"]["seeds"]) + 1
+    from sparserl.evaluation.splits import slip_inputs
+    benchmarks = [str(b) for b in slip_inputs(tiny)]  # the slip-template split reads them (world 2.0)
+    assert benchmarks and set(benchmarks) <= set(inputs)
+    assert len(inputs) == 2 * len(owners) * len(tiny["rl"]["seeds"]) + 1 + len(benchmarks)
     assert "results/tiny/eval/s/eval.parquet" in inputs and "results/tiny/rl/vanilla_g1/seed0/eval.parquet" in inputs
     assert not any("basis_grid_grpo_g1_vanilla" in i for i in inputs)
     assert "results/tiny/head_to_head/pairs.parquet" in block and "results/tiny/head_to_head/curves.parquet" in block

@@ -77,7 +77,8 @@ def test_manifests_keep_their_keys_and_add_machine_and_tables_keep_their_bytes(t
     p = write_table(df, tmp_path / "t.parquet", cfg={"scale": "tiny"})
     man = read_manifest(p)
     assert set(man) == {"artifact", "created", "git_commit", "config_hash", "scale", "rows",
-                        "columns", "machine"}
+                        "columns", "machine", "process_wall_s"}
+    assert 0 <= man["process_wall_s"] < 24 * 3600  # this test process's age, not an epoch
     assert list(man) == sorted(man)  # written with sorted keys, as before
     df.to_parquet(tmp_path / "plain.parquet", index=False)
     assert p.read_bytes() == (tmp_path / "plain.parquet").read_bytes()

@@ -18,6 +18,7 @@ if CFG.get("rl"):
     from sparserl.figures import report as figure_report
     from sparserl.studies.head_to_head import HeadToHeadError, missing_pool
     from sparserl.studies.head_to_head import input_tables as head_to_head_inputs
+    from sparserl.evaluation.splits import slip_inputs
 
     # head_to_head.pool (issue 39): other start policies' trees, built by their own runs of this
     # DAG (no rule here makes their files): one missing is one line naming it and that command
@@ -37,6 +38,8 @@ if CFG.get("rl"):
             # policy's evaluation; the per-problem tables come with eval.parquet (`sparserl rl-eval`);
             # with head_to_head.pool, the same of every pooled tree
             [str(t) for t in head_to_head_inputs(CFG)],
+            # the slip-template split labels the benchmarks' problems (sparserl.evaluation.splits)
+            slips=[str(b) for b in slip_inputs(CFG)],
         output:
             ranking=str(P.head_to_head("ranking")),
             pairs=str(P.head_to_head("pairs")),

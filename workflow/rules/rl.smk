@@ -4,6 +4,7 @@
 RL = CFG.get("rl")
 
 if RL:
+    from sparserl.evaluation.splits import slip_inputs
     from sparserl.methods.spec import method_run
 
     RL_POLICY = RL["policy"]
@@ -99,7 +100,9 @@ if RL:
             sorted({str(f) for m in RL["methods"] for s in RL["seeds"]
                     for f in (method_run(CFG, m, s).metrics, method_run(CFG, m, s).eval)})
             # the start policy's evaluation: the summary's gains are over it
-            + ([str(P.eval_table(RL_POLICY))] if RL_POLICY in EVAL_POLICIES else []),
+            + ([str(P.eval_table(RL_POLICY))] if RL_POLICY in EVAL_POLICIES else [])
+            # the slip-template split labels the benchmarks' problems (sparserl.evaluation.splits)
+            + [str(b) for b in slip_inputs(CFG)],
         output:
             runs=str(P.rl_runs()),
             summary=str(P.rl_summary()),

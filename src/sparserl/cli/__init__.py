@@ -245,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     register_provenance(sub, add)
     from sparserl.cli.world_compare import register as register_world_compare
     register_world_compare(sub, add)
+    from sparserl.cli.published import register as register_published
+    register_published(sub, add)
     return ap
 
 

@@ -3,9 +3,10 @@
 Every table the pipeline writes goes through `write_table` / `write_json`: the data lands in a
 temporary file in the same directory and is renamed into place, so a killed job never leaves a
 half-written artifact that Snakemake would mistake for a finished one. Beside each artifact sits
-`<name>.manifest.json` with the config hash, git commit, time, row count and columns, and the
-machine's numerics (`machine`: CPU flags, torch's SIMD path, BLAS, threads, versions;
-`sparserl.core.machine`), which say whether another run's bytes are expected to match.
+`<name>.manifest.json` with the config hash, git commit, time, the writing job's wall time
+(`process_wall_s`), row count and columns, and the machine's numerics (`machine`: CPU flags,
+torch's SIMD path, BLAS, threads, versions; `sparserl.core.machine`), which say whether another
+run's bytes are expected to match.
 
 Every atomic write fsyncs the data before the rename and the folder after it, gives files and
 folders the modes the umask allows (0644 / 0755 under 022, weights included), and on an OSError
@@ -27,6 +28,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -444,10 +446,27 @@ def _jsonable(x: Any) -> Any:
     return x
 
 
+_IMPORTED = time.time()
+
+
+def process_started() -> float:
+    """When this process started (epoch seconds), from /proc; else when this module was imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
+        with open("/proc/stat", encoding="ascii") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED
+
+
 def write_manifest(path: str | os.PathLike, *, rows: int | None, columns: list[str] | None,
                    cfg: Any = None, extra: dict | None = None) -> Path:
     m = {
         "artifact": Path(path).name,
+        # the wall time of the job that wrote it, up to this write: one job is one process
+        "process_wall_s": round(time.time() - process_started(), 1),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "config_hash": config_hash(cfg) if cfg is not None else None,

@@ -44,6 +44,15 @@ def slip_labels(cfg: dict) -> pd.DataFrame | None:
     return pd.concat(parts, ignore_index=True)
 
 
+def slip_inputs(cfg: dict) -> list:
+    """The tables `slip_labels` reads (every benchmark; none in world 1): an input of the rules whose
+    command calls it (rl_summary, head_to_head), so that a DAG of those rules alone has them."""
+    if worked.settings(cfg.get("tasks") or {}) is None:
+        return []
+    P = Paths(cfg)
+    return [P.benchmark(b) for b in P.benchmark_names()]
+
+
 def _joined(start: pd.DataFrame, final: pd.DataFrame, where: str) -> pd.DataFrame:
     """start and final greedy scores side by side, one row per held-out problem."""
     for name, t in (("start", start), ("final", final)):

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from sparserl.core.artifacts import atomic_write_bytes, atomic_write_text, config_hash, git_commit, read_manifest, read_table
 from sparserl.core.paths import Paths
+from sparserl.core.published import origin_line
 
 
 class FigureError(Exception):
@@ -183,15 +184,16 @@ def short_commit(commit: str) -> str:
     return sha[:12] + ("-dirty" if dirty else "")
 
 
-def footer_lines(note: str = "", bars: str = "") -> int:
+def footer_lines(note: str = "", bars: str = "", origin: str = "") -> int:
     """How many lines `footer` writes."""
-    return 2 + bool(note) + bool(bars)
+    return 2 + bool(note) + bool(bars) + bool(origin)
 
 
 def footer(fig, tables: list[Path], cfg: dict | None = None, config_name: str | None = None,
-           note: str = "", bars: str = "") -> None:
+           note: str = "", bars: str = "", origin: str = "") -> None:
     """Provenance footer: from the first table's manifest, naming the config file(s) the run was
-    given and the table (or counting them); `bars`: what the error bars or bands are."""
+    given and the table (or counting them); `bars`: what the error bars or bands are; `origin`: the
+    published tables they were restored from (`sparserl.core.published.origin_line`)."""
     pv = provenance(tables[0], cfg)
     scale = str(pv["scale"])
     head = f"scale={scale}" + ("" if scale == "paper" else f"  [{scale.upper()} SCALE: not paper numbers]")
@@ -205,7 +207,7 @@ def footer(fig, tables: list[Path], cfg: dict | None = None, config_name: str | 
         what = f"{len(tables)} tables: {', '.join(sorted({Path(t).name for t in tables}))}"
     name = f"{config_name} " if config_name else ""
     text = (f"{head}\nconfig {name}({pv['config_hash']}) · commit {commit} · {what}" + (f"\n{note}" if note else "")
-            + (f"\nerror bars / bands: {bars}" if bars else ""))
+            + (f"\nerror bars / bands: {bars}" if bars else "") + (f"\n{origin}" if origin else ""))
     fig.text(0.01, 0.005, text, fontsize=6.5, color="0.35", ha="left", va="bottom")
 
 
@@ -228,10 +230,11 @@ def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None, config_na
     try:  # a drawing that fails on a malformed table must not leave its figure open
         f.draw(data, axes)
         note = f.note(cfg)
+        origin = origin_line(Paths(cfg).results)
         # the footer's lines (~0.12 in each at 6.5 pt) below the axes, whatever the figure's height
-        bottom = (0.06 + 0.12 * footer_lines(note, f.bars)) / fig.get_figheight()
+        bottom = (0.06 + 0.12 * footer_lines(note, f.bars, origin)) / fig.get_figheight()
         fig.tight_layout(rect=(0, min(bottom, 0.3), 1, 1))
-        footer(fig, tables, cfg, config_name, note, f.bars)
+        footer(fig, tables, cfg, config_name, note, f.bars, origin)
         png, pdf = io.BytesIO(), io.BytesIO()
         fig.savefig(png, format="png", dpi=130)
         # no creation date: the same tables give the same bytes

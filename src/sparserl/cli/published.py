@@ -1,0 +1,501 @@
+"""`python -m sparserl published pack|status|rebuild|verify <scale>`: the tables the figures, the
+ranking, the head-to-head and the claims read, as data in the repo (`published/<scale>/`).
+
+    sparserl published pack small --results ../sweep/results/small   # add a finished shard's tables
+    sparserl published status small                                    # what is published, stale, missing
+    sparserl published rebuild small                                   # figures, ranking, CLAIMS.md; no training
+    sparserl published verify small grpo_g16/seed0                     # rerun one run here, compare
+
+Which tables: a dry run of the config's whole DAG (`snakemake -n --forceall all`) names every job;
+the *rebuild rules* (each figure's rule, claims, head_to_head, head_to_head_aggregates, rl_summary,
+world_compare: seconds from cached tables) are what `rebuild` runs, and what they read, less what
+they make themselves, is what `pack` publishes, with the tables their producing job writes beside
+them undeclared (a run's per-checkpoint and per-problem evaluations). Weights never are.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparserl.core import published as pub
+
+REPO = Path(__file__).resolve().parents[3]  # src/sparserl/cli/published.py -> the checkout
+# the config files of each scale's published sweep (another: --configfile)
+SCALE_CONFIGS = {"tiny": ["configs/tiny.yaml"], "small": ["configs/small.yaml", "configs/overlays/small_v0.yaml"]}
+# rules that derive tables and figures from cached tables in seconds: rebuild runs them, pack
+# publishes what they read
+REBUILD_RULES = ("claims", "head_to_head", "head_to_head_aggregates", "rl_summary", "world_compare")
+
+
+def is_rebuild_rule(rule: str) -> bool:
+    return rule in REBUILD_RULES or rule.startswith("figure_")
+
+
+@dataclass
+class Job:
+    rule: str
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+
+def _files(line: str) -> list[str]:
+    return [f.strip() for f in line.split(", ") if f.strip()]
+
+
+def parse_jobs(text: str) -> list[Job]:
+    """Jobs of `snakemake -n` output, with their input and output files."""
+    jobs = []
+    for block in re.split(r"\n(?=\[[^\]]+\]\n)|\n\n", text):
+        m = re.search(r"^(?:local)?(?:rule|checkpoint) ([\w/]+):$", block, re.M)
+        if not m:
+            continue
+        job = Job(m.group(1))
+        for line in block.splitlines():
+            s = line.strip()
+            if s.startswith("input: "):
+                job.inputs = _files(s[len("input: "):])
+            elif s.startswith("output: "):
+                job.outputs = _files(s[len("output: "):])
+        jobs.append(job)
+    return jobs
+
+
+def snakemake_cmd(configfiles: list[str], workdir: str | Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+            "--configfile", *[str(REPO / c) if not Path(c).is_absolute() else c for c in configfiles], *args]
+
+
+def dag_jobs(configfiles: list[str], outputs: bool = True) -> tuple[list[Job], set[str]]:
+    """Every job of the config's `all` as a dry run plans it in an empty scratch folder (nothing there
+    is read), and (`outputs`) every file any job makes (`--detailed-summary`: a dry run prints a job
+    with a `message`, such as rl_train, without its files)."""
+    with tempfile.TemporaryDirectory(prefix="sparserl-published-dag-") as work:
+        runs = {"summary": ""}
+        for what, extra in (("dry run", ("-n", "--forceall")), ("summary", ("--detailed-summary",)))[:1 + outputs]:
+            out = subprocess.run(snakemake_cmd(configfiles, work, *extra, "all"), cwd=REPO, capture_output=True,
+                                 text=True, timeout=1800)
+            if out.returncode:
+                raise SystemExit(f"sparserl published: the {what} of {' '.join(configfiles)} failed:\n"
+                                 + out.stderr[-3000:])
+            runs[what] = out.stdout + "\n" + out.stderr
+    jobs = parse_jobs(runs["dry run"])
+    made = {line.split("\t")[0] for line in runs["summary"].splitlines()[1:] if line.count("\t") >= 7}
+    if not any(is_rebuild_rule(j.rule) for j in jobs):
+        raise SystemExit(f"sparserl published: the dry run of {' '.join(configfiles)} planned no figure, "
+                         "claims or head-to-head job; is it a config with those stages?")
+    return jobs, made
+
+
+@dataclass
+class Plan:
+    """What the config's DAG publishes and how it rebuilds."""
+    needed: list[str]            # workdir-relative inputs of the rebuild jobs that no rebuild job makes
+    declared: set[str]           # every file of any job (a companion is none of these)
+    rebuild: list[Job]           # the rebuild jobs
+
+
+def plan(dag: tuple[list[Job], set[str]]) -> Plan:
+    jobs, outputs = dag
+    rebuild = [j for j in jobs if is_rebuild_rule(j.rule)]
+    made = {o for j in rebuild for o in j.outputs}
+    needed = sorted({i for j in rebuild for i in j.inputs} - made)
+    declared = {f for j in jobs for f in j.inputs + j.outputs} | outputs
+    return Plan(needed, declared, rebuild)
+
+
+@dataclass
+class Setup:
+    scale: str
+    configfiles: list[str]
+    cfg: dict
+    root: Path                   # published/<scale>/
+
+    @property
+    def results_dir(self) -> str:
+        return self.cfg.get("results_dir", "results")
+
+    @property
+    def figures_dir(self) -> str:
+        return self.cfg.get("figures_dir", "paper_figures")
+
+    def key(self, rel: str) -> str | None:
+        return pub.to_key(rel, self.results_dir, self.figures_dir, self.scale)
+
+    def rel(self, key: str) -> str:
+        return pub.from_key(key, self.results_dir, self.figures_dir, self.scale)
+
+
+def setup(args) -> Setup:
+    import sparserl.engines.openrlhf.placement  # noqa: F401  (registers its check of rl.openrlhf)
+    from sparserl.core.config import load_config
+    root = Path(args.published or REPO / "published") / args.scale
+    index = pub.read_index(root)
+    files = args.configfile or index.get("configfiles") or SCALE_CONFIGS.get(args.scale)
+    if not files:
+        raise SystemExit(f"sparserl published: no config files known for scale {args.scale!r}; give "
+                         f"--configfile (known scales: {', '.join(SCALE_CONFIGS)})")
+    cfg = load_config([REPO / f if not Path(f).is_absolute() else f for f in files])
+    if cfg["scale"] != args.scale:
+        raise SystemExit(f"sparserl published: {' '.join(files)} is scale {cfg['scale']!r}, not {args.scale!r}; "
+                         "give the scale's config files with --configfile")
+    return Setup(args.scale, list(files), cfg, root)
+
+
+# --------------------------------------------------------------------------------------------- pack
+
+def companions(src_root: Path, rel: str, declared: set[str]) -> list[str]:
+    """Tables the job that wrote `rel` wrote beside it without declaring them (each with a manifest):
+    in its folder, and in the folder named after it (eval.parquet -> eval/)."""
+    here = src_root / rel
+    out = []
+    for folder, deep in ((here.parent, False), (here.parent / here.name.split(".")[0], True)):
+        if not folder.is_dir() or folder == here:
+            continue
+        for p in sorted(folder.rglob("*") if deep else folder.iterdir()):
+            if not p.is_file() or p.name.endswith(pub.MANIFEST_SUFFIX) or not pub.manifest_path(p).is_file():
+                continue
+            r = str(p.relative_to(src_root))
+            # a file inside a declared folder (a policy, a run's final/) belongs to that output
+            inside = any(str(q) in declared for q in Path(r).parents)
+            if r != rel and r not in declared and not inside and not pub.is_checkpoint(r):
+                out.append(r)
+    return out
+
+
+def cmd_pack(args):
+    from sparserl.core.artifacts import read_manifest
+    S = setup(args)
+    src_root = Path(args.results).resolve().parents[1] if args.results else REPO
+    if args.results and Path(args.results).resolve().name != S.scale:
+        raise SystemExit(f"sparserl published pack: --results {args.results} is not a results/{S.scale} folder")
+    P = plan(dag_jobs(S.configfiles))
+    index = pub.read_index(S.root)
+    index.update(scale=S.scale, configfiles=S.configfiles)
+    files = index.setdefault("files", {})
+    copied, same, missing, skipped = 0, 0, [], []
+    todo = []
+    for rel in P.needed:
+        src = src_root / rel
+        if pub.is_checkpoint(rel) or src.is_dir():
+            skipped.append(rel)  # a checkpoint or a folder: a rebuild rule that reads it cannot be published
+            continue
+        if not src.is_file() or not pub.manifest_path(src).is_file():
+            missing.append(rel)  # not made yet (a later shard), or cut off before its manifest
+            continue
+        todo.append((rel, True))
+        todo += [(c, False) for c in companions(src_root, rel, P.declared)]
+    configs = set()
+    for rel, declared in dict.fromkeys(todo):
+        key = S.key(rel)
+        if key is None:
+            skipped.append(rel)
+            continue
+        src = src_root / rel
+        if pub.copy_with_manifest(src, S.root / key):
+            copied += 1
+        else:
+            same += 1
+        m = read_manifest(src) or {}
+        configs.add(m.get("config_hash"))
+        files[key] = {"group": pub.group_of(key), "declared": declared, "bytes": src.stat().st_size,
+                      "sha256": pub.sha256(src), "config_hash": m.get("config_hash"),
+                      "git_commit": m.get("git_commit")}
+    # the resolved configs the tables were made under: status compares them with the current one
+    for h in sorted(c for c in configs if c):
+        resolved = src_root / S.results_dir / S.scale / ".config" / f"{h}.json"
+        if resolved.is_file():
+            pub.copy_file(resolved, S.root / pub.CONFIGS / f"{h}.json")
+    pub.write_index(S.root, index)
+    n, size = pub.published_size(S.root)
+    print(f"published {S.scale}: {copied} files copied, {same} unchanged, from {src_root}")
+    if missing:
+        print(f"  {len(missing)} tables not made there yet (pack again when their jobs end), e.g. {missing[0]}")
+    if skipped:
+        print(f"  {len(skipped)} inputs not publishable (folders or checkpoints), e.g. {skipped[0]}")
+    print(f"{S.root}: {n} files, {size / 1e6:.2f} MB")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- status
+
+def settings_view(cfg: dict) -> dict:
+    """The config as the tables depend on it: the rl section without its run lists (a run's identity
+    leaves them out: methods.spec.run_settings), as the DAG's params keys do."""
+    from sparserl.methods.spec import run_settings
+    out = dict(cfg)
+    if cfg.get("rl"):
+        out["rl"] = run_settings(cfg["rl"])
+    return out
+
+
+def changed_sections(old: dict, new: dict) -> list[str]:
+    a, b = settings_view(old), settings_view(new)
+    return sorted(k for k in set(a) | set(b) if json.dumps(a.get(k), sort_keys=True, default=str)
+                  != json.dumps(b.get(k), sort_keys=True, default=str))
+
+
+@dataclass
+class Status:
+    rows: list[dict]                           # per group: files, commits, configs, stale, missing
+    stale: dict[str, dict[str, list[str]]]     # group -> config hash -> changed sections
+    missing: dict[str, list[str]]              # group -> keys the DAG would publish that are not
+    commits: list[str]
+    config_hashes: list[str]
+
+
+def status(S: Setup, needed_keys: list[str] | None = None) -> Status:
+    from sparserl.core.artifacts import config_hash
+    index = pub.read_index(S.root)
+    files = index.get("files", {})
+    current = config_hash(S.cfg)
+    cache: dict[str, list[str] | None] = {}
+
+    def sections(h: str | None) -> list[str] | None:
+        """Sections the tables' config differs in from the current one ([]: none that matter)."""
+        if h == current:
+            return []
+        if h not in cache:
+            path = S.root / pub.CONFIGS / f"{h}.json"
+            cache[h] = changed_sections(json.loads(path.read_text()), S.cfg) if path.is_file() else None
+        return cache[h]
+
+    groups: dict[str, dict] = {}
+    stale: dict[str, dict[str, list[str]]] = {}
+    for key, rec in sorted(files.items()):
+        g = groups.setdefault(rec["group"], {"group": rec["group"], "files": 0, "bytes": 0, "commits": set(),
+                                             "configs": set(), "stale": 0, "missing": 0})
+        g["files"] += 1
+        g["bytes"] += rec.get("bytes") or 0
+        g["commits"].add(str(rec.get("git_commit"))[:12] + ("-dirty" if str(rec.get("git_commit")).endswith("-dirty") else ""))
+        g["configs"].add(str(rec.get("config_hash")))
+        diff = sections(rec.get("config_hash"))
+        if diff is None or diff:
+            g["stale"] += 1
+            stale.setdefault(rec["group"], {})[str(rec.get("config_hash"))] = (
+                diff if diff is not None else ["(its resolved config was not published: cannot tell)"])
+    missing: dict[str, list[str]] = {}
+    for key in needed_keys or []:
+        if key not in files:
+            grp = pub.group_of(key)
+            missing.setdefault(grp, []).append(key)
+            groups.setdefault(grp, {"group": grp, "files": 0, "bytes": 0, "commits": set(), "configs": set(),
+                                    "stale": 0, "missing": 0})["missing"] += 1
+    rows = [groups[g] for g in sorted(groups)]
+    commits = sorted({str(r.get("git_commit")) for r in files.values()})
+    hashes = sorted({str(r.get("config_hash")) for r in files.values()})
+    return Status(rows, stale, missing, commits, hashes)
+
+
+def stale_lines(st: Status) -> list[str]:
+    out = []
+    for g, by in sorted(st.stale.items()):
+        for h, secs in sorted(by.items()):
+            out.append(f"stale: {g}: tables of config {h} differ from the current config in: {', '.join(secs)}")
+    return out
+
+
+def cmd_status(args):
+    from sparserl.core.artifacts import config_hash
+    S = setup(args)
+    needed = [k for k in (S.key(r) for r in plan(dag_jobs(S.configfiles, outputs=False)).needed
+                          if not pub.is_checkpoint(r)) if k]
+    st = status(S, needed)
+    print(f"published/{S.scale} ({S.root}): config {' '.join(S.configfiles)} (hash {config_hash(S.cfg)} now)")
+    head = f"{'group':32s} {'files':>6s} {'MB':>7s} {'stale':>6s} {'missing':>8s}  commits / config hashes"
+    print(head + "\n" + "-" * len(head))
+    for r in st.rows:
+        print(f"{r['group']:32s} {r['files']:6d} {r['bytes'] / 1e6:7.2f} {r['stale']:6d} {r['missing']:8d}  "
+              f"{', '.join(sorted(r['commits'])) or '-'} / {', '.join(sorted(r['configs'])) or '-'}")
+    for line in stale_lines(st):
+        print(line)
+    for g, keys in sorted(st.missing.items()):
+        print(f"missing: {g}: {len(keys)} tables the current config's DAG reads, e.g. {keys[0]}")
+    if not st.rows:
+        print(f"nothing published yet: `python -m sparserl published pack {S.scale} --results DIR`")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------- rebuild
+
+def cmd_rebuild(args):
+    S = setup(args)
+    out = Path(args.out).resolve()
+    index = pub.read_index(S.root)
+    files = index.get("files", {})
+    if not files:
+        raise SystemExit(f"sparserl published rebuild: nothing published under {S.root}; "
+                         f"`python -m sparserl published pack {S.scale}` first")
+    P = plan(dag_jobs(S.configfiles, outputs=False))
+    st = status(S, [k for k in (S.key(r) for r in P.needed) if k])
+    for line in stale_lines(st):
+        print(line)
+    # restore: a file with equal bytes is left alone (its mtime too, so nothing reruns for it); one
+    # with other bytes is a table of this workdir's own runs, which a rebuild does not overwrite
+    clash = [S.rel(k) for k in files if (out / S.rel(k)).is_file()
+             and pub.sha256(out / S.rel(k)) != pub.sha256(S.root / k)]
+    if clash and not args.force:
+        raise SystemExit(f"sparserl published rebuild: {len(clash)} published tables differ from those {out} "
+                         f"already holds (e.g. {clash[0]}): tables of its own runs; rebuild elsewhere "
+                         "(--out DIR) or overwrite them (--force)")
+    restored = 0
+    for key in files:
+        src = S.root / key
+        if not src.is_file():
+            raise SystemExit(f"sparserl published rebuild: {src} is in {S.root / pub.INDEX} but not on disk; "
+                             f"`git checkout {S.root}` or pack again")
+        restored += pub.copy_with_manifest(src, out / S.rel(key))
+    from sparserl.core.artifacts import write_json
+    results = out / S.results_dir / S.scale
+    write_json({"published": str(S.root.relative_to(REPO)) if S.root.is_relative_to(REPO) else str(S.root),
+                "commits": st.commits, "config_hashes": st.config_hashes,
+                "stale_groups": sorted(st.stale)}, results / pub.ORIGIN, cfg=S.cfg)
+    # only the jobs whose every input is published or made by another rebuild job
+    have = {S.rel(k) for k in files}
+    made: set[str] = set()
+    todo = list(P.rebuild)
+    ready, skipped = [], []
+    while True:
+        step = [j for j in todo if all(i in have or i in made for i in j.inputs)]
+        if not step:
+            break
+        for j in step:
+            ready.append(j)
+            made.update(j.outputs)
+            todo.remove(j)
+    for j in todo:
+        miss = [i for i in j.inputs if i not in have and i not in made]
+        skipped.append(f"{j.rule} (missing {len(miss)} table(s), e.g. {miss[0]})")
+    for line in skipped:
+        print(f"not rebuilt: {line}")
+    targets = sorted({o for j in ready for o in j.outputs})
+    rules = sorted({j.rule for j in ready})
+    print(f"rebuild {S.scale}: {restored} published files restored under {out}; {len(ready)} jobs "
+          f"({len(rules)} rules) from published tables, no training")
+    if not targets:
+        return 1
+    cmd = snakemake_cmd(S.configfiles, out, "--cores", str(args.cores), "--allowed-rules", *rules,
+                        "--rerun-triggers", "mtime", "params", "input", "code", "--", *targets)
+    t0 = time.time()
+    rc = subprocess.run(cmd, cwd=REPO).returncode
+    print(f"rebuild {S.scale}: snakemake rc {rc} in {time.time() - t0:.0f} s; figures under "
+          f"{out / S.figures_dir / S.scale}/, CLAIMS.md there, the ranking in "
+          f"{out / S.results_dir / S.scale / 'head_to_head'}/")
+    return rc
+
+
+# --------------------------------------------------------------------------------------------- verify
+
+def run_keys(files: dict, run: str) -> list[str]:
+    """The published keys of a run: `grpo_g16/seed0` (an RL run) or any folder under results/."""
+    run = run.strip("/")
+    prefixes = [f"results/rl/{run}/", f"results/{run}/", f"{run}/"]
+    for pre in prefixes:
+        keys = sorted(k for k in files if k.startswith(pre))
+        if keys:
+            return keys
+    return []
+
+
+def machine_differences(published: dict, fresh: dict) -> list[str]:
+    """What of the machine (CPU instruction set, torch build, BLAS, versions) differs between two
+    manifests: bytes are not expected to match across these (sparserl.core.machine.compare)."""
+    from sparserl.core.machine import compare
+    _, diffs, _ = compare(published, fresh, names=("published", "here"))
+    return [d for d in diffs if d.startswith("machine.")]
+
+
+def compare_run(S: Setup, keys: list[str], fresh_root: Path) -> tuple[list[str], bool, list[str]]:
+    """(report lines, all equal, machine differences) of a run's published tables against fresh ones."""
+    from sparserl.core.artifacts import read_manifest, read_table
+    lines, equal, machine = [], True, []
+    for key in keys:
+        pub_path, new_path = S.root / key, fresh_root / S.rel(key)
+        if not new_path.is_file():
+            lines.append(f"{key}: not made by the fresh run")
+            equal = False
+            continue
+        for d in machine_differences(read_manifest(pub_path) or {}, read_manifest(new_path) or {}):
+            if d not in machine:
+                machine.append(d)
+        if pub.sha256(pub_path) == pub.sha256(new_path):
+            lines.append(f"{key}: equal (same bytes)")
+            continue
+        if pub_path.suffix not in (".parquet", ".jsonl", ".csv"):
+            lines.append(f"{key}: bytes differ (not a table: no column comparison)")
+            equal = False
+            continue
+        diffs = pub.compare_tables(read_table(pub_path), read_table(new_path))
+        if not pub.unexpected(diffs):
+            lines.append(f"{key}: equal" + (f" but for timing ({'; '.join(diffs)})" if diffs else " (values)"))
+            continue
+        equal = False
+        lines.append(f"{key}: differs")
+        lines += [f"  {d}" for d in diffs]
+    return lines, equal, machine
+
+
+def cmd_verify(args):
+    S = setup(args)
+    files = pub.read_index(S.root).get("files", {})
+    keys = run_keys(files, args.run)
+    if not keys:
+        runs = sorted({r for r in map(pub.run_of, files) if r})
+        raise SystemExit(f"sparserl published verify: no published tables of {args.run!r} under {S.root}; "
+                         f"published runs: {', '.join(runs[:8]) or 'none'}{' ...' if len(runs) > 8 else ''}")
+    scratch = Path(args.scratch or tempfile.mkdtemp(prefix=f"sparserl-verify-{S.scale}-")).resolve()
+    targets = [S.rel(k) for k in keys if files[k].get("declared")]
+    print(f"verify {S.scale} {args.run}: rerunning {len(targets)} declared tables from scratch in {scratch}")
+    t0 = time.time()
+    cmd = snakemake_cmd(S.configfiles, scratch, "--cores", str(args.cores), "--", *targets)
+    rc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}).returncode
+    if rc:
+        raise SystemExit(f"sparserl published verify: the rerun failed (snakemake rc {rc}); its logs are under "
+                         f"{scratch / S.results_dir / S.scale / 'logs'}")
+    lines, equal, machine = compare_run(S, keys, scratch)
+    print(f"rerun took {time.time() - t0:.0f} s")
+    print("\n".join(lines))
+    if equal:
+        print(f"verify {args.run}: equal ({len(keys)} tables)")
+        return 0
+    if machine:
+        print(f"verify {args.run}: bytes are not expected to match: " + "; ".join(machine))
+        return 0
+    print(f"verify {args.run}: DIFFERS on the same machine record, code at this commit changed its numbers")
+    return 1
+
+
+def register(sub, add) -> None:
+    p = sub.add_parser("published", help="published/<scale>/: pack a sweep's tables, their status, rebuild the "
+                       "figures, ranking and CLAIMS.md from them, verify one run by rerunning it")
+    psub = p.add_subparsers(dest="action", required=True)
+
+    def common(name, fn, help):
+        q = psub.add_parser(name, help=help)
+        q.add_argument("scale", help="tiny or small (or another, with --configfile)")
+        q.add_argument("--configfile", nargs="+", default=None,
+                       help="the sweep's config files (default: those recorded at pack, else the scale's: "
+                            + "; ".join(f"{k}: {' '.join(v)}" for k, v in SCALE_CONFIGS.items()) + ")")
+        q.add_argument("--published", default=None, help="the published folder (default: published/ of the checkout)")
+        q.set_defaults(fn=fn)
+        return q
+
+    q = common("pack", cmd_pack, "copy the tables of finished jobs into published/<scale>/ (adds, never deletes)")
+    q.add_argument("--results", default=None, help="the sweep's results/<scale> folder (default: this checkout's)")
+    common("status", cmd_status, "what is published, at which commits and configs, stale or missing")
+    q = common("rebuild", cmd_rebuild, "restore the published tables and make every figure, the ranking and "
+               "CLAIMS.md from them (snakemake, rebuild rules only: nothing trains)")
+    q.add_argument("--out", default=".", help="workdir to restore into and build in (default: the current folder)")
+    q.add_argument("--force", action="store_true", help="overwrite tables --out holds that differ from the published")
+    q.add_argument("--cores", type=int, default=2)
+    q = common("verify", cmd_verify, "rerun one published run from scratch at this commit and compare its tables")
+    q.add_argument("run", help="a published run, as results/<scale>/rl/ names it: grpo_g16/seed0 (or a folder "
+                   "under results/<scale>/, e.g. values/harvest)")
+    q.add_argument("--scratch", default=None, help="where to rerun (default: a new temp folder)")
+    q.add_argument("--cores", type=int, default=2)
