@@ -136,6 +136,24 @@ def test_compiled_layers_give_the_eager_log_probs_and_gradients(tiny_lm):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def test_a_compiled_critic_runs_its_own_layers(tiny_lm):
+    """The trainer compiles the critic's body after copying the policy (rl.compile): each compiled
+    forward must stay bound to its own layers. Compiled before the copy, the critic's layers would
+    run the policy's weights: training the critic would change nothing it computes."""
+    from sparserl.engines.local.trainer import compile_layers
+    from sparserl.values.critic import ValueModel
+    hf, tok = tiny_lm
+    policy = _ours(hf)
+    critic = ValueModel(policy, seed=0)
+    compile_layers(policy, critic.body)
+    ids = torch.tensor([tok("1 + 2 =", add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        before, pol = critic(ids, torch.ones_like(ids)), policy.hidden(ids)
+        critic.body.model.layers[0].mlp.down_proj.weight.add_(0.5)
+        assert not torch.allclose(critic(ids, torch.ones_like(ids)), before)
+        torch.testing.assert_close(policy.hidden(ids), pol, atol=0, rtol=0)
+
+
 def test_compile_is_refused_for_a_model_without_our_layers(tiny_lm):
     from sparserl.engines.local.trainer import compile_layers
     with pytest.raises(ConfigError, match="rl.compile"):

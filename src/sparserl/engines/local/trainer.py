@@ -215,8 +215,8 @@ class Trainer(CriticLoop):
         if self.m.needs_critic:
             self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
         self.response_length = self.params.max_new_tokens  # GAE's lambda "auto", Tether's buckets
-        if self.rl.get("compile"):  # after the critic's copy of the policy: it trains eagerly
-            compile_layers(self.model, self.ref_model)
+        if self.rl.get("compile"):  # after the critic's copy of the policy, which compiles its own
+            compile_layers(self.model, self.ref_model, *([self.critic.model.body] if self.critic else []))
         self.warmup_done = 0
         self.warmup_rollouts = 0
 
