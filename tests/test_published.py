@@ -196,3 +196,19 @@ def test_published_small_is_committable_and_tiny_is_not(repo, path, ignored):
     import subprocess
     rc = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=repo).returncode
     assert rc == (0 if ignored else 1), path
+
+
+def test_the_tuning_tables_are_published_though_no_figure_reads_them():
+    """Issue 39 asks for the tuning table and its spread as published data: the tables of the
+    tuning rules are packed beside what the rebuild rules read; a training job's are not."""
+    from sparserl.cli.published import Job, plan
+    jobs = [Job("lr_tune_run", ["results/small/policies/m"], ["results/small/tuning/grpo/lr1e-05/seed10/validation.parquet"]),
+            Job("lr_tuning", ["results/small/tuning/grpo/lr1e-05/seed10/validation.parquet"],
+                ["results/small/tuning/lr.parquet", "results/small/tuning/lr.csv"]),
+            Job("rl_train", ["results/small/tuning/lr.json"], ["results/small/rl/grpo_g8/seed0/metrics.parquet"]),
+            Job("claims", ["results/small/rl/grpo_g8/seed0/metrics.parquet"], ["paper_figures/small/CLAIMS.md"])]
+    needed = plan((jobs, set())).needed
+    assert "results/small/tuning/lr.parquet" in needed
+    assert "results/small/tuning/grpo/lr1e-05/seed10/validation.parquet" in needed
+    assert "results/small/rl/grpo_g8/seed0/metrics.parquet" in needed
+    assert not any(n.startswith("results/small/policies") for n in needed)

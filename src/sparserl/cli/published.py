@@ -10,7 +10,8 @@ Which tables: a dry run of the config's whole DAG (`snakemake -n --forceall all`
 the *rebuild rules* (each figure's rule, claims, head_to_head, head_to_head_aggregates, rl_summary,
 world_compare: seconds from cached tables) are what `rebuild` runs, and what they read, less what
 they make themselves, is what `pack` publishes, with the tables their producing job writes beside
-them undeclared (a run's per-checkpoint and per-problem evaluations). Weights never are.
+them undeclared (a run's per-checkpoint and per-problem evaluations), and the learning-rate tuning's
+tables (`PUBLISHED_OUTPUT_RULES`). Weights never are.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ SCALE_CONFIGS = {"tiny": ["configs/tiny.yaml"], "small": ["configs/small.yaml", 
 # rules that derive tables and figures from cached tables in seconds: rebuild runs them, pack
 # publishes what they read
 REBUILD_RULES = ("claims", "head_to_head", "head_to_head_aggregates", "rl_summary", "world_compare")
+# rules whose tables are published though no rebuild rule reads them: the learning-rate tuning's
+# table and its spread over rates and seeds (issue 39: "publish the tuning table and its spread")
+PUBLISHED_OUTPUT_RULES = ("lr_tune_run", "lr_tuning")
 
 
 def is_rebuild_rule(rule: str) -> bool:
@@ -105,7 +109,8 @@ def plan(dag: tuple[list[Job], set[str]]) -> Plan:
     jobs, outputs = dag
     rebuild = [j for j in jobs if is_rebuild_rule(j.rule)]
     made = {o for j in rebuild for o in j.outputs}
-    needed = sorted({i for j in rebuild for i in j.inputs} - made)
+    kept = {o for j in jobs if j.rule in PUBLISHED_OUTPUT_RULES for o in j.outputs}
+    needed = sorted(({i for j in rebuild for i in j.inputs} - made) | kept)
     declared = {f for j in jobs for f in j.inputs + j.outputs} | outputs
     return Plan(needed, declared, rebuild)
 
