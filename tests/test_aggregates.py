@@ -227,3 +227,39 @@ def test_figures_are_registered_and_drawn_with_the_scale_footer(repo, tmp_path, 
     xs = sorted(float(c.lines[0].get_xdata()[0]) for c in axes[0].containers)
     np.testing.assert_allclose(xs, sorted(data[data["metric"] == "accuracy"]["iqm"]))
     pyplot().close(fig)
+
+
+def test_pooled_start_policies_make_start_seed_pairs_the_runs(repo, tmp_path, monkeypatch):
+    """Issue 39: with head_to_head.pool a run is a (start, seed) pair: the IQM and its stratified
+    bootstrap run over both starts' runs (start 1's 0.2 above start 0's), P(X > Y) compares runs
+    across starts (v05_k4 beats grpo_g8 within a start, not across: 3 of 4 pairs), each gain is
+    over its own start policy, and the tables say how many starts and seeds. Fails on code that
+    reads the first tree alone (1 run, P = 1)."""
+    from test_head_to_head import _two_start_trees
+    first, pooled, lifts = _two_start_trees(repo, tmp_path, monkeypatch)
+    alone, t = agg.aggregates(first, reps=200), agg.aggregates(pooled, reps=200)
+    assert "starts" not in alone["iqm"] and (alone["iqm"]["runs"] == 1).all()  # one start: as before
+    iqm = t["iqm"]
+    assert set(iqm["method"]) == {"grpo_g8", "v05_k4"}  # the methods both trees ran
+    assert (iqm["runs"] == 2).all() and (iqm["starts"] == 2).all() and (iqm["seeds"] == 1).all()
+    assert iqm["ci_method"].str.endswith("; runs = (start, seed) pairs, 2 starts x 1 seed = 2 runs x 2 benchmarks").all()
+    p0 = problems()
+    for m in ("grpo_g8", "v05_k4"):
+        acc = iqm[(iqm["metric"] == "accuracy") & (iqm["method"] == m)].iloc[0]
+        per_start = [float((p0["p0"] * 0.5 + 0.3 + shift + lifts[m][0]).groupby(p0["benchmark"]).mean().mean())
+                     for shift in (0.0, 0.2)]
+        # a resample that draws start 0's run (or start 1's) on both benchmarks has chance 1/16 > 2.5%
+        assert (acc["mean"], acc["mean_ci_lo"], acc["mean_ci_hi"]) == pytest.approx(
+            (np.mean(per_start), per_start[0], per_start[1]))
+        gain = iqm[(iqm["metric"] == "gain") & (iqm["method"] == m)].iloc[0]
+        assert (gain["iqm"], gain["ci_lo"], gain["ci_hi"]) == pytest.approx((0.1 + lifts[m][0],) * 3)
+    imp = t["improvement"].set_index(["x", "y"])
+    assert imp.loc[("v05_k4", "grpo_g8"), "p_improvement"] == pytest.approx(0.75)
+    assert alone["improvement"].set_index(["x", "y"]).loc[("v05_k4", "grpo_g8"), "p_improvement"] == 1.0
+    assert (t["profiles"]["starts"] == 2).all()
+    # the figures' titles and footers name the starts and the pooled tree
+    from sparserl.figures.head_to_head import _scores_note
+    assert _scores_note(iqm) == "2 starts x 1 seed = 2 runs x 2 benchmarks"
+    assert get_figure(FIGURES[0]).note(pooled) == ("runs: (start policy, seed) pairs, start policies pooled from this "
+                                                   f"tree and {pooled['head_to_head']['pool'][0]}")
+    assert get_figure(FIGURES[0]).note(first) == ""

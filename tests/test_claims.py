@@ -465,3 +465,117 @@ def test_bootstrap_intervals_are_widened_to_t_over_few_seeds():
     assert C._no_narrower_than_t(boot, C.Interval(0.05, 0.04, 0.06, "t")) is boot  # t inside: unchanged
     assert C._no_narrower_than_t(boot, None) is boot
     assert C._no_narrower_than_t(boot, C.Interval(0.05, np.nan, np.nan, "1 seed: no interval")) is boot
+
+
+# --------------------------------------------------------------------------- two start policies
+
+LIFTS = {0: {"grpo_g16": 0.03, "v05_osla": 0.08, "v05_k4": 0.04}, 1: {"grpo_g16": 0.08, "v05_osla": 0.23}}
+
+
+def _write_tree(cfg, start: int, shift: float):
+    """A tree whose runs descend from start policy `start` (its per-problem tables say so): the
+    start scores base + shift on each problem, a run base + shift + LIFTS[start][method] + noise
+    of (start, method, seed); runs.parquet as `sparserl rl-summary` writes it."""
+    from sparserl.evaluation.evaluate import per_problem_path
+    from sparserl.methods.spec import method_run
+    P = Paths(cfg)
+    probs = _per_problem(np.random.default_rng(7))
+    base = 0.1 + 0.3 * probs["p"].to_numpy()
+    start_pp = probs.assign(p=base + shift, start=start)
+    acc0 = start_pp.groupby("benchmark")["p"].mean()
+    eval_path = P.eval_table(cfg["rl"]["policy"])
+    write_table(pd.DataFrame({"benchmark": acc0.index, "accuracy": acc0.values}), eval_path)
+    write_table(start_pp, per_problem_path(eval_path))
+    rows = []
+    for i, m in enumerate(cfg["rl"]["methods"]):
+        for s in cfg["rl"]["seeds"]:
+            noise = np.random.default_rng([start, i, s]).uniform(-0.04, 0.04, len(base))
+            pp = probs.assign(p=base + shift + LIFTS[start][m] + noise, start=start)
+            run = method_run(cfg, m, s)
+            write_table(pp, run.eval_dir / "final_per_problem.parquet")
+            acc = pp.groupby("benchmark")["p"].mean()
+            write_table(pd.DataFrame({"benchmark": acc.index, "accuracy": acc.values, "checkpoint": "final"}), run.eval)
+            rows.append({"method": m, "seed": s, "eval_accuracy_final": float(acc.mean()), "rollouts_total": 1024,
+                         "eval_gain": float(acc.mean() - acc0.mean())})
+    write_table(pd.DataFrame(rows), P.rl_runs())
+
+
+def _two_trees(repo, tmp_path, seeds=(0,)):
+    """As configs/overlays/start1.yaml and pool_start1.yaml make them: the first tree (start 0) ran
+    GRPO G=16, V0.5 OSLA and k=4, the second (start 1, results_start1, a start 0.2 better) the first
+    two. OSLA - GRPO G=16 is +0.05 on start 0 and +0.15 on start 1; GRPO's gain +0.03 and +0.08.
+    Returns the first tree's config, the second's and the pooled one."""
+    first = _cfg(repo, methods=("grpo_g16", "v05_osla", "v05_k4"), seeds=seeds, critique=False)
+    overlay = tmp_path / "start1.yaml"
+    layer = {"results_dir": "results_start1", "pretrain": {"start_seed": 1},
+             "rl": {"methods": ["grpo_g16", "v05_osla"]}}
+    overlay.write_text(yaml.safe_dump(layer))
+    second = {**first, "results_dir": "results_start1", "pretrain": {**first.get("pretrain", {}), "start_seed": 1},
+              "rl": {**first["rl"], "methods": ["grpo_g16", "v05_osla"]}}
+    _write_tree(first, 0, 0.0)
+    _write_tree(second, 1, 0.2)
+    return first, second, {**first, "head_to_head": {"pool": [str(overlay)]}}
+
+
+def test_pooled_trees_are_starts_of_the_rl_rows(repo, tmp_path, monkeypatch):
+    """Issue 39: with head_to_head.pool the claims' RL rows pool the trees by start, as the
+    head-to-head does: the interval of a difference holds both starts' (+0.05 and +0.15) and is
+    wider than either tree's alone; each start's gain is over its own start policy; a method a
+    pooled tree did not run stays on this tree's start and its row says so. Fails on code that
+    reads the first tree alone (1 start)."""
+    monkeypatch.chdir(tmp_path)
+    first, second, pooled = _two_trees(repo, tmp_path)
+    alone = [C.rl_accuracy(C.Context(c), "v05_osla", "grpo_g16") for c in (first, second)]
+    assert [round(a.value, 6) for a in alone] == pytest.approx([0.05, 0.15], abs=0.02)
+    iv = C.rl_accuracy(C.Context(pooled), "v05_osla", "grpo_g16")
+    assert iv.method == ("hierarchical bootstrap (2000x, paired with b by start and problem): 2 starts x 1 seed x "
+                         "50 problems (2 benchmarks); resampled: starts, problems")
+    assert iv.value == pytest.approx(np.mean([a.value for a in alone]))
+    assert iv.lo < alone[0].value < alone[1].value < iv.hi
+    assert all(iv.hi - iv.lo > 2 * (a.hi - a.lo) for a in alone)
+    assert iv.detail.endswith(f"; per start 0, 1: {alone[0].value:+.3f}, {alone[1].value:+.3f}")
+    # gains: each start's runs against their own start policy (0.2 apart), not against start 0's
+    g_alone = [C.rl_gain(C.Context(c), "grpo_g16") for c in (first, second)]
+    g = C.rl_gain(C.Context(pooled), "grpo_g16")
+    assert "paired with the start): 2 starts x 1 seed x 50 problems" in g.method
+    assert g.value == pytest.approx(np.mean([a.value for a in g_alone]))
+    assert g.lo < g_alone[0].value < g_alone[1].value < g.hi and g.hi < 0.15
+    # V0.5 k=4: start 1's tree did not run it, so the row stays on start 0 alone, unchanged, and says so
+    k4 = C.rl_accuracy(C.Context(pooled), "v05_k4", "grpo_g16")
+    k4_alone = C.rl_accuracy(C.Context(first), "v05_k4", "grpo_g16")
+    assert (k4.value, k4.lo, k4.hi) == (k4_alone.value, k4_alone.lo, k4_alone.hi)
+    assert k4.method == k4_alone.method + (f"; not pooled: start 1 ({pooled['head_to_head']['pool'][0]}) did not "
+                                           "run v05_k4, so this tree's start 0 alone")
+    # the table and the rule's inputs: the pooled tree's runs and start evaluation where a row pools it
+    rows = C.build_rows(pooled, claims=[c for c in C.CLAIMS if c.id in ("v05.osla_vs_grpo16", "v05.k4_vs_grpo16")])
+    rows = rows.set_index("id")
+    assert "2 starts x 1 seed x 50 problems" in rows.loc["v05.osla_vs_grpo16", "ci_method"]
+    assert "1 start x 1 seed" in rows.loc["v05.k4_vs_grpo16", "ci_method"]
+    assert f"GRPO G=16's gain over the start policy {g.value:+.3f}" in rows.loc["v05.k4_vs_grpo16", "premise"]
+    inputs = C.claim_inputs(pooled, [c for c in C.CLAIMS if c.id == "v05.k4_vs_grpo16"])
+    assert [i for i in inputs if i.startswith("results_start1")] == [
+        "results_start1/smoke/eval/s/eval.parquet", "results_start1/smoke/rl/grpo_g16/seed0/eval.parquet"]
+    assert "results_start1/smoke/rl/v05_osla/seed0/eval.parquet" in C.claim_inputs(
+        pooled, [c for c in C.CLAIMS if c.id == "v05.osla_vs_grpo16"])
+    # a pooled tree whose tables name another start: one line naming the table
+    from sparserl.methods.spec import method_run
+    path = method_run(second, "grpo_g16", 0).eval_dir / "final_per_problem.parquet"
+    write_table(pd.read_parquet(path).assign(start=0), path)
+    with pytest.raises(C.BadArtifact, match="start \\[0\\], but its tree's pretrain.start_seed is 1"):
+        C.rl_accuracy(C.Context(pooled), "v05_osla", "grpo_g16")
+
+
+def test_pooled_seeds_widen_to_t_over_the_runs(repo, tmp_path, monkeypatch):
+    """Issue 39: pooled with 2 seeds a start, the bootstrap interval is never narrower than the
+    paired t over the 4 (start, seed) runs, and its text names both."""
+    monkeypatch.chdir(tmp_path)
+    _, _, pooled = _two_trees(repo, tmp_path, seeds=(0, 1))
+    ctx = C.Context(pooled)
+    iv = C.rl_accuracy(ctx, "v05_osla", "grpo_g16")
+    assert "2 starts x 2 seeds x 50 problems (2 benchmarks); resampled: starts, seeds, problems" in iv.method
+    arm = {m: C._runs_array(ctx, m, ctx.trees())[0] for m in ("v05_osla", "grpo_g16")}
+    bench = C._runs_array(ctx, "grpo_g16", ctx.trees())[1]["benchmark"].to_numpy()
+    diffs = C._run_accuracies(arm["v05_osla"], bench) - C._run_accuracies(arm["grpo_g16"], bench)
+    _, tlo, thi = C.t_interval(diffs.to_numpy())
+    assert iv.lo <= tlo + 1e-12 and iv.hi >= thi - 1e-12
+    assert iv.method.endswith("widened to paired t over 4 runs (starts x seeds)")

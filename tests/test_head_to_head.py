@@ -243,7 +243,7 @@ def _two_start_trees(repo, tmp_path, monkeypatch, seeds=(0,)):
     first (start 0) ran grpo_g8, v05_k4 and rloo_g8, the second (start 1, results_start1) the first
     two. Start 1's policy is 0.2 better on every problem and so are its runs; each run is its start
     + 0.1 + a lift of (method, seed). Returns the first config, the pooled one and the lifts."""
-    from sparserl.core.artifacts import write_table
+    from sparserl.core.artifacts import read_table, write_table
     monkeypatch.chdir(tmp_path)
     first = make_cfg(repo, ["grpo_g8", "v05_k4", "rloo_g8"], seeds=seeds)
     overlay = tmp_path / "start1.yaml"
@@ -256,6 +256,10 @@ def _two_start_trees(repo, tmp_path, monkeypatch, seeds=(0,)):
         probs = write_runs(c, scores=lambda m, s, p0, shift=shift: p0 * 0.5 + 0.2 + shift + 0.1 + lifts[m][s])
         start = probs[["benchmark", "id"]].assign(p=probs["p0"] * 0.5 + 0.2 + shift, start=c["pretrain"].get("start_seed", 0))
         write_table(start.assign(**{"pass": 1.0}), Paths(c).stage("eval", "s", "eval_per_problem.parquet"), cfg=c)
+        # its eval.parquet agrees (the aggregates read each start's accuracy per benchmark there)
+        ev = read_table(Paths(c).eval_table("s"))
+        write_table(ev.assign(accuracy=ev["benchmark"].map(start.groupby("benchmark")["p"].mean())),
+                    Paths(c).eval_table("s"), cfg=c)
     return first, {**first, "head_to_head": {"pool": [str(overlay)]}}, lifts
 
 
@@ -575,8 +579,24 @@ def test_the_rule_declares_the_pooled_trees_files_and_stops_in_one_line_without_
                 (tmp_path / f).touch()
     finally:
         os.chdir(repo)
-    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
+    # the aggregates and the claims read the pooled tree too (the claims: where a row's methods ran)
+    at = cmd.index("--configfile")
+    cmd[at:at] = ["results/tiny/head_to_head/iqm.parquet", "paper_figures/tiny/CLAIMS.md"]
+    out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+
+    def rule_inputs(rule):
+        block = out.stdout.split(f"rule {rule}:\n")[1].split("\n\n")[0]
+        return [i.strip() for i in block.split("input: ")[1].split("\n")[0].split(",")]
+
+    agg_inputs = rule_inputs("head_to_head_aggregates")
+    assert sorted(i for i in agg_inputs if i.startswith("results_start1/")) == sorted(
+        [f"results_start1/tiny/rl/{m}/seed0/{t}.parquet" for m in ("grpo_g8", "v05_k4") for t in ("metrics", "eval")]
+        + ["results_start1/tiny/eval/s/eval.parquet"])
+    # GRPO G=8's gain (BASIS's non-inferiority margin) pools; no claim row pairs v05_k4 with grpo_g8
+    claim_inputs = rule_inputs("claims")
+    assert sorted(i for i in claim_inputs if i.startswith("results_start1/")) == [
+        "results_start1/tiny/eval/s/eval.parquet", "results_start1/tiny/rl/grpo_g8/seed0/eval.parquet"]
     block = out.stdout.split("rule head_to_head:\n")[1].split("\n\n")[0]
     inputs = [i.strip() for i in block.split("input: ")[1].split("\n")[0].split(",")]
     pooled = [i for i in inputs if i.startswith("results_start1/")]

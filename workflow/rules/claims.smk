@@ -4,7 +4,9 @@
 #   snakemake --cores 2 paper_figures/tiny/CLAIMS.md
 #   python -m sparserl claims --list                 # the claims and the artifacts each reads
 # Inputs: the artifacts of the claims this config makes (a claim whose artifact the config never
-# makes reads "not run at this scale" instead).
+# makes reads "not run at this scale" instead); with head_to_head.pool, the RL rows' runs and start
+# evaluations of every pooled tree that ran their methods (as the head_to_head rule; a pooled tree
+# not yet built stops the DAG there in one line).
 
 from sparserl.figures import report as figure_report
 from sparserl.studies.claims import claim_inputs, html_path as claims_html

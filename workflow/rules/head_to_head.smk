@@ -63,10 +63,11 @@ if CFG.get("rl"):
             "{SPARSERL} ranking-html --config {CONFIGS} --out {output.table} >> {log} 2>&1"
 
     # IQM, probability of improvement and performance profiles over benchmarks x seeds through
-    # rliable (sparserl.studies.aggregates); the same runs as the head-to-head, read the same way
+    # rliable (sparserl.studies.aggregates); the same runs as the head-to-head, read the same way:
+    # with head_to_head.pool, every pooled tree's runs and start evaluation, a run a (start, seed)
     rule head_to_head_aggregates:
         input:
-            [str(t) for t in head_to_head_inputs(CFG, pool=False)],
+            [str(t) for t in head_to_head_inputs(CFG)],
         output:
             iqm=str(P.head_to_head("iqm")),
             improvement=str(P.head_to_head("improvement")),

@@ -381,11 +381,18 @@ def _sharpening_curves(data, axes):
 # --- aggregates over benchmarks x seeds through rliable (sparserl.studies.aggregates) ----------------
 
 AGG_BUILT_BY = "rule head_to_head_aggregates (`sparserl head-to-head-aggregates`)"
-AGG_BARS = ("95% stratified-bootstrap percentile interval (as rliable: runs resampled within each benchmark); "
-            "none with 1 seed")
+AGG_BARS = ("95% stratified-bootstrap percentile interval (as rliable: runs resampled within each benchmark; "
+            "with head_to_head.pool a run is a (start, seed) pair); none with 1 run")
 IQM_COLS = ("rank", "method", "metric", "runs", "tasks", "iqm", "ci_lo", "ci_hi")
 IMPROVEMENT_COLS = ("x", "y", "against", "p_improvement", "ci_lo", "ci_hi", "runs_x", "tasks")
 PROFILE_COLS = ("method", "tau", "fraction", "ci_lo", "ci_hi")
+
+
+def _agg_note(cfg: dict) -> str:
+    """The footer's line with head_to_head.pool (issue 39): the runs are (start, seed) pairs."""
+    pool = (cfg.get("head_to_head") or {}).get("pool", [])
+    return (f"runs: (start policy, seed) pairs, start policies pooled from this tree and {', '.join(pool)}"
+            if pool else "")
 
 
 def _read_agg(cols):
@@ -396,7 +403,12 @@ def _read_agg(cols):
 
 
 def _scores_note(df: pd.DataFrame, runs: str = "runs") -> str:
+    """'3 seeds x 7 benchmarks', or with pooled start policies (head_to_head.pool) '2 starts x 1 seed
+    = 2 runs x 7 benchmarks'."""
     n, t = int(df[runs].max()), int(df["tasks"].max())
+    if "starts" in df and int(df["starts"].max()) > 1:
+        from sparserl.studies.aggregates import design_text
+        return design_text({"starts": int(df["starts"].max()), "seeds": int(df["seeds"].max())}, t)
     return f"{n} seed{'s' if n > 1 else ''} x {t} benchmarks" + ("" if n > 1 else ", 1 seed: no interval")
 
 
@@ -406,10 +418,11 @@ def _iqm_layout(df):
 
 
 @register_figure("head_to_head/aggregates_iqm", tables=_tables("iqm"), read=_read_agg(IQM_COLS), layout=_iqm_layout,
-                 built_by=AGG_BUILT_BY, unavailable=_no_rl, bars=AGG_BARS,
+                 built_by=AGG_BUILT_BY, unavailable=_no_rl, bars=AGG_BARS, note=_agg_note,
                  caption="Interquartile mean (IQM: the mean of the middle half of the scores, rliable's aggregate_iqm) "
-                         "of every method's seeds x benchmarks scores: left, final accuracy per benchmark (mean@k "
-                         "over its held-out problems); right, its gain over the start policy on the same benchmark. "
+                         "of every method's seeds x benchmarks scores (with head_to_head.pool: its (start, seed) runs "
+                         "x benchmarks): left, final accuracy per benchmark (mean@k over its held-out problems); "
+                         "right, its gain over the start policy on the same benchmark. "
                          "Whisker = 95% stratified-bootstrap interval (rliable's get_interval_estimates: each "
                          "benchmark's runs resampled). Methods in order of accuracy IQM. The IQM is less swayed by "
                          "one outlying run or benchmark than the mean and less noisy than the median.")
@@ -443,9 +456,9 @@ def _improvement_layout(df):
 
 @register_figure("head_to_head/aggregates_improvement", tables=_tables("improvement"),
                  read=_read_agg(IMPROVEMENT_COLS), layout=_improvement_layout, built_by=AGG_BUILT_BY,
-                 unavailable=_no_rl,
+                 unavailable=_no_rl, note=_agg_note,
                  bars="95% stratified-bootstrap percentile interval of P(X > Y) (rliable: X's and Y's runs resampled "
-                      "independently within each benchmark); none with 1 seed",
+                      "independently within each benchmark; with head_to_head.pool a run is a (start, seed) pair); none with 1 run",
                  caption="Probability of improvement P(X > Y) (rliable's probability_of_improvement): the chance that "
                          "a run of X scores a higher final accuracy than a run of Y on a benchmark (ties count one "
                          "half), averaged over benchmarks; left, every method X against GRPO G=8; right, against the "
@@ -481,7 +494,7 @@ def _read_profiles(cfg: dict, tables: list[Path]) -> pd.DataFrame:
 
 
 @register_figure("head_to_head/aggregates_profile", tables=_tables("profiles"), read=_read_profiles,
-                 layout=_curves_layout, built_by=AGG_BUILT_BY, unavailable=_no_rl, bars=AGG_BARS,
+                 layout=_curves_layout, built_by=AGG_BUILT_BY, unavailable=_no_rl, bars=AGG_BARS, note=_agg_note,
                  caption="Performance profiles (rliable's score distributions, as create_performance_profile): for "
                          "every accuracy threshold tau, the fraction of a method's seeds x benchmarks final "
                          "accuracies above tau, with a 95% stratified-bootstrap band. A curve that lies above another "

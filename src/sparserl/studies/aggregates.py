@@ -21,6 +21,16 @@ the start policy). Three tables under `results/{scale}/head_to_head/` (`Paths.he
                        tau (rliable's performance profile, `score_distributions`) with its 95%
                        interval
 
+Other start policies (issue 39): with `head_to_head.pool` (`sparserl.studies.head_to_head`) a run
+is a (start, seed) pair: a method's matrix holds the runs of every pooled tree (the methods all of
+them ran, as the ranking), each run's gain over its own start policy, so the IQM is over
+benchmarks x (starts x seeds), the stratified bootstrap resamples those runs within each benchmark
+and P(X > Y) compares runs of X and Y from any start. The tables then carry `starts` and `seeds`
+columns and their `ci_method` names them ("2 starts x 1 seed = 2 runs x 7 benchmarks"); with one
+start they are as before. Resampling runs treats the two starts' runs as exchangeable: it does not
+draw starts first (the head-to-head's hierarchical bootstrap does), so with few starts read these
+intervals as the spread over runs, not over start policies.
+
 With 1 seed there is no run to resample: the intervals would collapse to the point, so they are
 written as NaN (`ci_method` says so) rather than as a certainty the data do not give. The metrics are
 rliable's (`rliable.metrics`); the stratified bootstrap is numpy's here, not `rliable.library`'s:
@@ -42,7 +52,8 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.core.stats import LEVEL
-from sparserl.studies.head_to_head import (BOOTSTRAP, BOOTSTRAP_SEED, HeadToHeadError, read_run, start_eval_table)
+from sparserl.studies.head_to_head import (BOOTSTRAP, BOOTSTRAP_SEED, HeadToHeadError, missing_pool, pool_trees,
+                                          pooled_methods, start_eval_table, tree_runs)
 
 log = get_logger(__name__)
 
@@ -166,48 +177,85 @@ def profile_table(scores: dict[str, np.ndarray], taus: np.ndarray = TAUS, reps: 
 
 # --- reading the runs ------------------------------------------------------------------------------
 
-def score_matrices(cfg: dict) -> tuple[dict[str, dict[str, np.ndarray]], list[str]]:
-    """({metric: {method: (seeds x benchmarks)}}, the benchmarks): final accuracy per benchmark of
-    each run and, when the start policy is evaluated, its gain over the start policy's accuracy."""
+def score_matrices(cfg: dict) -> tuple[dict[str, dict[str, np.ndarray]], list[str], dict]:
+    """({metric: {method: (runs x benchmarks)}}, the benchmarks, the design {starts, seeds}): final
+    accuracy per benchmark of each run and, when the start policy is evaluated, its gain over the
+    start policy's accuracy. With head_to_head.pool a run is a (start, seed) pair: the runs of every
+    tree (`head_to_head.pool_trees`) of the methods all of them ran, each gain over its own start."""
     rl = cfg["rl"]
     methods, seeds = list(dict.fromkeys(rl["methods"])), list(rl["seeds"])
     if not methods or not seeds:
         raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
+    trees = pool_trees(cfg)
+    if len(trees) > 1:
+        missing = missing_pool(cfg)
+        if missing:
+            raise HeadToHeadError(missing)
+        methods = pooled_methods(cfg, trees)
+        counts = {Paths(t.cfg).results: len(t.cfg["rl"]["seeds"]) for t in trees}
+        if len(set(counts.values())) != 1:
+            raise HeadToHeadError(f"head_to_head.pool: the trees hold {counts} seeds; every start needs as many "
+                                  "(rl.seeds), as in the head-to-head")
     acc: dict[str, np.ndarray] = {}
+    tree_of: dict[str, list[int]] = {}  # each run's tree (start), in the rows' order
     benchmarks: list[str] | None = None
     for m in methods:
-        rows = []
-        for s in seeds:
-            r = read_run(cfg, m, s)  # checks the per-problem table against eval.parquet
-            per = r.final.groupby("benchmark", sort=False)["p"].mean()
-            if benchmarks is None:
-                benchmarks = list(per.index)
-            if set(per.index) != set(benchmarks):
-                raise HeadToHeadError(f"{r.eval_path}: benchmarks {sorted(per.index)} differ from the first run's "
-                                      f"{sorted(benchmarks)}; rerun `sparserl rl-eval --method {m} --seed {s}`")
-            rows.append(per.loc[benchmarks].to_numpy(dtype=float))
+        rows, tree_of[m] = [], []
+        for i, t in enumerate(trees):
+            for r in tree_runs(t, m, len(trees) > 1):  # checks each per-problem table against eval.parquet
+                per = r.final.groupby("benchmark", sort=False)["p"].mean()
+                if benchmarks is None:
+                    benchmarks = list(per.index)
+                if set(per.index) != set(benchmarks):
+                    raise HeadToHeadError(f"{r.eval_path}: benchmarks {sorted(per.index)} differ from the first run's "
+                                          f"{sorted(benchmarks)}; rerun `sparserl rl-eval --method {m} --seed {r.seed}`")
+                rows.append(per.loc[benchmarks].to_numpy(dtype=float))
+                tree_of[m].append(i)
         acc[m] = np.stack(rows)
     out = {"accuracy": acc}
-    start = start_eval_table(cfg)
-    if start is not None:
-        ev = read_table(start)
-        if not {"benchmark", "accuracy"} <= set(ev.columns) or not set(benchmarks) <= set(ev["benchmark"]):
-            raise HeadToHeadError(f"{start}: needs columns benchmark, accuracy with rows for {benchmarks}; "
-                                  f"rerun `sparserl evaluate` for the start policy {rl['policy']}")
-        a0 = ev.groupby("benchmark")["accuracy"].mean().loc[benchmarks].to_numpy(dtype=float)
-        out["gain"] = {m: a - a0[None, :] for m, a in acc.items()}
-    return out, benchmarks
+    if start_eval_table(cfg) is not None:  # a pooled tree without one is refused by missing_pool
+        a0 = [start_accuracy(t, benchmarks) for t in trees]
+        out["gain"] = {m: a - np.stack([a0[i] for i in tree_of[m]]) for m, a in acc.items()}
+    return out, benchmarks, {"starts": len(trees), "seeds": len(seeds)}
+
+
+def start_accuracy(tree, benchmarks: list[str]) -> np.ndarray:
+    """A tree's start policy's accuracy on each of `benchmarks` (its evaluation table)."""
+    start = start_eval_table(tree.cfg)
+    ev = read_table(start)
+    if not {"benchmark", "accuracy"} <= set(ev.columns) or not set(benchmarks) <= set(ev["benchmark"]):
+        raise HeadToHeadError(f"{start}: needs columns benchmark, accuracy with rows for {benchmarks}; "
+                              f"rerun `sparserl evaluate` for the start policy {tree.cfg['rl']['policy']}")
+    return ev.groupby("benchmark")["accuracy"].mean().loc[benchmarks].to_numpy(dtype=float)
+
+
+def design_text(design: dict, tasks: int) -> str:
+    """'2 starts x 3 seeds = 6 runs x 7 benchmarks' (one start: '3 seeds x 7 benchmarks')."""
+    def unit(n, what):
+        return f"{n} {what}" + ("" if n == 1 else "s")
+    runs = unit(design["seeds"], "seed")
+    if design["starts"] > 1:
+        runs = f"{unit(design['starts'], 'start')} x {runs} = {design['starts'] * design['seeds']} runs"
+    return f"{runs} x {unit(tasks, 'benchmark')}"
 
 
 def aggregates(cfg: dict, reps: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
-    """The three tables of the module doc."""
-    scores, benchmarks = score_matrices(cfg)
+    """The three tables of the module doc; with head_to_head.pool each has `starts` and `seeds`
+    columns and its ci_method names the runs (start, seed) it resampled."""
+    scores, benchmarks, design = score_matrices(cfg)
     seed = int(cfg.get("seed", 0))
     iqm = pd.concat([iqm_table(scores[k], k, reps, seed) for k in METRICS if k in scores], ignore_index=True)
     methods = list(scores["accuracy"])
     pairs = improvement_pairs(methods, best_method(iqm))
-    return {"iqm": iqm, "improvement": improvement_table(scores["accuracy"], pairs, reps, seed),
-            "profiles": profile_table(scores["accuracy"], TAUS, reps, seed)}
+    out = {"iqm": iqm, "improvement": improvement_table(scores["accuracy"], pairs, reps, seed),
+           "profiles": profile_table(scores["accuracy"], TAUS, reps, seed)}
+    if design["starts"] > 1:  # one start: the tables as before the pool existed
+        runs = f"runs = (start, seed) pairs, {design_text(design, len(benchmarks))}"
+        for t in out.values():
+            t["starts"], t["seeds"] = design["starts"], design["seeds"]
+            if "ci_method" in t:
+                t["ci_method"] = t["ci_method"] + f"; {runs}"
+    return out
 
 
 def write_aggregates(cfg: dict, reps: int = BOOTSTRAP, out: dict[str, Path] | None = None) -> dict[str, Path]:
@@ -219,7 +267,9 @@ def write_aggregates(cfg: dict, reps: int = BOOTSTRAP, out: dict[str, Path] | No
     from importlib.metadata import version
     extra = {"study": "head_to_head_aggregates", "library": f"rliable {version('rliable')}", "level": LEVEL,
              "bootstrap": reps, "bootstrap_seed": BOOTSTRAP_SEED, "seed": int(cfg.get("seed", 0)),
-             "reference": REFERENCE, "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"])}
+             "reference": REFERENCE, "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"]),
+             "pool": list((cfg.get("head_to_head") or {}).get("pool", [])),
+             "starts": {str(Paths(t.cfg).results): t.start for t in pool_trees(cfg)}}
     written = {name: write_table(tables[name], paths[name], cfg=cfg, extra=extra) for name in TABLES}
     iqm = tables["iqm"]
     acc = iqm[iqm["metric"] == "accuracy"].sort_values("rank", kind="stable")

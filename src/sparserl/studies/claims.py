@@ -41,7 +41,16 @@ hierarchical bootstrap (`sparserl.core.hierarchical_bootstrap`, `BOOT` resamples
 `BOOT_SEED`): start policies, RL seeds within each, benchmark problems (stratified), the arms paired
 by start and problem; the column names the levels and their units ("1 start x 1 seed x 427
 problems"), widened to the Student t interval over seeds where that is wider (a percentile
-bootstrap over 3 seeds understates their spread). Elsewhere, with >= 2 seeds a Student t interval over seeds (of the per-seed
+bootstrap over 3 seeds understates their spread). Other start policies: with `head_to_head.pool`
+(configs/overlays/pool_start1.yaml) an RL row pools its methods' runs of every pooled tree as
+further starts, exactly as the head-to-head does (`head_to_head.pool_trees`; the (starts, seeds,
+problems) arrays from `hierarchical_bootstrap.arm_array`, the one builder of both): each start's
+gain against its own start policy's evaluation, the arms paired by start and problem, the column
+naming "2 starts x N seeds x J problems" and the detail each start's own value ("per start 0, 1");
+with >= 2 seeds a start, widened to the t interval over the (start, seed) runs where wider. A
+method a pooled tree did not run keeps the row on this tree's start alone, and the column says so
+("not pooled: start 1 (...) did not run ..."). The rollouts and the sharpening context beside an
+RL row stay this tree's runs.parquet. Elsewhere, with >= 2 seeds a Student t interval over seeds (of the per-seed
 differences when both arms ran the same seeds: a seed fixes the data order, so the arms are
 paired; Welch otherwise); with one seed a percentile bootstrap over the per-unit artifact:
 checkpoint contexts (model, step) for V0's intra-context AUC; the BASIS value study's own paired bootstrap over batches for its MSE ratios
@@ -305,6 +314,12 @@ class Context:
     def __post_init__(self):
         self.P = Paths(self.cfg)
 
+    def trees(self) -> list:
+        """This tree, then each start policy's tree of `head_to_head.pool` (`head_to_head.pool_trees`)."""
+        if "trees" not in self._cache:
+            self._cache["trees"] = _pool_trees(self.cfg)
+        return self._cache["trees"]
+
     def table(self, path, need=()) -> pd.DataFrame:
         """The table at `path`; `need`: the columns the caller reads (a missing one is an error)."""
         path = Path(path)
@@ -341,18 +356,46 @@ def _rl_methods(cfg: dict, *methods: str) -> list:
     return list(rl["seeds"])
 
 
+def _pool_trees(cfg: dict) -> list:
+    from sparserl.studies.head_to_head import HeadToHeadError, pool_trees
+    try:
+        return pool_trees(cfg)
+    except HeadToHeadError as e:
+        raise BadArtifact(str(e)) from None
+
+
+def _ran(tree, methods) -> bool:
+    return all(m in tree.cfg["rl"]["methods"] for m in methods)
+
+
+def _pool(trees: list, *methods: str) -> tuple[list, str]:
+    """The trees an RL row pools as starts (this one and each pooled tree that ran every method of
+    the row: arms paired by start need the same starts), and the ci_method's note on those left out."""
+    used = [trees[0]] + [t for t in trees[1:] if _ran(t, methods)]
+    left = [t for t in trees[1:] if not _ran(t, methods)]
+    if not left:
+        return used, ""
+    lacks = sorted({m for t in left for m in methods if m not in t.cfg["rl"]["methods"]})
+    alone = "the other starts" if len(used) > 1 else f"this tree's start {trees[0].start} alone"
+    return used, (f"; not pooled: start {', '.join(str(t.start) for t in left)} "
+                  f"({', '.join(str(t.overlay) for t in left)}) did not run {', '.join(lacks)}, so {alone}")
+
+
 def _rl_inputs(*methods: str):
     def inputs(cfg):
         from sparserl.methods.spec import method_run
         seeds = _rl_methods(cfg, *methods)
-        # eval.parquet is the rule's output; its per-problem tables lie beside it (same job)
-        return [Paths(cfg).rl_runs()] + [method_run(cfg, m, s).eval for m in methods for s in seeds]
+        # eval.parquet is the rule's output; its per-problem tables lie beside it (same job); with
+        # head_to_head.pool, the same of each pooled tree that ran the row's methods
+        pooled = [method_run(t.cfg, m, s).eval for t in _pool(_pool_trees(cfg), *methods)[0][1:]
+                  for m in methods for s in t.cfg["rl"]["seeds"]]
+        return [Paths(cfg).rl_runs()] + [method_run(cfg, m, s).eval for m in methods for s in seeds] + pooled
     return inputs
 
 
-def _per_problem(ctx: Context, method: str, seed) -> pd.DataFrame:
+def _per_problem(ctx: Context, method: str, seed, cfg: dict | None = None) -> pd.DataFrame:
     from sparserl.methods.spec import method_run
-    run = method_run(ctx.cfg, method, seed)
+    run = method_run(cfg or ctx.cfg, method, seed)
     ctx.table(run.eval)  # the rule's output: a missing one names the run
     path = run.eval_dir / "final_per_problem.parquet"
     if not path.exists():
@@ -377,11 +420,40 @@ def rl_accuracy(ctx: Context, a: str, b: str | None = None) -> Interval:
     rollouts = runs.groupby("method")["rollouts_total"].mean()
     detail += " (rollouts " + " vs ".join(f"{rollouts[m]:.0f}" for m in (a, b) if m) + ")"
     detail += sharpening_context(runs, [m for m in (a, b) if m])
-    arm_a, problems = _runs_array(ctx, a, seeds)
-    arm_b = _runs_array(ctx, b, seeds, problems)[0] if b else None
-    m, lo, hi, design = hb.interval(arm_a, problems["benchmark"].to_numpy(), b=arm_b, n_boot=BOOT, seed=BOOT_SEED)
-    iv = Interval(m, lo, hi, _hierarchical_method(design, "paired with b by start and problem" if b else ""), detail)
-    return _no_narrower_than_t(iv, seed_interval(ra, rb) if len(seeds) >= 2 else None)
+    trees, note = _pool(ctx.trees(), *[m for m in (a, b) if m])
+    arm_a, problems = _runs_array(ctx, a, trees)
+    arm_b = _runs_array(ctx, b, trees, problems)[0] if b else None
+    bench = problems["benchmark"].to_numpy()
+    m, lo, hi, design = hb.interval(arm_a, bench, b=arm_b, n_boot=BOOT, seed=BOOT_SEED)
+    iv = Interval(m, lo, hi, _hierarchical_method(design, "paired with b by start and problem" if b else "") + note,
+                  detail)
+    if len(trees) == 1:
+        return _no_narrower_than_t(iv, seed_interval(ra, rb) if len(seeds) >= 2 else None)
+    acc_b = _run_accuracies(arm_b, bench) if b else None
+    iv = Interval(iv.value, iv.lo, iv.hi, iv.method, iv.detail + _per_start(trees, arm_a, arm_b, bench))
+    return _no_narrower_than_t(iv, _runs_t(_run_accuracies(arm_a, bench), acc_b) if design.seeds >= 2 else None)
+
+
+def _run_accuracies(arm: np.ndarray, benchmarks, baseline: np.ndarray | None = None) -> pd.Series:
+    """Each run's accuracy (or gain over its start's `baseline`), indexed by (start, seed) position."""
+    pw = hb.point_weights(benchmarks)
+    acc = np.asarray(arm, float) @ pw - (0.0 if baseline is None else (np.asarray(baseline, float) @ pw)[:, None])
+    return pd.Series(acc.ravel(), index=pd.MultiIndex.from_product([range(acc.shape[0]), range(acc.shape[1])]))
+
+
+def _runs_t(a: pd.Series, b: pd.Series | None = None) -> Interval:
+    """`seed_interval` over pooled runs (start, seed): paired by run when both arms hold the same."""
+    iv = seed_interval(a, b)
+    return Interval(iv.value, iv.lo, iv.hi, iv.method.replace(" seeds", " runs (starts x seeds)"))
+
+
+def _per_start(trees: list, arm_a: np.ndarray, arm_b: np.ndarray | None, benchmarks,
+               base: np.ndarray | None = None) -> str:
+    """'; per start 0, 1: +0.012, +0.030': the pooled quantity of each start alone."""
+    vals = [hb.point(arm_a[i:i + 1], benchmarks, None if base is None else base[i:i + 1])
+            - (hb.point(arm_b[i:i + 1], benchmarks) if arm_b is not None else 0.0) for i in range(arm_a.shape[0])]
+    starts = sorted(t.start for t in trees)
+    return f"; per start {', '.join(map(str, starts))}: {', '.join(f'{v:+.3f}' for v in vals)}"
 
 
 def _no_narrower_than_t(iv: Interval, t: Interval | None) -> Interval:
@@ -394,11 +466,30 @@ def _no_narrower_than_t(iv: Interval, t: Interval | None) -> Interval:
     return Interval(iv.value, min(iv.lo, t.lo), max(iv.hi, t.hi), f"{iv.method}, widened to {t.method}", iv.detail)
 
 
-def _runs_array(ctx: Context, method: str, seeds: list, problems: pd.DataFrame | None = None, col: str = "p"):
-    """((starts, seeds, J) per-problem scores of a method's runs, the (benchmark, id) order)."""
-    long = pd.concat([_per_problem(ctx, method, s).assign(seed=s) for s in seeds], ignore_index=True)
+def _tree_table(table: pd.DataFrame, tree, pooled: bool, path) -> pd.DataFrame:
+    """A per-problem table labelled with its start: its own `start` column (`sparserl rl-eval` and
+    `sparserl evaluate` write it), else its tree's pretrain.start_seed; a pooled tree's must agree."""
+    if "start" not in table:
+        return table.assign(start=tree.start)
+    if pooled and set(table["start"]) != {tree.start}:
+        raise BadArtifact(f"{path}: start {sorted(set(table['start']))}, but its tree's pretrain.start_seed is "
+                          f"{tree.start}; rerun its evaluation with that tree's config")
+    return table
+
+
+def _runs_array(ctx: Context, method: str, trees: list, problems: pd.DataFrame | None = None, col: str = "p"):
+    """((starts, seeds, J) per-problem scores of a method's runs in `trees`, each tree a start, the
+    (benchmark, id) order: the first run's unless given): `hierarchical_bootstrap.arm_array`, the
+    builder the head-to-head uses too (`head_to_head.runs_array`)."""
+    from sparserl.methods.spec import method_run
+    frames = []
+    for t in trees:
+        for s in t.cfg["rl"]["seeds"]:
+            pp = _per_problem(ctx, method, s, t.cfg)
+            frames.append(_tree_table(pp, t, len(trees) > 1, method_run(t.cfg, method, s).eval_dir).assign(seed=s))
+    long = pd.concat(frames, ignore_index=True)
     if problems is None:
-        problems = long.loc[long["seed"] == seeds[0], ["benchmark", "id"]].reset_index(drop=True)
+        problems = frames[0][["benchmark", "id"]].reset_index(drop=True)
     try:
         return hb.arm_array(long, problems, col, f"{method}'s final_per_problem.parquet tables"), problems
     except ValueError as e:
@@ -448,35 +539,58 @@ def _start_per_problem_path(cfg: dict) -> Path:
 
 def _gain_inputs(method: str):
     def inputs(cfg):
-        return _rl_inputs(method)(cfg) + [Paths(cfg).eval_table(cfg["rl"]["policy"])]
+        trees = _pool(_pool_trees(cfg), method)[0]
+        return _rl_inputs(method)(cfg) + [Paths(t.cfg).eval_table(t.cfg["rl"]["policy"]) for t in trees]
     return inputs
+
+
+def _start_path(tree) -> Path:
+    path = _start_per_problem_path(tree.cfg)
+    if not path.exists():
+        raise MissingArtifact(f"{path}: the start policy's per-problem evaluation is missing; run "
+                              f"`snakemake --cores 2 {Paths(tree.cfg).eval_table(tree.cfg['rl']['policy'])}`")
+    return path
+
+
+def _start_array(ctx: Context, trees: list, problems: pd.DataFrame, what: str) -> np.ndarray:
+    """(starts, J): each tree's start policy's per-problem scores (its own evaluation)."""
+    frames, paths = [], []
+    for t in trees:
+        path = _start_path(t)
+        frames.append(_tree_table(ctx.table(path, need=("benchmark", "id", "p")), t, len(trees) > 1, path))
+        paths.append(str(path))
+    try:
+        return hb.arm_array(pd.concat(frames, ignore_index=True).assign(seed=0), problems, "p",
+                            ", ".join(paths))[:, 0, :]
+    except ValueError as e:
+        raise BadArtifact(f"{e} (against {what}'s problems)") from None
 
 
 def rl_gain(ctx: Context, method: str) -> Interval:
     """Final held-out accuracy of `method` minus its start policy's (runs.parquet's eval_gain; the
     start's from its `evaluation.start_k` samples a problem), with the hierarchical bootstrap's
-    interval: start policies, seeds within each, problems, paired with the start's own scores."""
+    interval: start policies, seeds within each, problems, paired with the start's own scores; with
+    head_to_head.pool, each start's runs against their own start policy."""
     seeds = _rl_methods(ctx.cfg, method)
     runs = ctx.table(ctx.P.rl_runs(), need=("method", "seed", "eval_accuracy_final"))
     if "eval_gain" not in runs:
         raise NotRun("runs.parquet has no eval_gain (the DAG does not evaluate the start policy)")
-    path = _start_per_problem_path(ctx.cfg)
-    if not path.exists():
-        raise MissingArtifact(f"{path}: the start policy's per-problem evaluation is missing; run "
-                              f"`snakemake --cores 2 {Paths(ctx.cfg).eval_table(ctx.cfg['rl']['policy'])}`")
-    start = ctx.table(path, need=("benchmark", "id", "p"))
-    arm, problems = _runs_array(ctx, method, seeds)
-    try:
-        base = hb.arm_array(start.assign(seed=0), problems, "p", str(path))[:, 0, :]
-    except ValueError as e:
-        raise BadArtifact(f"{e} (against {method}'s problems)") from None
+    trees, note = _pool(ctx.trees(), method)
+    for t in trees:
+        _start_path(t)  # named before the runs' tables, as ever
+    arm, problems = _runs_array(ctx, method, trees)
+    base = _start_array(ctx, trees, problems, method)
     if base.shape[0] != arm.shape[0]:
-        raise BadArtifact(f"{path}: {base.shape[0]} start policies but {method}'s runs descend from {arm.shape[0]}; "
-                          "evaluate every start policy")
-    m, lo, hi, design = hb.interval(arm, problems["benchmark"].to_numpy(), baseline=base, n_boot=BOOT, seed=BOOT_SEED)
-    iv = Interval(m, lo, hi, _hierarchical_method(design, "paired with the start"))
-    gains = runs[runs["method"] == method].set_index("seed")["eval_gain"]
-    return _no_narrower_than_t(iv, seed_interval(gains) if len(seeds) >= 2 else None)
+        raise BadArtifact(f"{_start_per_problem_path(ctx.cfg)}: {base.shape[0]} start policies but {method}'s runs "
+                          f"descend from {arm.shape[0]}; evaluate every start policy")
+    bench = problems["benchmark"].to_numpy()
+    m, lo, hi, design = hb.interval(arm, bench, baseline=base, n_boot=BOOT, seed=BOOT_SEED)
+    iv = Interval(m, lo, hi, _hierarchical_method(design, "paired with the start") + note)
+    if len(trees) == 1:
+        gains = runs[runs["method"] == method].set_index("seed")["eval_gain"]
+        return _no_narrower_than_t(iv, seed_interval(gains) if len(seeds) >= 2 else None)
+    iv = Interval(iv.value, iv.lo, iv.hi, iv.method, _per_start(trees, arm, None, bench, base).lstrip("; "))
+    return _no_narrower_than_t(iv, _runs_t(_run_accuracies(arm, bench, base)) if design.seeds >= 2 else None)
 
 
 def collapses(method: str, name: str) -> Premise:

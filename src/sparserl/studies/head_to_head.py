@@ -31,7 +31,10 @@ ran join this tree's as further starts (grouped by the per-problem `start`): the
 methods, `accuracy` is the mean over starts and seeds, and rules 1 and 3 read the hierarchical
 bootstrap (starts, seeds within, problems) in place of the t and Welch intervals over seeds;
 `starts` counts the start policies, `ci_levels` names the levels. Steps, wall time, the splits and
-the curves stay this tree's runs (the splits are defined by this tree's start policy).
+the curves stay this tree's runs (the splits are defined by this tree's start policy). The
+(starts, seeds, problems) arrays come from `runs_array` (`hierarchical_bootstrap.arm_array`), the
+builder the claims' RL rows use too, so both pool the same runs the same way; the rliable
+aggregates (`sparserl.studies.aggregates`) pool them as (start, seed) runs.
 
 Accuracy is the RL summary's `eval_accuracy_final`: the mean over the benchmarks of the mean over
 each benchmark's problems of the per-problem score p (mean@k at tiny scale), read here from the
@@ -259,12 +262,12 @@ def pooled_methods(cfg: dict, trees: list[Tree] | None = None) -> list[str]:
     return out
 
 
-def input_tables(cfg: dict, pool: bool = True) -> list[Path]:
-    """What the study reads (the rule's input): each run's metrics and eval table, deduplicated
-    over aliases, and the start policy's evaluation when there is one; with `head_to_head.pool`
-    (and `pool`), the same of every pooled tree for the methods every tree ran. The per-problem
+def input_tables(cfg: dict) -> list[Path]:
+    """What the study and its aggregates read (their rules' input): each run's metrics and eval
+    table, deduplicated over aliases, and the start policy's evaluation when there is one; with
+    `head_to_head.pool`, the same of every pooled tree for the methods every tree ran. The per-problem
     tables beside eval.parquet are written by the same `sparserl rl-eval` before it."""
-    trees = pool_trees(cfg) if pool else [Tree(cfg, None, 0)]
+    trees = pool_trees(cfg)
     methods = pooled_methods(cfg, trees) if len(trees) > 1 else cfg["rl"]["methods"]
     out: list[Path] = []
     for t in trees:
@@ -392,15 +395,16 @@ def tree_runs(tree: Tree, method: str, pooling: bool = False) -> list[Run]:
     return out
 
 
-def nest_by_start(mat: np.ndarray, starts: list[int], what: str) -> np.ndarray:
-    """(runs, J) -> (starts, seeds, J), the runs of each start in their order; every start must
-    have as many runs (the hierarchical bootstrap draws seeds within a start)."""
-    names = sorted(set(starts))
-    groups = [[i for i, s in enumerate(starts) if s == n] for n in names]
-    if len({len(g) for g in groups}) != 1:
-        raise HeadToHeadError(f"{what}: starts {names} hold {[len(g) for g in groups]} runs; every start needs "
-                              "the same seeds (rl.seeds) for the hierarchical bootstrap")
-    return np.stack([mat[g] for g in groups])
+def runs_array(runs: list[Run], problems: pd.DataFrame, col: str = "p", what: str = "") -> np.ndarray:
+    """(starts, seeds, J) of the runs' per-problem `col` in `problems`' (benchmark, id) order,
+    grouped by their start (`run_start`): `hierarchical_bootstrap.arm_array`, the one builder the
+    claims use too; every start must hold as many seeds."""
+    long = pd.concat([r.final[["benchmark", "id", col]].assign(start=run_start(r), seed=r.seed) for r in runs],
+                     ignore_index=True)
+    try:
+        return hb.arm_array(long, problems, col, what)
+    except ValueError as e:
+        raise HeadToHeadError(str(e)) from None
 
 
 GAINS = (("gain", "p"), ("pass_gain", "pass"))  # column -> the per-problem score it is a gain of
@@ -447,8 +451,7 @@ def start_gains(cfg: dict, runs: dict[str, list[Run]], owners: dict[str, str], k
             base = hb.arm_array(pp.assign(seed=0), problems, col, path)[:, 0, :]
         except ValueError as e:
             raise HeadToHeadError(f"{e} (the start policy's table against the runs' problems)") from None
-        arms = {m: nest_by_start(np.stack([r.final.set_index(["benchmark", "id"])[col].loc[key].to_numpy(float)
-                                           for r in rs]), [run_start(r) for r in rs], m) for m, rs in runs.items()}
+        arms = {m: runs_array(rs, problems, col, m) for m, rs in runs.items()}
         if {a.shape[0] for a in arms.values()} != {base.shape[0]}:
             raise HeadToHeadError(f"{path}: {base.shape[0]} start policies but the runs descend from "
                                   f"{sorted({a.shape[0] for a in arms.values()})}; evaluate every start policy")
@@ -550,7 +553,8 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
         per_problem[m] = np.stack(mat)
     seed_acc = {m: np.array([accuracy(row, benchmarks) for row in per_problem[m]]) for m in methods}
     means = {m: float(seed_acc[m].mean()) for m in methods}
-    nested = {m: nest_by_start(per_problem[m], [run_start(r) for r in pooled[m]], m) for m in methods}
+    problems = pd.DataFrame(key, columns=["benchmark", "id"])
+    nested = {m: runs_array(pooled[m], problems, "p", m) for m in methods}
     design = hb.design_of(nested[methods[0]], benchmarks)
     starts = design.starts > 1  # rules 1 and 3 then read the hierarchical bootstrap, not seeds alone
     reps = bootstrap_replicates(nested, owners, benchmarks, n_boot, int(cfg.get("seed", 0)))
