@@ -129,10 +129,8 @@ class Critic:
         h = self.model.body.hidden_shared(pids, pmask.sum(1), resp, row_prefix)[:, :Tc]
         logits = self.model.head(h).squeeze(-1)
         mask = torch.arange(T)[None] < ln[:, None]
-        out = torch.zeros((len(seqs), T), dtype=logits.dtype)
-        out = torch.cat((torch.where(mask[:, :Tc], logits, torch.zeros((), dtype=logits.dtype)),
-                         out[:, Tc:]), 1)
-        return out, mask
+        out = torch.where(mask[:, :Tc], logits, torch.zeros((), dtype=logits.dtype))
+        return torch.nn.functional.pad(out, (0, T - Tc)), mask
 
     def _chunks(self, seqs: list, rows) -> list[list[int]]:
         """`rows` (indices into seqs) in `length_chunks` length-sorted chunks; one keeps the order."""
