@@ -212,3 +212,45 @@ def test_the_tuning_tables_are_published_though_no_figure_reads_them():
     assert "results/small/tuning/grpo/lr1e-05/seed10/validation.parquet" in needed
     assert "results/small/rl/grpo_g8/seed0/metrics.parquet" in needed
     assert not any(n.startswith("results/small/policies") for n in needed)
+
+
+def test_a_tuning_runs_own_tables_are_current_under_their_derived_config(repo, tmp_path):
+    """A tuning run's metrics carry the hash of its derived config (rl.lr set to the grid's rate),
+    which no resolved-config file holds: pack derives it again, and status compares it with the
+    current config's tuning run at that rate, so a change of the base rate (which tuning replaces)
+    leaves it current and a change of the tuning's checkpoints makes it stale."""
+    from sparserl.cli.published import Setup, resolved_configs, status
+    from sparserl.core.artifacts import config_hash, write_json
+    from sparserl.core.config import load_config, write_resolved
+    from sparserl.engines.lr_tuning import tuning_config
+    files = [repo / "configs/small.yaml"]
+    cfg = load_config(files)
+    lr = cfg["rl"]["lr_tuning"]["grid"][0]
+    resolved = tmp_path / ".config"
+    write_resolved(cfg, resolved)
+    h = config_hash(tuning_config(cfg, lr))
+    recs = resolved_configs(resolved, {config_hash(cfg), h, "0123456789abcdef"})
+    assert set(recs) == {config_hash(cfg), h}
+    assert recs[config_hash(cfg)][1] is None and recs[h][1] == {"config_hash": config_hash(cfg), "lr": lr}
+    root = tmp_path / "published" / "small"
+    key = "results/tuning/grpo_p16_r256_s100/lr1e-05/seed10/metrics.parquet"
+    (root / pub.CONFIGS).mkdir(parents=True)
+    (root / pub.CONFIGS / f"{h}.json").write_text(recs[h][0])
+    write_json({"files": {key: {"group": pub.group_of(key), "declared": False, "config_hash": h, "git_commit": "x"}},
+                "tuning_configs": {h: recs[h][1]}}, root / pub.INDEX)
+    assert not status(Setup("small", [], cfg, root)).stale
+    assert not status(Setup("small", [], load_config(files, {"rl": {"lr": 3e-3}}), root)).stale
+    later = load_config(files, {"rl": {"lr_tuning": {"checkpoints": [0.5, 1.0]}}})
+    assert status(Setup("small", [], later, root)).stale == {"learning-rate tuning": {h: ["rl"]}}
+
+
+def test_pack_leaves_out_the_rollouts_a_job_writes_beside_a_published_table(tmp_path):
+    """A tuning run writes its metrics and rollouts beside validation.parquet: the metrics are
+    published with it, the rollouts (read by no figure) are not."""
+    from sparserl.cli.published import companions
+    from sparserl.core.artifacts import write_table
+    run = tmp_path / "results/small/tuning/grpo_p16_r256_s100/lr1e-05/seed10"
+    for name in ("validation", "metrics", "rollouts"):
+        write_table(pd.DataFrame({"x": [1.0]}), run / f"{name}.parquet")
+    rel = str((run / "validation.parquet").relative_to(tmp_path))
+    assert [Path(c).name for c in companions(tmp_path, rel, {rel})] == ["metrics.parquet"]

@@ -169,8 +169,29 @@ def companions(src_root: Path, rel: str, declared: set[str]) -> list[str]:
             r = str(p.relative_to(src_root))
             # a file inside a declared folder (a policy, a run's final/) belongs to that output
             inside = any(str(q) in declared for q in Path(r).parents)
-            if r != rel and r not in declared and not inside and not pub.is_checkpoint(r):
+            if r != rel and r not in declared and not inside and not pub.is_checkpoint(r) \
+                    and not p.name.startswith(pub.UNREAD_COMPANIONS):
                 out.append(r)
+    return out
+
+
+def resolved_configs(resolved_dir: Path, hashes) -> dict[str, tuple[str, dict | None]]:
+    """Config hash -> (the resolved config's JSON text, None; or for a tuning run's config, which
+    no file holds, its text derived again from a resolved config there and {"config_hash": that
+    config's, "lr": its rate}). Hashes found neither way are left out."""
+    from sparserl.engines.lr_tuning import tuning_configs
+    out, derived = {}, None
+    for h in sorted(h for h in hashes if h):
+        path = resolved_dir / f"{h}.json"
+        if path.is_file():
+            out[h] = (path.read_text(), None)
+            continue
+        if derived is None:
+            derived = {t: (p.stem, c) for p in sorted(resolved_dir.glob("*.json"))
+                       for t, c in tuning_configs(json.loads(p.read_text())).items()}
+        if h in derived:
+            base, c = derived[h]
+            out[h] = (json.dumps(c, indent=1), {"config_hash": base, "lr": c["rl"]["lr"]})
     return out
 
 
@@ -213,13 +234,21 @@ def cmd_pack(args):
                       "sha256": pub.sha256(src), "config_hash": m.get("config_hash"),
                       "git_commit": m.get("git_commit")}
     # the resolved configs the tables were made under: status compares them with the current one
-    for h in sorted(c for c in configs if c):
-        resolved = src_root / S.results_dir / S.scale / ".config" / f"{h}.json"
-        if resolved.is_file():
-            pub.copy_file(resolved, S.root / pub.CONFIGS / f"{h}.json")
+    tuning = index.setdefault("tuning_configs", {})
+    for h, (text, rate) in resolved_configs(src_root / S.results_dir / S.scale / ".config", configs).items():
+        pub.copy_text(text, S.root / pub.CONFIGS / f"{h}.json")
+        if rate:
+            tuning[h] = rate
+    # what an earlier pack published and this one no longer would (an unread companion)
+    dropped = [k for k, rec in files.items() if not rec.get("declared") and Path(k).name.startswith(pub.UNREAD_COMPANIONS)]
+    for key in dropped:
+        for p in (S.root / key, pub.manifest_path(S.root / key)):
+            p.unlink(missing_ok=True)
+        del files[key]
     pub.write_index(S.root, index)
     n, size = pub.published_size(S.root)
-    print(f"published {S.scale}: {copied} files copied, {same} unchanged, from {src_root}")
+    print(f"published {S.scale}: {copied} files copied, {same} unchanged, from {src_root}"
+          + (f"; {len(dropped)} no longer published removed (e.g. {dropped[0]})" if dropped else ""))
     if missing:
         print(f"  {len(missing)} tables not made there yet (pack again when their jobs end), e.g. {missing[0]}")
     if skipped:
@@ -262,13 +291,20 @@ def status(S: Setup, needed_keys: list[str] | None = None) -> Status:
     current = config_hash(S.cfg)
     cache: dict[str, list[str] | None] = {}
 
+    tuning = index.get("tuning_configs", {})
+
     def sections(h: str | None) -> list[str] | None:
-        """Sections the tables' config differs in from the current one ([]: none that matter)."""
+        """Sections the tables' config differs in from the current one ([]: none that matter); a
+        tuning run's config against the current config's tuning run at the same rate."""
         if h == current:
             return []
         if h not in cache:
             path = S.root / pub.CONFIGS / f"{h}.json"
-            cache[h] = changed_sections(json.loads(path.read_text()), S.cfg) if path.is_file() else None
+            now = S.cfg
+            if h in tuning:
+                from sparserl.engines.lr_tuning import settings, tuning_config
+                now = tuning_config(S.cfg, tuning[h]["lr"]) if settings(S.cfg) else S.cfg
+            cache[h] = changed_sections(json.loads(path.read_text()), now) if path.is_file() else None
         return cache[h]
 
     groups: dict[str, dict] = {}
@@ -491,7 +527,7 @@ def register(sub, add) -> None:
         q.set_defaults(fn=fn)
         return q
 
-    q = common("pack", cmd_pack, "copy the tables of finished jobs into published/<scale>/ (adds, never deletes)")
+    q = common("pack", cmd_pack, "copy the tables of finished jobs into published/<scale>/ (adds; removes only what it no longer publishes)")
     q.add_argument("--results", default=None, help="the sweep's results/<scale> folder (default: this checkout's)")
     common("status", cmd_status, "what is published, at which commits and configs, stale or missing")
     q = common("rebuild", cmd_rebuild, "restore the published tables and make every figure, the ranking and "

@@ -28,6 +28,9 @@ ROOTS = ("results", "paper_figures")
 # never published: weights, optimiser and resume states, the folders that hold them
 CHECKPOINT_SUFFIXES = (".pt", ".safetensors", ".bin", ".pth", ".ckpt")
 CHECKPOINT_PARTS = ("checkpoints", "final", "ckpt", "openrlhf", "tensorboard", "models")
+# tables a job writes beside a published one that no figure reads: left out (a figure that reads
+# one declares it, and so publishes it)
+UNREAD_COMPANIONS = ("rollouts",)
 # columns that time a run: they differ between any two runs, equal code or not
 TIMING_COLUMN = re.compile(r"(^|_)(wall|time|seconds|elapsed)(_|$)|_s$")
 
@@ -93,6 +96,15 @@ def copy_file(src: str | Path, dst: str | Path) -> bool:
         return False
     with atomic_file(dst) as tmp:
         shutil.copyfile(src, tmp)
+    return True
+
+
+def copy_text(text: str, dst: str | Path) -> bool:
+    """Write `text` to `dst` atomically unless it already holds it. True if written."""
+    dst = Path(dst)
+    if dst.is_file() and dst.read_text() == text:
+        return False
+    atomic_write_text(dst, text)
     return True
 
 

@@ -187,6 +187,18 @@ def tuning_config(cfg: dict, lr: float) -> dict:
     return out
 
 
+def tuning_configs(cfg: dict) -> dict[str, dict]:
+    """Config hash -> the config of the tuning runs at each rate of the grid ({} with tuning off):
+    the hashes a tuning run's own tables (metrics, per-checkpoint evaluations) carry."""
+    from sparserl.core.artifacts import config_hash
+    s = settings(cfg)
+    out = {}
+    for lr in (s or {}).get("grid", []):
+        c = tuning_config(cfg, lr)
+        out[config_hash(c)] = c
+    return out
+
+
 def run_settings(cfg: dict, method) -> dict:
     """What one tuning run's result depends on (its rule's key): the run's rl settings without
     the lists that only choose which runs exist."""
