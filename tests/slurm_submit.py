@@ -10,7 +10,9 @@ Not the plugin's: the job name (a run uuid), the log path and the wrapped `snake
 which carry no resources; and the srun prefix's literal `srun -n1 --cpu-bind=q`, copied from the
 jobstep's `run_job`, which also starts the process.
 
-    python tests/slurm_submit.py OUT.jsonl <snakemake arguments>
+    python tests/slurm_submit.py [--all-jobs] OUT.jsonl <snakemake arguments>
+
+By default only GPU jobs are recorded; `--all-jobs` records every job (a CPU-only scale's).
 """
 import json
 import logging
@@ -18,7 +20,7 @@ import sys
 from types import SimpleNamespace
 
 
-def main(out: str, argv: list[str]) -> int:
+def main(out: str, argv: list[str], all_jobs: bool = False) -> int:
     import snakemake.cli
     import snakemake.executors.dryrun as dry
     import snakemake_executor_plugin_slurm as plugin
@@ -28,6 +30,8 @@ def main(out: str, argv: list[str]) -> int:
     from snakemake_executor_plugin_slurm_jobstep import get_cpu_setting, get_gpu_setting, get_node_setting
 
     plugin.test_account = lambda account, logger: None  # asks sacctmgr, which is not here
+    plugin.get_account = lambda logger: None  # asks sacct: as a site without accounts, no -A
+    plugin.get_default_partition = lambda job, logger: "cpu"  # asks sinfo: a site whose default is "cpu"
     slurm = SimpleNamespace(_fallback_account_arg=None, _fallback_partition=None, _partitions=None,
                             logger=logging.getLogger("slurm"))
     rows = []
@@ -35,13 +39,14 @@ def main(out: str, argv: list[str]) -> int:
 
     def record(self, job):
         run_job(self, job)
-        if not job.resources.get("gpu"):
+        if not all_jobs and not job.resources.get("gpu"):
             return
         params = {"run_uuid": "RUN_UUID", "slurm_logfile": f".snakemake/slurm_logs/rule_{job.name}/%j.log",
                   "comment_str": f"rule_{job.name}",
                   "account": next(plugin.Executor.get_account_arg(slurm, job)),
                   "partition": plugin.Executor.get_partition_arg(slurm, job), "workdir": "WORKDIR"}
-        sbatch = get_submit_command(job, params, settings=ExecutorSettings()) + set_gres_string(job)
+        sbatch = get_submit_command(job, params, settings=ExecutorSettings())
+        sbatch += set_gres_string(job) if job.resources.get("gpu") else ""
         srun = (f"srun -n1 --cpu-bind=q  {get_cpu_setting(job, True)}  {get_gpu_setting(job)}  "
                 f"{get_node_setting(job)}")
         rows.append({"rule": job.name, "wildcards": dict(job.wildcards_dict), "sbatch": sbatch, "srun": srun})
@@ -60,4 +65,6 @@ def main(out: str, argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
+    every = sys.argv[1] == "--all-jobs"
+    args = sys.argv[1 + every:]
+    sys.exit(main(args[0], args[1:], all_jobs=every))

@@ -346,3 +346,38 @@ def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path)
             assert minutes == res["runtime"]
         assert sr[:3] == ["srun", "-n1", "--cpu-bind=q"] and f"--gpus={res['gpus']}" in sr \
             and f"--cpus-per-task={res['cpus']}" in sr
+
+
+def test_slurm_plugin_runs_the_small_stage_as_cpu_jobs_one_per_run(repo, tmp_path):
+    """`snakemake --profile slurm all --configfile configs/small.yaml configs/overlays/small_v0.yaml`
+    on a CPU cluster: the plugin's sbatch and srun lines for every job of the small stage ask no
+    GPU, each RL run (method x seed) is one job, and every job asks its rule's threads as CPUs and
+    the profile's default memory and time (small sets no `resources`: its longest job measured
+    13 minutes on one core, docs/cluster.md)."""
+    import yaml
+    from sparserl.core.config import load_config
+    from sparserl.methods.spec import run_owners
+    files = [repo / "configs/small.yaml", repo / "configs/overlays/small_v0.yaml"]
+    cfg = load_config(files)
+    assert not cfg.get("resources")
+    out = tmp_path / "lines.jsonl"
+    run = subprocess.run([sys.executable, str(repo / "tests/slurm_submit.py"), "--all-jobs", str(out), "-s",
+                          str(repo / "Snakefile"), "-d", str(tmp_path / "wd"), "--profile", "slurm", "-n", "all",
+                          "--configfile", *map(str, files)], cwd=repo, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    profile = yaml.safe_load((repo / "workflow/profiles/slurm/config.yaml").read_text())["default-resources"]
+    owners = run_owners(cfg["rl"]["methods"], cfg["rl"]["rollouts_per_step"])
+    runs = {(m, str(s)) for m in cfg["rl"]["methods"] if owners[m] == m for s in cfg["rl"]["seeds"]}
+    assert sorted((r["wildcards"]["method"], r["wildcards"]["seed"]) for r in rows if r["rule"] == "rl_train") \
+        == sorted(runs)
+    assert {"lr_tune_run", "critique_train", "pretrain_policy", "v0_harvest_run", "claims"} <= {r["rule"] for r in rows}
+    for r in rows:
+        sb, sr = r["sbatch"].split(), r["srun"].split()
+        assert not any("gpu" in x or "gres" in x for x in sb + sr), r
+        assert sb[sb.index("-t") + 1] == str(profile["runtime"]) and sb[sb.index("--mem") + 1] == str(profile["mem_mb"])
+        assert "--ntasks=1" in sb and sr[:3] == ["srun", "-n1", "--cpu-bind=q"], r
+        cpus = [x for x in sb if x.startswith("--cpus-per-task=")]
+        assert cpus == [x for x in sr if x.startswith("--cpus-per-task=")] and len(cpus) == 1, r
+    assert all("--cpus-per-task=1" in r["sbatch"] for r in rows if r["rule"] in ("rl_train", "lr_tune_run")), \
+        "an RL run's threads: 1, as the published tables were made"
