@@ -1,7 +1,6 @@
 """The V0.5 and BASIS RL figures (figures/v05.py, figures/basis.py) from small synthetic run tables:
 the points they draw, the numbers of their CSVs, the runs they read (a shared run through its
 owner, a steps_factor run ending early), when a config has no such figure, and bad input."""
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,8 +12,9 @@ from sparserl.core.artifacts import write_table
 from sparserl.core.paths import Paths
 from sparserl.figures import FigureError, get_figure, list_figures, make_figure
 from sparserl.figures.basis import FAMILIES, ROLES, family_methods
+from sparserl.figures.curves import MEAN
 from sparserl.figures.registry import pyplot
-from sparserl.figures.v05 import F1_METHODS, F5_METHODS, MEAN
+from sparserl.figures.v05 import F1_METHODS, F5_METHODS
 from sparserl.methods.spec import load_method, run_owners, total_steps
 
 GRID = [m for f in FAMILIES for m in family_methods(f).values()]
@@ -190,7 +190,7 @@ def test_grad_norm_and_entropy_are_smoothed_seed_means(cfg):
         fig, ax = _draw(f, data)
         np.testing.assert_allclose(_line(ax, "V0.5 (fusion + OSLA, k_init=4)").get_ydata(), d["smoothed"])
         pyplot().close(fig)
-    from sparserl.figures.v05 import smooth, smooth_window
+    from sparserl.figures.curves import smooth, smooth_window
     assert smooth_window(60) == 5 and smooth_window(300) == 25
     np.testing.assert_allclose(smooth(pd.Series([0.0, 3.0, 0.0, 3.0]), 3), [1.5, 1.0, 2.0, 1.5])
 

@@ -14,6 +14,7 @@
 
 from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES, StudyPaths, settings, study_refs
 from sparserl.studies.basis_checkpoints import study_variants
+from sparserl.studies.basis_checkpoints import targets as checkpoint_targets
 
 SP = StudyPaths(CFG)
 STUDY_REFS = study_refs(CFG)
@@ -22,7 +23,7 @@ STUDY_REFS = study_refs(CFG)
 def study_targets():
     """Every study table CSV and summary: the snapshot pair's (basis.study_reference/oracle) and
     the RL-checkpoint study's (basis.study_checkpoints), each when configured."""
-    return ([str(p) for p in SP.targets()] if STUDY_REFS else []) + [str(p) for p in SP.checkpoint_targets()]
+    return ([str(p) for p in SP.targets()] if STUDY_REFS else []) + [str(p) for p in checkpoint_targets(SP)]
 
 
 if STUDY_CKPTS:  # basis.smk

@@ -23,11 +23,29 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.paths import Paths
-from sparserl.figures.registry import FigureError, pyplot, read_single, register_figure, single
+from sparserl.figures.curves import (
+    EVAL_BUILT_BY,
+    MEAN,
+    TRAIN_BUILT_BY,
+    draw_accuracy,
+    draw_smoothed,
+    eval_tables,
+    metric_curves,
+    metrics_tables,
+    outlined,
+    read_eval_curves,
+    read_smoothed,
+    run_pairs,
+    smooth_window,
+)
+from sparserl.figures.registry import (
+    FigureError,
+    pyplot,
+    read_single,
+    register_figure,
+    single,
+)
 from sparserl.figures.style import method_color
-from sparserl.figures.v05 import (EVAL_BUILT_BY, MEAN, TRAIN_BUILT_BY, draw_accuracy, draw_smoothed, eval_tables,
-                                  metrics_tables, outlined, read_eval_curves, read_smoothed, run_pairs, smooth_window)
-from sparserl.figures.rl import metric_curves
 from sparserl.methods.spec import load_method
 
 FAMILIES = {"GRPO": "grpo", "GPG": "gpg", "GSPO": "gspo"}

@@ -290,7 +290,7 @@ def _read_sharpening(cfg: dict, tables: list[Path]) -> dict:
     """Greedy accuracy and pass@k per evaluated checkpoint (the curves' seed means, t-bands), and the
     policy entropy per training step, smoothed as the V0.5 entropy figure (None where a run's
     metrics do not log it: OpenRLHF's do not)."""
-    from sparserl.figures.v05 import read_smoothed  # v05 registers its figures after these
+    from sparserl.figures.curves import read_smoothed
     curves_path, *metrics = tables
     df = _need(read_table(curves_path), SHARPENING_COLS, curves_path)
     if df["greedy_accuracy"].isna().all():

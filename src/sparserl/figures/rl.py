@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
-from sparserl.methods.spec import method_run
-from sparserl.figures.registry import FigureError, pyplot, read_single, register_figure
+from sparserl.figures.curves import LINESTYLES, read_smoothed, seed_bars
+from sparserl.figures.registry import pyplot, read_single, register_figure
 from sparserl.figures.style import FACETS, facet, method_color
-
-LINESTYLES = ("-", "--", ":", "-.")
+from sparserl.methods.spec import method_run
 
 
 def _no_rl(cfg: dict) -> str:
@@ -29,25 +26,10 @@ def _metrics_tables(cfg: dict) -> list[Path]:
     return [method_run(cfg, m, s).metrics for m, s in _runs(cfg)]
 
 
-def metric_curves(runs: list[tuple[str, int]], tables: list[Path], columns=("reward_mean",)) -> pd.DataFrame:
-    """`columns` of each run's metrics.parquet per step (columns method, seed, step, *columns);
-    `tables[i]` is the metrics table of `runs[i]` = (method, seed). The V0.5 and BASIS curves use it too."""
-    frames = []
-    for (method, seed), path in zip(runs, tables, strict=True):
-        df = read_table(path)
-        missing = [c for c in ("step", *columns) if c not in df]
-        if missing:
-            raise FigureError(f"{path} has no {', '.join(missing)} column (columns: {list(df.columns)}); "
-                              f"rerun the run's rl_train job to rewrite its metrics")
-        frames.append(df[["step", *columns]].assign(method=method, seed=seed))
-    return pd.concat(frames, ignore_index=True)
-
-
 def _read_curves(cfg: dict, tables: list[Path]) -> dict:
     """Train reward per step of every run, each seed smoothed by a centred rolling mean of about
-    a twelfth of the run (`v05.read_smoothed`: its df has the seed mean of the smoothed curves and
+    a twelfth of the run (`curves.read_smoothed`: its df has the seed mean of the smoothed curves and
     their min-max per method and step); the tables come in the order of `_runs`."""
-    from sparserl.figures.v05 import read_smoothed  # v05 imports this module
     data = read_smoothed(cfg, tables, cfg["rl"]["methods"], "reward_mean")
     data["facets"] = _facets(data["methods"])
     return data
@@ -127,23 +109,6 @@ def _learning_curves(data, axes):
 def _accuracy_layout(df):
     """Wider for many methods: about a third of an inch a bar."""
     return pyplot().subplots(figsize=(max(7.0, 2 + 0.32 * df["method"].nunique()), 4.6))
-
-
-def seed_bars(ax, df: pd.DataFrame, methods: list[str], *, err: str = "sd", color="C0", dots="C1",
-              label: str | None = None):
-    """Final accuracy per method, in `methods`' order: bar = mean over seeds, error bar = the seeds'
-    sd or the mean's s.e. (`err`), dots = single seeds. Returns the bars' x and the seeds a method."""
-    acc = df.groupby("method", sort=False)["eval_accuracy_final"]
-    mean, n = acc.mean().reindex(methods), acc.size().reindex(methods)
-    spread = acc.std(ddof=1).reindex(methods)
-    if err == "se":
-        spread = spread / np.sqrt(n)
-    spread = spread.fillna(0.0)  # one seed: no spread to show
-    x = np.arange(len(methods))
-    ax.bar(x, mean.to_numpy(), yerr=spread.to_numpy(), color=color, alpha=0.7, capsize=3)
-    pos = {m: i for i, m in enumerate(methods)}
-    ax.plot(df["method"].map(pos).to_numpy(), df["eval_accuracy_final"].to_numpy(), ".", color=dots, ms=5, label=label)
-    return x, n
 
 
 @register_figure("head_to_head/final_accuracy", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_runs,

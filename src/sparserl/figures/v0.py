@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.paths import Paths
+from sparserl.figures.curves import seed_bars
 from sparserl.figures.registry import pyplot, read_single, register_figure, row, single
-from sparserl.figures.rl import seed_bars
 from sparserl.figures.style import method_color
 from sparserl.values.v0.metrics import auc
 from sparserl.values.v0.references import REFERENCES

@@ -123,25 +123,12 @@ class StudyPaths:
 
     def targets(self) -> list[Path]:
         """Every table CSV and both summaries (`snakemake studies` adds the study figures, which
-        `sparserl.figures` registers)."""
+        `sparserl.figures` registers; the checkpoint study's: `basis_checkpoints.targets`)."""
         out = [self.summary("basis"), self.summary("v05")]
         out += [self.csv("basis", t) for t in BASIS_TABLES]
         out += [self.csv("basis", f"sensitivity_{s}") for s in BASIS_SENSITIVITY]
         out += [self.csv("v05", t) for t in ("bias_mse_by_k",) + V05_RUN_TABLES]
         return out
-
-    def checkpoint_targets(self) -> list[Path]:
-        """The RL-checkpoint study's stage tables, and the snapshot-pair stress test's tables and
-        summary (`basis_checkpoints.study_variants`); [] unless basis.study_checkpoints is set."""
-        from .basis_checkpoints import STAGE_TABLES, STRESS, checkpoint_settings, study_variants
-        if not checkpoint_settings(self.P.cfg):
-            return []
-        out = [self.csv("basis", t) for t in STAGE_TABLES]
-        if STRESS in study_variants(self.P.cfg):
-            # F3's tables and the summary; F5's sensitivity is the main study's only (tiny's DAG time)
-            out += [self.summary("basis", STRESS)] + [self.csv("basis", STRESS + t) for t in BASIS_TABLES]
-        return out
-
 
 @dataclass
 class StudyData:

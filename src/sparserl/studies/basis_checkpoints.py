@@ -29,7 +29,7 @@ import pandas as pd
 from sparserl.core.config import ConfigError
 from sparserl.estimators import basis_calibrate, basis_refine, basis_value
 
-from . import StudyData, study_seed
+from . import BASIS_TABLES, StudyData, study_refs, study_seed
 from . import basis_value as bv
 
 STAGE_NAMES = ("early", "middle", "late")
@@ -190,7 +190,6 @@ def study_variants(cfg: dict) -> dict[str, tuple[Path, Path]]:
     basis.study_oracle; without it (the smoke config) "" is the snapshot pair. {} without the pair
     (the studies stage needs it: the V0.5 statistics read it)."""
     from sparserl.core.paths import Paths
-    from . import study_refs
     refs = study_refs(cfg)
     if not refs:
         return {}
@@ -200,3 +199,15 @@ def study_variants(cfg: dict) -> dict[str, tuple[Path, Path]]:
     if main is None:
         return {"": pair}
     return {"": (P.reference_cache(cfg["rl"]["policy"]), main.oracle), STRESS: pair}
+
+
+def targets(sp) -> list[Path]:
+    """The RL-checkpoint study's stage tables, and the snapshot-pair stress test's tables and
+    summary (`study_variants`) of `sp`, a `StudyPaths`; [] unless basis.study_checkpoints is set."""
+    if not checkpoint_settings(sp.P.cfg):
+        return []
+    out = [sp.csv("basis", t) for t in STAGE_TABLES]
+    if STRESS in study_variants(sp.P.cfg):
+        # F3's tables and the summary; F5's sensitivity is the main study's only (tiny's DAG time)
+        out += [sp.summary("basis", STRESS)] + [sp.csv("basis", STRESS + t) for t in BASIS_TABLES]
+    return out
