@@ -1,4 +1,5 @@
-"""Issue 11's split guarantees, checked the same way for every world."""
+"""The split guarantees (the RL pool never in pre-training, no benchmark problem in either),
+checked the same way for every world."""
 import pandas as pd
 
 from sparserl.tasks import procedural

@@ -230,7 +230,7 @@ def test_figures_are_registered_and_drawn_with_the_scale_footer(repo, tmp_path, 
 
 
 def test_pooled_start_policies_make_start_seed_pairs_the_runs(repo, tmp_path, monkeypatch):
-    """Issue 39: with head_to_head.pool a run is a (start, seed) pair: the IQM and its stratified
+    """With head_to_head.pool a run is a (start, seed) pair: the IQM and its stratified
     bootstrap run over both starts' runs (start 1's 0.2 above start 0's), P(X > Y) compares runs
     across starts (v05_k4 beats grpo_g8 within a start, not across: 3 of 4 pairs), each gain is
     over its own start policy, and the tables say how many starts and seeds. Fails on code that

@@ -63,7 +63,7 @@ def test_atomic_torch_save_is_byte_deterministic(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt"]  # no temp file left
 
 
-# durability, modes and named write failures (issue 26) ----------------------------------------
+# durability, modes and named write failures ----------------------------------------
 @pytest.fixture()
 def umask022():
     old = os.umask(0o022)

@@ -1,4 +1,4 @@
-"""Bad input names its file, line and field (issue 9, section 3): config and method YAML, the step
+"""Bad input names its file, line and field: config and method YAML, the step
 size, estimator eps and huge rewards, zero reference rollouts."""
 import shutil
 import subprocess
@@ -247,7 +247,7 @@ def test_hf_backend_returns_no_text_for_zero_rollouts(tiny_lm):
     assert len(b.texts) == 2 and b.prompt_index.tolist() == [1, 1]
 
 
-# --------------------------------------------------------------------------- non-finite numbers (issue 26)
+# -------------------------------------------------------------------------------------- non-finite numbers
 
 
 def _override(tmp_path, text):

@@ -388,7 +388,7 @@ def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, re
     assert read_manifest(P.benchmark("hmmt_feb_2025"))["source"].startswith("hub:")
 
 
-# --------------------------------------------------------------------------- issue 9: layouts, bad input
+# ------------------------------------------------------------------------------------ layouts, bad input
 
 def _rows(n=3):
     return [{"problem": f"p{i}", "answer": str(i), "unique_id": f"u{i}"} for i in range(n)]

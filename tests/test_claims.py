@@ -272,7 +272,7 @@ def test_rl_measure_one_seed_bootstrap_and_seeds_t(repo, tmp_path, monkeypatch):
     cfg = _cfg(repo)
     _write_rl(cfg)
     iv = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
-    # issue 39: the hierarchical bootstrap, naming its levels; one start and one seed: problems only
+    # the hierarchical bootstrap, naming its levels; one start and one seed: problems only
     assert iv.method.startswith("hierarchical bootstrap") and iv.lo > 0 and iv.value < 0.2 + 1e-9
     assert "1 start x 1 seed x 50 problems (2 benchmarks); resampled: problems" in iv.method
     # the gain over the start: its own per-problem table, paired by problem (runs.parquet's eval_gain)
@@ -427,7 +427,7 @@ def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monke
 
 
 def test_rl_rows_carry_greedy_pass_and_the_splits_as_context(repo, tmp_path, monkeypatch):
-    """Issues 28 and 39: an RL row's detail gives each arm's greedy accuracy, pass@k, the slip-template
+    """An RL row's detail gives each arm's greedy accuracy, pass@k, the slip-template
     split's changes and the greedy-wrong split's flips both ways (never its gain alone) from
     runs.parquet; the status still reads mean@k alone (no paper reports the others)."""
     monkeypatch.chdir(tmp_path)
@@ -518,7 +518,7 @@ def _two_trees(repo, tmp_path, seeds=(0,)):
 
 
 def test_pooled_trees_are_starts_of_the_rl_rows(repo, tmp_path, monkeypatch):
-    """Issue 39: with head_to_head.pool the claims' RL rows pool the trees by start, as the
+    """With head_to_head.pool the claims' RL rows pool the trees by start, as the
     head-to-head does: the interval of a difference holds both starts' (+0.05 and +0.15) and is
     wider than either tree's alone; each start's gain is over its own start policy; a method a
     pooled tree did not run stays on this tree's start and its row says so. Fails on code that
@@ -566,7 +566,7 @@ def test_pooled_trees_are_starts_of_the_rl_rows(repo, tmp_path, monkeypatch):
 
 
 def test_pooled_seeds_widen_to_t_over_the_runs(repo, tmp_path, monkeypatch):
-    """Issue 39: pooled with 2 seeds a start, the bootstrap interval is never narrower than the
+    """Pooled with 2 seeds a start, the bootstrap interval is never narrower than the
     paired t over the 4 (start, seed) runs, and its text names both."""
     monkeypatch.chdir(tmp_path)
     _, _, pooled = _two_trees(repo, tmp_path, seeds=(0, 1))

@@ -130,7 +130,7 @@ def test_rl_policy_must_name_a_policy(tmp_path, repo):
     assert path in msg and "names no policy snapshot" in msg
 
 
-# --------------------------------------------------------------------------- command-line overrides (issue 27)
+# -------------------------------------------------------------------------------------- command-line overrides
 
 def _tiny_as_snakemake_merges_it(overrides):
     """Snakemake's `config`: the file, with the `--config` entries merged as it got them."""
@@ -201,7 +201,7 @@ def test_an_overlay_on_the_wrong_scale_names_the_harvest_policies(repo):
 
 
 def test_the_second_start_overlays_load_over_tiny_and_small(repo):
-    """Issue 39: configs/overlays/start1.yaml is another start policy's tree over either scale (its
+    """configs/overlays/start1.yaml is another start policy's tree over either scale (its
     own results, start_seed 1, methods of tiny's and small's rl.methods, small's rates read from the
     first tree), and pool_start1.yaml pools it; tiny keeps start 0 and no pool."""
     from sparserl.core.config import start_seed

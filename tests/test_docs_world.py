@@ -1,6 +1,7 @@
-"""Generated docs only (issue 39): docs/world.md and the README type no measurement of one run, and
-docs/ holds no copy of a DAG output. A measurement may stand only in a paragraph that names the
-command and the commit that make it; code blocks (commands) are not read."""
+"""Generated numbers only, so docs cannot fall behind the code: docs/world.md and the README type
+no measurement of one run, and docs/ holds no copy of a DAG output. A measurement may stand only
+in a paragraph that names the command and the commit that make it; code blocks (commands) are not
+read."""
 import re
 from pathlib import Path
 

@@ -75,7 +75,7 @@ def _hand_greedy(model, tok, prompt: str, max_new_tokens: int) -> str:
 
 
 def test_pass_at_k_and_greedy_beside_an_unchanged_mean_at_k(tmp_path, tiny_lm, repo):
-    """Issue 28 item 2: pass@k and a greedy pass per benchmark; the greedy pass runs after the
+    """pass@k and a greedy pass per benchmark; the greedy pass runs after the
     sampled rollouts, so mean@k and its per-problem scores are those of an evaluation without it."""
     from sparserl.models.policies import save_hf
     from sparserl.tasks import format_prompt
@@ -115,7 +115,7 @@ def test_pass_at_k_and_greedy_beside_an_unchanged_mean_at_k(tmp_path, tiny_lm, r
 
 
 def test_the_start_policy_draws_start_k_samples_and_writes_its_unbiased_pass_at_k_curve(tmp_path, tiny_lm, repo, monkeypatch):
-    """Issue 39: rl.policy is evaluated at evaluation.start_k samples a problem (a greedy benchmark
+    """rl.policy is evaluated at evaluation.start_k samples a problem (a greedy benchmark
     stays one greedy rollout); pass@k is the unbiased estimate from them, its curve runs to start_k;
     another policy keeps the protocol's k."""
     from math import comb
@@ -161,7 +161,7 @@ def test_the_start_policy_draws_start_k_samples_and_writes_its_unbiased_pass_at_
 
 
 def test_every_evaluation_records_its_start_policy_seed(tmp_path, tiny_lm, repo, monkeypatch):
-    """Issue 39: the per-problem table's `start` and the manifests carry pretrain.start_seed, the
+    """The per-problem table's `start` and the manifests carry pretrain.start_seed, the
     level the head-to-head's bootstrap resamples (fails if `start` stays 0 whatever the config)."""
     from sparserl.evaluation import evaluate as EV
     from sparserl.evaluation.evaluate import per_problem_path

@@ -145,7 +145,7 @@ def test_one_seed_study_ranks_bootstraps_and_writes_three_tables(cfg, tmp_path):
     p = t["pairs"]
     assert len(p) == 7 * 6 // 2 and "welch_separated" not in p  # 1 seed: no t over seeds
     assert p.loc[~p["separated"], ["a", "b"]].values.tolist() == [["vanilla_g1", "basis_grid_grpo_g1_vanilla"]]
-    # issue 39: gains over the start, with the hierarchical bootstrap's interval and its levels
+    # gains over the start, with the hierarchical bootstrap's interval and its levels
     pr = problems()
     start_acc = h2h.accuracy(pr["p0"].to_numpy(), pr["benchmark"].to_numpy())
     start_pass = h2h.accuracy((pr["p0"] > 0).to_numpy(float), pr["benchmark"].to_numpy())
@@ -208,7 +208,7 @@ def test_three_seeds_give_t_intervals_over_seeds(repo, tmp_path, monkeypatch):
 
 
 def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo, tmp_path, monkeypatch):
-    """Issue 39: runs carry the pre-training seed of their start policy (`start`); seeds 2, 3 come
+    """Runs carry the pre-training seed of their start policy (`start`); seeds 2, 3 come
     from a start 0.2 better whose runs are 0.2 better too. Each run's gain is over its own start, so
     the gain interval holds the seeds' spread only, while the accuracy's holds the start's."""
     from sparserl.core.artifacts import read_table, write_table
@@ -264,7 +264,7 @@ def _two_start_trees(repo, tmp_path, monkeypatch, seeds=(0,)):
 
 
 def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, tmp_path, monkeypatch):
-    """Issue 39: head_to_head.pool adds another start's tree; the bootstrap resamples starts, then
+    """head_to_head.pool adds another start's tree; the bootstrap resamples starts, then
     seeds, then problems, so a method's interval holds both starts' means (0.2 apart) and is wider
     than the first tree's alone; each start's gain is over its own start policy, so the gain's
     interval stays narrow. The ranking holds the methods both trees ran."""
@@ -313,7 +313,7 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
 
 
 def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_command(repo, tmp_path, monkeypatch):
-    """Issue 39: a pooled tree that is not built is a one-line error naming the missing file and
+    """A pooled tree that is not built is a one-line error naming the missing file and
     the command that builds it (study, CLI and the DAG alike), not a KeyError; a tree whose runs
     were evaluated under another start is refused."""
     from sparserl.cli import main
@@ -351,7 +351,7 @@ def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_comm
 
 
 def test_ranking_and_curves_carry_greedy_pass_and_the_greedy_wrong_split(repo, tmp_path, monkeypatch):
-    """Issue 28: greedy accuracy and pass@k beside mean@k, and mean@k and greedy on the problems the
+    """Greedy accuracy and pass@k beside mean@k, and mean@k and greedy on the problems the
     start policy answers wrong greedily (the helper's greedy is right when p > 1/2, pass when p > 0)."""
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo, ["grpo_g8", "rloo_g8"], seeds=(0, 1))
@@ -508,9 +508,9 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
 
 
 def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo, tmp_path, monkeypatch):
-    """Issue 28 item 6: per method, entropy per training step (metrics.parquet) and greedy accuracy and
-    pass@k at every evaluated checkpoint, the start policy at step 0; a scale without entropy in its
-    metrics still draws the other two."""
+    """Sharpening or learning, per method: entropy per training step (metrics.parquet) and greedy
+    accuracy and pass@k at every evaluated checkpoint, the start policy at step 0; a scale without
+    entropy in its metrics still draws the other two."""
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo, ["grpo_g8", "rloo_g8"], seeds=(0, 1))
     t = write_head_to_head_tables(cfg, n_boot=200)
@@ -547,7 +547,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
 
 @pytest.mark.slow  # two dry runs of the tiny DAG
 def test_the_rule_declares_the_pooled_trees_files_and_stops_in_one_line_without_them(repo, tmp_path):
-    """Issue 39: a dry run of the tiny head-to-head with head_to_head.pool: without the pooled tree
+    """A dry run of the tiny head-to-head with head_to_head.pool: without the pooled tree
     one line names its first missing file and the command that builds it (the pool overlay left
     out of it); with the tree there, the rule's inputs are both trees' runs and start evaluations."""
     from sparserl.core.config import load_config

@@ -295,7 +295,7 @@ def test_the_trainer_uses_the_chosen_lr_and_steps_when_enabled_and_rl_lr_when_no
 
 
 def test_a_tree_with_lr_tuning_from_trains_the_first_trees_choice_and_tunes_nothing(world, tmp_path):
-    """Issue 39: a second start's tree (rl.lr_tuning.from) reads the first tree's lr.json, {scale}
+    """A second start's tree (rl.lr_tuning.from) reads the first tree's lr.json, {scale}
     filled in; its own tuning/lr.json is never asked for, and a missing first tree is one error
     naming the file and the command that builds it."""
     first = copy.deepcopy(world)

@@ -1,6 +1,6 @@
-"""Issue 28's protocol and confound keys: a method's `prompts_per_step` (matched prompts per step,
-rollouts grow with the group size) and OSLA's `osla.max_rollouts_per_step` (a cap on a step's
-rollouts), in the spec, the local trainer, `run_osla` and the OpenRLHF flags."""
+"""The matched-prompts protocol and confound keys: a method's `prompts_per_step` (matched prompts
+per step, rollouts grow with the group size) and OSLA's `osla.max_rollouts_per_step` (a cap on a
+step's rollouts), in the spec, the local trainer, `run_osla` and the OpenRLHF flags."""
 import copy
 
 import numpy as np

@@ -274,7 +274,7 @@ def test_rollout_throughput_quick_mode_reports_progress(repo):
 
 def test_methods_with_one_spec_share_one_run(tmp_path, repo):
     """vanilla_g1 and basis_grid_grpo_g1_vanilla are one config: the DAG trains it once and both
-    names report that run (issue 11: no duplicate grid entry)."""
+    names report that run (no duplicate grid entry)."""
     from sparserl.core.paths import Paths
     from sparserl.engines.report import summarize_runs
     from sparserl.methods.spec import method_run, run_owners
@@ -309,7 +309,7 @@ def test_methods_with_one_spec_share_one_run(tmp_path, repo):
 
 
 def test_summary_reads_gains_over_the_start_policy(tmp_path):
-    """Issue 11: gains over the RL start policy's evaluation, in-distribution (benchmarks drawn
+    """Gains over the RL start policy's evaluation, in-distribution (benchmarks drawn
     from a pool level) and harder read apart, and the train-reward gain beside them."""
     from sparserl.core.paths import Paths
     from sparserl.engines.report import summarize_runs
@@ -339,7 +339,7 @@ def test_summary_reads_gains_over_the_start_policy(tmp_path):
 
 
 def test_summary_reports_greedy_pass_and_the_greedy_wrong_split(tmp_path, monkeypatch):
-    """Issue 28 item 2: final greedy accuracy and pass@k beside mean@k, and mean@k and greedy on the
+    """Final greedy accuracy and pass@k beside mean@k, and mean@k and greedy on the
     held-out problems whose start-policy greedy answer is wrong (chosen from the start's `greedy`
     column, not the run's), with the start's values, the gains and the split's share."""
     from sparserl.core.paths import Paths
@@ -398,7 +398,7 @@ def test_summary_reports_greedy_pass_and_the_greedy_wrong_split(tmp_path, monkey
 
 
 def test_gain_intervals_are_t_intervals_over_seeds():
-    """Issue 28's acceptance reads the gains' 95% CIs: a t-interval over seeds (as the studies'),
+    """The gains' 95% CIs: a t-interval over seeds (as the studies'),
     a point when the seeds agree, NaN with one seed or a missing value."""
     from sparserl.engines.report import gain_intervals
     from sparserl.core.stats import t_interval

@@ -125,8 +125,9 @@ def test_bf16_and_compiled_pretraining_starts_from_transformers_init_and_saves_a
 
 
 def test_start_seed_0_keeps_the_seed_and_another_start_moves_the_weights(repo, tmp_path):
-    """Issue 39: pretrain.start_seed 0 is the seed every tree had (seed * 100 + the name's code
-    points, so tiny's bytes stay); start 1 pre-trains other weights from the same corpus."""
+    """pretrain.start_seed 0 keeps the seed formula (seed * 100 + the name's code points), so a
+    tree that does not set it keeps its bytes; start 1 pre-trains other weights from the same
+    corpus."""
     from sparserl.models.policies import pretrain_seed
     cfg, P0 = _world(repo, tmp_path / "start0")
     assert pretrain_seed(cfg, "s") == cfg["seed"] * 100 + ord("s")

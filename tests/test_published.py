@@ -199,7 +199,7 @@ def test_published_small_is_committable_and_tiny_is_not(repo, path, ignored):
 
 
 def test_the_tuning_tables_are_published_though_no_figure_reads_them():
-    """Issue 39 asks for the tuning table and its spread as published data: the tables of the
+    """The tuning table and its spread over rates and seeds are published data: the tables of the
     tuning rules are packed beside what the rebuild rules read; a training job's are not."""
     from sparserl.cli.published import Job, plan
     jobs = [Job("lr_tune_run", ["results/small/policies/m"], ["results/small/tuning/grpo/lr1e-05/seed10/validation.parquet"]),

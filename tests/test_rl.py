@@ -377,7 +377,7 @@ def test_nan_weights_after_the_optimiser_step_stop_the_run(world):
     assert not Paths(cfg).run("grpo_g4", 0).state.exists()
 
 
-# file modes and checkpoint durability (issue 26) ---------------------------------------------
+# file modes and checkpoint durability ---------------------------------------------
 @pytest.fixture()
 def umask022():
     import os

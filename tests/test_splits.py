@@ -1,4 +1,4 @@
-"""Issue 39: the learning-vs-sharpening splits (sparserl.evaluation.splits) and EVPO's switch as the
+"""The learning-vs-sharpening splits (sparserl.evaluation.splits) and EVPO's switch as the
 tables read it. The greedy-wrong split is shown beside its complement, the slip-template split is
 checked against a count by hand, and an EVPO run whose switch chose the critic at every step is
 marked as its VF twin's run and counted once."""

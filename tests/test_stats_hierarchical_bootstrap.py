@@ -1,4 +1,4 @@
-"""The hierarchical bootstrap (sparserl.core.hierarchical_bootstrap, issue 39): start policies, seeds
+"""The hierarchical bootstrap (sparserl.core.hierarchical_bootstrap): start policies, seeds
 within each, problems within each benchmark; on synthetic data with known variance components."""
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def test_one_start_one_seed_is_the_stratified_problem_bootstrap():
 
 def test_one_start_gives_the_two_level_draws_of_the_head_to_head_before_it():
     """With one start the replicates are those of the (seeds, problems) bootstrap the head-to-head
-    drew before issue 39 (problems first, then each owner's seeds), so its pairs keep their bytes."""
+    draws without start policies (problems first, then each owner's seeds), so a one-start
+    tree's pairs keep their bytes."""
     rng = np.random.default_rng(1)
     arms = {m: _data(rng, 1, 3, 0.0) for m in ("x", "y", "x_alias")}
     arms["x_alias"] = arms["x"]

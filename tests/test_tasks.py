@@ -43,7 +43,7 @@ def _three_way(cfg, rate=0.4):
 
 
 def test_three_way_split_keeps_the_pool_out_of_pretraining(repo):
-    """Issue 11: the RL pool is never seen in pre-training, as DAPO-Math-17k is not SFT data."""
+    """The RL pool is never seen in pre-training, as DAPO-Math-17k is not SFT data."""
     assert_split_guarantees(_three_way(load_config(repo / "configs/smoke.yaml")))
     # the two-way split of the first world: the pool shares the corpus' side
     two = load_config(repo / "configs/smoke.yaml")

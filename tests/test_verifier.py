@@ -244,7 +244,7 @@ def test_stale_job_from_interrupted_call_is_discarded():
     np.testing.assert_array_equal(r, [1, 0])
 
 
-# --------------------------------------------------------------------------- issue 9: real golds
+# ------------------------------------------------------------------------------------ real golds
 
 @pytest.mark.parametrize("pred,gold,expected", [
     # e notation: math-verify alone reads 4.5e33 as 4.5*e*33 (Euler's number)
@@ -302,7 +302,8 @@ def test_lookalike_digits_same_rule_on_both_paths(verifier):
 
 
 def test_integer_fast_path_unchanged_on_ascii_integers():
-    """The tiny world's answers (plain ASCII integers) grade exactly as before issue 9."""
+    """The tiny world's answers (plain ASCII integers) grade exactly as 72e8761's integer fast path
+    did."""
     import re as _re
     rng = np.random.default_rng(3)
     ints = [str(v) for v in rng.integers(-10 ** 6, 10 ** 6, size=300)] + ["0", "-0", "007", "+5"]
@@ -323,7 +324,7 @@ def test_integer_fast_path_unchanged_on_ascii_integers():
 
 def test_soft_timeout_is_retried_and_counted():
     # SLOW sleeps 1.5 s under math-verify's own signal timeout: over the first 1 s limit, within
-    # the retry's 3 s.  Before issue 9 such an item scored 0 silently.
+    # the retry's 3 s: a slow grader must not score a right answer 0.
     with Verifier(workers=1, timeout_s=3.0, _slow_marker=("SLOW", 1.5)) as v:
         r = v.score([r"\boxed{SLOW}", r"\boxed{\frac{1}{2}}", r"\boxed{7}"], ["0.5", "0.5", "7"])
         counts = v.timeout_counts()

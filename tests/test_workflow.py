@@ -30,7 +30,7 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     log = out.stdout + out.stderr
     assert "rule evaluate:" in log and "results/paper/eval/qwen3_4b/eval.parquet" in log
     eval_block = log[log.index("rule evaluate:"):].split("\n\n")[0]
-    # resources.rollout, the runtime sized: the start policy draws evaluation.start_k samples (issue 39)
+    # resources.rollout, the runtime sized: the start policy draws evaluation.start_k samples
     for res in ("gpu=1", "mem_mb=128000", f"runtime={_sized(eval_block, 'evaluate')}", "cpus_per_task=16"):
         assert res in eval_block, f"{res} missing from the evaluate job's resources"
     assert "fetch_data" in log
@@ -217,7 +217,7 @@ def test_config_overrides_reach_the_jobs(repo, tmp_path):
     assert not pools[0]["problem"].equals(pools[3]["problem"])
 
 
-# --------------------------------------------------------------------------- the researcher's loop (issue 27)
+# -------------------------------------------------------------------------------------- the researcher's loop
 
 def _resolved_configs(workdir, scale="tiny"):
     return [json.loads(p.read_text()) for p in (workdir / "results" / scale / ".config").glob("*.json")]

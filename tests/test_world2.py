@@ -1,4 +1,4 @@
-"""World 2.0 (issue 28; sparserl.tasks.worked): templates, systematic slips, worked answers."""
+"""World 2.0 (sparserl.tasks.worked): templates, systematic slips, worked answers."""
 import copy
 import hashlib
 import itertools
@@ -24,7 +24,7 @@ def _cfg(repo, **world):
 
 def test_world2_is_the_world_of_tiny_and_small_and_world1_overlays_it_back(repo):
     """World 2.0 is tiny's and small's world; configs/overlays/world1.yaml gives either world 1
-    back, and with configs/overlays/world1_tiny.yaml tiny's world-1 budgets too (issue 28)."""
+    back, and with configs/overlays/world1_tiny.yaml tiny's world-1 budgets too."""
     w2 = {"slip_share": 0.3, "slip_rate": 0.65, "noise": 0.1, "salt": 1}
     small = load_config(repo / "configs/small.yaml")
     tiny = load_config(repo / "configs/tiny.yaml")

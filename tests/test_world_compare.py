@@ -1,4 +1,4 @@
-"""`sparserl world-compare` (issue 28): two worlds' gains side by side, generated from summaries."""
+"""`sparserl world-compare`: two worlds' gains side by side, generated from summaries."""
 import subprocess
 import sys
 

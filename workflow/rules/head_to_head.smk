@@ -1,8 +1,8 @@
-# Stage: the head-to-head of every RL method (issue 14; no paper has it), from the RL runs' cached
+# Stage: the head-to-head of every RL method (no paper has it), from the RL runs' cached
 # tables only: ranking with 95% CIs and tie groups, the pairs, accuracy vs rollouts and wall time.
 #   snakemake --cores 2 head_to_head                               # results/{scale}/head_to_head/*.parquet
 #   snakemake --cores 2 head_to_head_aggregates    # iqm, improvement, profiles.parquet (rliable)
-# A second start policy (issue 39): build its tree, then pool it (head_to_head.pool):
+# A second start policy, so intervals cover the pre-training seed: build its tree, then pool it (head_to_head.pool):
 #   snakemake --cores 2 head_to_head --configfile configs/tiny.yaml configs/overlays/start1.yaml
 #   snakemake --cores 2 head_to_head --configfile configs/tiny.yaml configs/overlays/pool_start1.yaml
 # Its figures (paper_figures/{scale}/head_to_head/) are registered in sparserl.figures.head_to_head.
@@ -20,7 +20,7 @@ if CFG.get("rl"):
     from sparserl.studies.head_to_head import input_tables as head_to_head_inputs
     from sparserl.evaluation.splits import slip_inputs
 
-    # head_to_head.pool (issue 39): other start policies' trees, built by their own runs of this
+    # head_to_head.pool: other start policies' trees, built by their own runs of this
     # DAG (no rule here makes their files): one missing is one line naming it and that command
     # the pooled tree's command: this config's files but those that set the pool
     _own_files = [str(f) for f in (workflow.overwrite_configfiles or workflow.configfiles)

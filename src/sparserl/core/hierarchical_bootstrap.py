@@ -1,5 +1,5 @@
 """The hierarchical (nested) bootstrap of an RL accuracy or gain: start policies, then RL seeds
-within each start, then benchmark problems (issue 39).
+within each start, then benchmark problems.
 
 An RL result varies with three things: the start policy (its pre-training seed, `start`), the RL
 seed of a run from it (`seed`), and which problems the benchmarks happened to draw. The runs are
@@ -19,9 +19,9 @@ each one drawn):
 
 A replicate's value is the mean over the drawn starts of the mean over their drawn seeds of each
 run's accuracy on the drawn problems, minus, for a gain, the start policy's own accuracy on the
-same problems under the same drawn start. A level with one unit (today: one start; at tiny: one
-seed) has nothing to draw from and reduces away: one start gives seeds then problems, one seed
-problems only. `Design` records the units of each level and which were resampled, e.g.
+same problems under the same drawn start. A level with one unit (one start without
+head_to_head.pool; at tiny: one seed) has nothing to draw from and reduces away: one start gives
+seeds then problems, one seed problems only. `Design` records the units of each level and which were resampled, e.g.
 "1 start x 1 seed x 427 problems (7 benchmarks); resampled: problems".
 
 With few units at a level (3 seeds), a percentile bootstrap understates that level's spread (a

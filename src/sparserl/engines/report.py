@@ -169,7 +169,7 @@ def start_per_problem(cfg: dict) -> tuple[pd.DataFrame, Path] | None:
 
 
 def greedy_wrong_split(cfg: dict) -> pd.DataFrame | None:
-    """The greedy-wrong split (issue 28): the held-out problems (benchmark, id) whose greedy answer
+    """The greedy-wrong split: the held-out problems (benchmark, id) whose greedy answer
     by the RL start policy (`rl.policy`) is wrong, read from its per-problem evaluation beside
     `Paths.eval_table`; None when the DAG does not evaluate it or the table has no greedy column.
     Chosen by the start's own answers: read it with its complement (`evaluation.splits.greedy_flips`)."""
@@ -287,8 +287,8 @@ GAIN_COLUMNS = ("eval_gain", "eval_greedy_gain", "eval_pass_gain", "eval_slip_gr
 
 def gain_intervals(runs: pd.DataFrame) -> pd.DataFrame:
     """Per method, `<gain>_ci_lo` and `<gain>_ci_hi`: the 95% t-interval over seeds of each gain
-    over the start policy (issue 28's acceptance reads mean@k's and greedy's); NaN with one seed,
-    where the seed spread is unknown, or a missing value."""
+    over the start policy (mean@k's, greedy's, pass@k's, the splits'); NaN with one seed, where
+    the seed spread is unknown, or a missing value."""
     cols = [c for c in GAIN_COLUMNS if c in runs]
     rows = []
     for method, d in runs.groupby("method", sort=True):
@@ -377,12 +377,12 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
         osla_rounds_mean=("osla_rounds_mean", "mean"), run=("run", "first"),
         **{c: (c, "mean") for c in ("eval_gain", "eval_gain_in_distribution", "eval_gain_harder",
                                     "train_reward_gain", "start_eval_accuracy") if c in runs},
-        # issue 28: greedy, pass@k and the greedy-wrong split beside mean@k, with the start's and the gains
+        # greedy, pass@k and the splits beside mean@k (sharpening or learning), the start's and the gains
         **{c: (c, "mean") for c in SPLIT_COLUMNS if c in runs},
         **{c: (c, "first") for c in ("pass_metric", "protocol", "lr", "lr_source", "slip_split") if c in runs}
     ).reset_index()
     agg["eval_accuracy_se"] = agg["eval_accuracy_sd"] / np.sqrt(agg["seeds"])  # over seeds
-    if "critic_switch_steps" in runs:  # Le Critique App. C's EVPO: which of its runs are VF's (issue 39)
+    if "critic_switch_steps" in runs:  # Le Critique App. C's EVPO: which of its runs are VF's
         notes = {m: switch_note(m, rl["methods"], [
             None if np.isnan(r.critic_switch_steps) else (int(r.critic_switch_steps), int(r.critic_switch_of))
             for r in d.itertuples()]) for m, d in runs.groupby("method")}

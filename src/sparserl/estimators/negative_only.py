@@ -1,4 +1,4 @@
-"""Negative-only REINFORCE: A = r - 1 (baseline b = 1), a diagnostic arm of issue 28.
+"""Negative-only REINFORCE: A = r - 1 (baseline b = 1), a diagnostic arm.
 
 The mirror of vanilla REINFORCE (A = r, the positive-only arm, `vanilla_g1`): with {0,1} rewards
 a correct rollout gets A = 0 and a wrong one A = -1, so every update only pushes probability away

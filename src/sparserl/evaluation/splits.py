@@ -1,6 +1,6 @@
 """Learning or sharpening: two splits of the held-out problems, from the start policy to a run's
-final checkpoint (issues 28 and 39), on per-problem tables (`evaluate.per_problem_path`: benchmark,
-id, p, greedy).
+final checkpoint, on per-problem tables (`evaluate.per_problem_path`: benchmark, id, p, greedy);
+a gain in mean@k alone may be sharpening onto the start's mode.
 
 - The **slip-template split** (world 2.0, `tasks.worked`): greedy accuracy on the problems whose
   template is a slip template and on the others. A hash of the template chooses the slip templates

@@ -1,9 +1,9 @@
-"""The head-to-head figures (issue 14), drawn from the tables of `sparserl head-to-head` only
+"""The head-to-head figures, drawn from the tables of `sparserl head-to-head` only
 (`results/{scale}/head_to_head/{ranking,pairs,curves}.parquet`; rules and CIs in
 `sparserl.studies.head_to_head`): accuracy against rollouts consumed and against training wall
 time, the ranking with its tie groups, GRPO at G = 4, 8 beside V0.5 at k = 4, 8, the
 comparison the V0.5 analysis lists as missing (its Figure 5 sets k = 4, 8 against GRPO G = 16 only),
-and entropy, greedy accuracy and pass@k against the step (sharpening or learning, issue 28).
+and entropy, greedy accuracy and pass@k against the step (sharpening or learning).
 Every method of `rl.methods` is drawn, in its colour (`style.method_color`)."""
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def _ranking_layout(df):
 
 
 def _ranking_note(cfg: dict) -> str:
-    """The footer's line: the starts, seeds and problems the intervals resample (issue 39), and
+    """The footer's line: the starts, seeds and problems the intervals resample, and
     the trees pooled as starts (head_to_head.pool)."""
     path = Paths(cfg).head_to_head("ranking")
     r = read_table(path) if path.exists() else None
@@ -273,7 +273,7 @@ def _grpo_vs_v05_k(data, axes):
     cax.legend(fontsize=7)
 
 
-# --- sharpening or learning (issue 28, item 6) ----------------------------------------------------
+# --- sharpening or learning: entropy, greedy and pass@k per step ---------------------------------
 
 SHARPENING_COLS = ("method", "seed", "checkpoint", "step", "rollouts", "wall_time_s", "accuracy",
                    "greedy_accuracy", "pass_at_k")
@@ -389,7 +389,7 @@ PROFILE_COLS = ("method", "tau", "fraction", "ci_lo", "ci_hi")
 
 
 def _agg_note(cfg: dict) -> str:
-    """The footer's line with head_to_head.pool (issue 39): the runs are (start, seed) pairs."""
+    """The footer's line with head_to_head.pool: the runs are (start, seed) pairs."""
     pool = (cfg.get("head_to_head") or {}).get("pool", [])
     return (f"runs: (start policy, seed) pairs, start policies pooled from this tree and {', '.join(pool)}"
             if pool else "")

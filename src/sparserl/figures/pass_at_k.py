@@ -1,4 +1,4 @@
-"""The start policy's pass@k curve (issue 39): the unbiased pass@k of Chen et al. 2021
+"""The start policy's pass@k curve: the unbiased pass@k of Chen et al. 2021
 (arXiv:2107.03374, Sec. 2.1) at k = 1, 2, 4, ... up to the `evaluation.start_k` samples a problem it
 was evaluated with, per benchmark and over all, from `Paths.pass_at_k_curve` (rule evaluate)."""
 from __future__ import annotations

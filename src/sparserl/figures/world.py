@@ -1,4 +1,4 @@
-"""World 2.0's report as a figure (issue 28): from `sparserl world-report`'s JSON of the RL start
+"""World 2.0's report as a figure: from `sparserl world-report`'s JSON of the RL start
 policy, its greedy and sampled pass rate per level, the share of held-out problems it answers
 wrong when greedy (all, slip templates, other templates) and the answer lengths in tokens."""
 from __future__ import annotations

@@ -21,7 +21,7 @@ the start policy). Three tables under `results/{scale}/head_to_head/` (`Paths.he
                        tau (rliable's performance profile, `score_distributions`) with its 95%
                        interval
 
-Other start policies (issue 39): with `head_to_head.pool` (`sparserl.studies.head_to_head`) a run
+Other start policies: with `head_to_head.pool` (`sparserl.studies.head_to_head`) a run
 is a (start, seed) pair: a method's matrix holds the runs of every pooled tree (the methods all of
 them ran, as the ranking), each run's gain over its own start policy, so the IQM is over
 benchmarks x (starts x seeds), the stratified bootstrap resamples those runs within each benchmark

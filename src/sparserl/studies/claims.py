@@ -36,7 +36,7 @@ The threshold is what the paper states: a bound it gives ("Intra-AUC > 0.85"), 0
 or "A reduces B's MSE", and a margin for "A matches B" (above). A paper's absolute accuracy gap
 ("over 10%") is not the threshold but its `paper_value`.
 
-Intervals (the `ci_method` column says which): RL accuracy and gains (issue 39) by the
+Intervals (the `ci_method` column says which): RL accuracy and gains by the
 hierarchical bootstrap (`sparserl.core.hierarchical_bootstrap`, `BOOT` resamples, RNG seed
 `BOOT_SEED`): start policies, RL seeds within each, benchmark problems (stratified), the arms paired
 by start and problem; the column names the levels and their units ("1 start x 1 seed x 427
@@ -501,8 +501,8 @@ def _hierarchical_method(design, paired: str = "") -> str:
     return f"hierarchical bootstrap ({BOOT}x{', ' + paired if paired else ''}): {design.text()}"
 
 
-# issue 28: context beside mean@k, which sharpening alone raises; no paper reports these, so they
-# take no part in a status. Issue 39: the learning-vs-sharpening reading is the slip-template split
+# context beside mean@k, which sharpening alone raises; no paper reports these, so they
+# take no part in a status. The learning-vs-sharpening reading is the slip-template split
 # (chosen by a hash; world 2.0), and the greedy-wrong split shows both flips, never its gain alone
 CONTEXT = (("eval_greedy_final", "greedy", "{:.3f}"), ("eval_pass_final", "pass@k", "{:.3f}"),
            ("eval_slip_greedy_gain", "slip-template greedy change", "{:+.3f}"),
@@ -513,7 +513,7 @@ CONTEXT = (("eval_greedy_final", "greedy", "{:.3f}"), ("eval_pass_final", "pass@
 
 def sharpening_context(runs: pd.DataFrame, methods: list[str]) -> str:
     """'; greedy .61 vs .58; pass@16 ...' from runs.parquet's seed means, for the columns it has
-    (runs evaluated before issue 28, or without a greedy pass, have none or NaN; world 1 has no
+    (runs evaluated without a greedy pass have none or NaN; world 1 has no
     slip templates, so no slip-template change)."""
     means = runs.groupby("method")[[c for c, _, _ in CONTEXT if c in runs]].mean()
     name = "/".join(sorted(set(runs["pass_metric"]) - {""})) if "pass_metric" in runs else ""

@@ -1,4 +1,4 @@
-"""The head-to-head of every RL baseline (issue 14): no paper has it.
+"""The head-to-head of every RL baseline: no paper has it.
 
 Every method of `rl.methods` (whatever it is: GRPO, DAPO, BASIS, V0.5, the critics, ...) has been
 trained from the same start policy at the same `rl.rollouts_per_step` and evaluated by the RL stage
@@ -8,13 +8,13 @@ under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
   ranking.parquet  one row per method: family (the advantage estimator of its spec), loss, sampler,
                    prior, seeds, steps, rollouts per step / per prompt, rollouts consumed, training
                    wall time, final accuracy with its 95% CI, rank, tie group, the methods it ties with;
-                   beside it (issue 28) the seed means of greedy accuracy, pass@k, the slip-template
+                   beside it the seed means of greedy accuracy, pass@k, the slip-template
                    split (world 2.0: greedy on slip and other templates, start, final, change; chosen
                    by a hash, so free of selection) and the greedy-wrong split (held-out problems the
                    start policy answers wrong greedily: mean@k and greedy) with its complement
                    (wrong -> right, right -> wrong, net; `evaluation.splits`); for EVPO the share of
                    steps its switch chose the critic, and `same_as` its VF twin when that was every step;
-                   then (issue 39) the gains over the start policy in mean@k and pass@k (`gain`,
+                   then the gains over the start policy in mean@k and pass@k (`gain`,
                    `pass_gain`), the start's from its `evaluation.start_k` samples a problem (unbiased
                    pass@k), with the hierarchical bootstrap's 95% intervals, and `ci_levels`: the
                    levels that bootstrap resampled, e.g. "1 start x 1 seed x 427 problems"
@@ -25,7 +25,7 @@ under `results/{scale}/head_to_head/` (`Paths.head_to_head`):
                    training wall time up to that step, eval accuracy, greedy accuracy and pass@k (the
                    start policy at step 0 when the DAG evaluates it)
 
-Other start policies (issue 39): `head_to_head.pool` names overlays of trees pre-trained from
+Other start policies: `head_to_head.pool` names overlays of trees pre-trained from
 another `pretrain.start_seed` (configs/overlays/start1.yaml). Their runs of the methods every tree
 ran join this tree's as further starts (grouped by the per-problem `start`): the ranking holds those
 methods, `accuracy` is the mean over starts and seeds, and rules 1 and 3 read the hierarchical
@@ -517,7 +517,7 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     if not methods or not seeds:
         raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
     trees = pool_trees(cfg)
-    if len(trees) > 1:  # issue 39: other start policies' trees (head_to_head.pool), the methods all ran
+    if len(trees) > 1:  # other start policies' trees (head_to_head.pool), the methods all ran
         missing = missing_pool(cfg)
         if missing:
             raise HeadToHeadError(missing)
@@ -528,7 +528,7 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     # every tree's runs, grouped by start below; `runs` (this tree's) keep the columns beside the
     # accuracy (steps, wall time, the splits against this tree's start policy, the curves)
     pooled = {m: runs[m] + [r for t in trees[1:] for r in tree_runs(t, m, pooling)] for m in methods}
-    # an EVPO method whose switch chose the critic at every step trained its twin's run (issue 39):
+    # an EVPO method whose switch chose the critic at every step trained its twin's run:
     # one run, one seed draw, one count in the ranks
     switch = {m: _switch(m, methods, runs[m]) for m in methods}
     for m in methods:
@@ -599,7 +599,7 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                      "accuracy": means[m], "accuracy_sd": float(accs.std(ddof=1)) if len(accs) > 1 else np.nan,
                      "ci_lo": float(lo), "ci_hi": float(hi), "ci_method": how,
                      "tie_group": labels[m], "n_ties": len(ties[m]), "ties_with": ", ".join(ties[m]),
-                     # issue 28: sharpening or learning; added after the columns above
+                     # sharpening or learning; after the columns above, so their order holds
                      **{k: float(np.mean([_sharpening(greedy_and_pass(r.eval[r.eval["checkpoint"] == "final"],
                                                                        r.eval_path))[k] for r in rs]))
                         for k in ("greedy_accuracy", "pass_at_k")},
@@ -608,11 +608,11 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                      **run_lr(rs[0].metrics, rl), "lr_family": lr_family(load_method(m)),
                      "protocol": protocol(m), **switch[m]})
     ranking = pd.DataFrame(rows)
-    # issue 39: gains over the start policy's many-sample evaluation, hierarchical intervals
+    # gains over the start policy's many-sample evaluation, hierarchical intervals
     gains = start_gains(cfg, pooled, owners, key, benchmarks, n_boot, trees)
     ranking = pd.concat([ranking, pd.DataFrame([gains[m] for m in order])], axis=1)
     ranking["ci_levels"] = design.text()
-    ranking["starts"] = design.starts  # issue 39: start policies pooled (head_to_head.pool)
+    ranking["starts"] = design.starts  # start policies pooled (head_to_head.pool)
 
     curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)
     start = start_eval_table(cfg)
@@ -634,7 +634,7 @@ def curve_summary(curves: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
     """Per (method, checkpoint): the seeds' mean step, rollouts, wall time and accuracy, with the
     t-interval of the accuracy when there are >= 2 seeds (NaN otherwise). Methods keep their order."""
     rows = []
-    extra = [c for c in ("greedy_accuracy", "pass_at_k") if c in curves]  # tables from before issue 28 lack them
+    extra = [c for c in ("greedy_accuracy", "pass_at_k") if c in curves]  # older tables lack them
 
     def mean_ci(x: np.ndarray) -> tuple[float, float, float]:
         if len(x) >= 2 and np.isfinite(x).all():

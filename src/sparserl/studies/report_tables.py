@@ -63,10 +63,10 @@ def scale_note(scale: str) -> list[str]:
 
 RANKING_COLUMNS = ("rank", "tie_group", "method", "family", "seeds", "rollouts_total", "wall_time_s",
                    "accuracy", "ci_lo", "ci_hi", "ci_method", "ties_with")
-# (header, column, format): read when the ranking has them (issue 28)
+# (header, column, format): read when the ranking has them (older rankings lack them)
 OPTIONAL_HEADERS = (("protocol", ("protocol", "")), ("EVPO switch", ("critic_switch", "")),
                     ("greedy", ("greedy_accuracy", "{:.3f}")), ("pass@k", ("pass_at_k", "{:.3f}")),
-                    # issue 39: the selection-free slip-template split first, then the greedy-wrong one with
+                    # the selection-free slip-template split first, then the greedy-wrong one with
                     # its complement
                     ("slip split", ("slip_split", "")),
                     ("slip-template greedy start", ("slip_greedy_start", "{:.3f}")),
@@ -93,7 +93,7 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
     def num(x, fmt):
         return (fmt.format(x) if np.isfinite(x) else "—", "num")
 
-    def opt(r, col, fmt):  # issue 28's columns; "—" in a ranking written before them
+    def opt(r, col, fmt):  # optional columns; "—" in a ranking without them
         v = getattr(r, col, np.nan)
         return num(float(v), fmt) if isinstance(v, (int, float, np.number)) else (str(v) or "—", "")
 

@@ -1,4 +1,4 @@
-"""Worlds side by side (issues 28 and 39): what RL gains over its start policy in each, from the RL
+"""Worlds side by side: what RL gains over its start policy in each, from the RL
 summaries alone, as a Markdown fragment. The DAG writes one world's, the run's own
 (`Paths.world_compare`, rule world_compare); docs link there instead of typing numbers.
 

@@ -1,4 +1,5 @@
-"""World 2.0: worked solutions with systematic, problem-dependent slips (issue 28).
+"""World 2.0: worked solutions with systematic, problem-dependent slips, so that
+RL has something to unlearn beyond sharpening the start policy's mode.
 
 A problem's *template* is its operator sequence and the kind of its first pitfall: `p` when
 evaluating left to right would give another value than the usual precedence (`2 + 3 * 4`: 14,

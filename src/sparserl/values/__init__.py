@@ -1,6 +1,6 @@
 """Value models: who says what a prompt's success probability is.
 
-Today: the priors of V0.5 (oracle, constant; `priors`) and the Monte Carlo values of the reference
-and oracle rollout caches (`mcvalues`). Tomorrow: the V0 generalist value model and the Le
-Critique critics, each registered as a prior kind (`priors.register_prior`).
+The priors of V0.5 (oracle, constant, and the V0 generalist value model `v0`, each a prior kind of
+`priors.register_prior`), the Monte Carlo values of the reference and oracle rollout caches
+(`mcvalues`), V0.5's support buffer (`support`) and Le Critique's critic (`critic`, `critic_inputs`).
 """
