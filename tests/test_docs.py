@@ -11,13 +11,11 @@ SCANNED = ("src", "workflow", "configs", "docs", "perf", "Snakefile", "README.md
 # "issue 28", "Issues 28 and 39", "issue #9"; not an upstream tracker's "snakemake#3913"
 ISSUE = re.compile(r"\bissues? #?\d+", re.I)
 DATED_HEADING = re.compile(r"^#+ .*(\b\d{4}-\d{2}(-\d{2})?\b|\bsession \d+|\bthis week\b)", re.I | re.M)
-# strings the program writes into an artifact (a figure caption, a printed line, the schema's
-# descriptions): changing them changes artifact bytes, so they are rewritten with their outputs
+# strings the program writes into an artifact (a figure caption, a printed line): changing them
+# changes artifact bytes, so they are rewritten with their outputs
 LEFT = {
     ("src/sparserl/figures/world.py", "the dashed line issue 28's 25%"),
     ("src/sparserl/studies/world_compare.py", "(written before issue 39)"),
-    ("src/sparserl/core/config.schema.yaml", "the pre-training seed of the start policies (issue 39)"),
-    ("src/sparserl/core/config.schema.yaml", "seeds within them and problems (issue 39)"),
 }
 
 
