@@ -11,12 +11,6 @@ SCANNED = ("src", "workflow", "configs", "docs", "perf", "Snakefile", "README.md
 # "issue 28", "Issues 28 and 39", "issue #9"; not an upstream tracker's "snakemake#3913"
 ISSUE = re.compile(r"\bissues? #?\d+", re.I)
 DATED_HEADING = re.compile(r"^#+ .*(\b\d{4}-\d{2}(-\d{2})?\b|\bsession \d+|\bthis week\b)", re.I | re.M)
-# strings the program writes into an artifact (a figure caption, a printed line): changing them
-# changes artifact bytes, so they are rewritten with their outputs
-LEFT = {
-    ("src/sparserl/figures/world.py", "the dashed line issue 28's 25%"),
-    ("src/sparserl/studies/world_compare.py", "(written before issue 39)"),
-}
 
 
 def scanned_files() -> list[Path]:
@@ -27,11 +21,9 @@ def scanned_files() -> list[Path]:
 
 
 def issue_references(path: Path, text: str) -> list[str]:
-    """'file:line: text' for each line naming a tracker issue, less the LEFT strings."""
+    """'file:line: text' for each line naming a tracker issue."""
     rel = path.relative_to(REPO).as_posix()
-    left = [s for f, s in LEFT if f == rel]
-    return [f"{rel}:{n}: {line.strip()[:100]}" for n, line in enumerate(text.splitlines(), 1)
-            if ISSUE.search(line) and not any(s in line for s in left)]
+    return [f"{rel}:{n}: {line.strip()[:100]}" for n, line in enumerate(text.splitlines(), 1) if ISSUE.search(line)]
 
 
 def test_the_pattern_finds_issue_numbers_and_passes_their_reasons():
@@ -46,12 +38,6 @@ def test_no_issue_numbers_in_code_configs_or_docs():
     hits = [h for p in scanned_files() for h in issue_references(p, p.read_text(errors="replace"))]
     assert hits == [], ("issue numbers; state the reason or the fact the issue stood for instead:\n"
                         + "\n".join(hits))
-
-
-def test_the_strings_left_for_their_artifacts_are_still_there():
-    """Each LEFT entry still matches a line, so the list shrinks when one is rewritten."""
-    stale = [(f, s) for f, s in sorted(LEFT) if s not in (REPO / f).read_text()]
-    assert stale == [], f"{stale}: no longer in the file; remove them from LEFT"
 
 
 def test_doc_sections_are_named_after_their_subject_not_a_date():

@@ -78,6 +78,6 @@ register_figure(
             "pass rate and its mean pass rate over the report's samples at T=1, top-p 1, on the RL "
             "pool and every benchmark level; middle, the share of held-out problems whose greedy "
             "answer is wrong, over all of them, over those of slip templates (where the corpus "
-            "taught a systematic slip) and over the others, the dashed line issue 28's 25%; right, "
+            "taught a systematic slip) and over the others, the dashed line at 25%, the greedy-wrong share world 2.0 was built to exceed so that RL must move the mode; right, "
             "the mean answer length in tokens of the corpus targets and of the sampled responses.",
 )(_draw)

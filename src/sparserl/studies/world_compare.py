@@ -87,7 +87,7 @@ def _raised(gains: pd.Series, what: str, name: str) -> str:
 def _slip_finding(s: pd.DataFrame) -> str:
     """The selection-free reading: greedy on slip templates, start and change, beside the others."""
     if "slip_split" not in s:
-        return "Slip-template split: not in this summary (written before issue 39): rerun `sparserl rl-summary`."
+        return "Slip-template split: not in this summary (written before rl-summary recorded the split): rerun `sparserl rl-summary`."
     if (s["slip_split"] == NO_SLIP).all():
         return "Slip-template split: none; this world has no slip templates (world 1)."
     first = s.iloc[0]
