@@ -1,6 +1,7 @@
 """The figure registry: every figure draws from small synthetic cached tables, the study figures
 keep their ids and paths, RL learning curves and final accuracy, clear errors, generated rules."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -467,3 +468,29 @@ def test_budget_figure_needs_its_runs_and_draws_seed_means(cfg, tmp_path):
     out = make_figure("v0/f5_budget", cfg)
     assert out.read_bytes()[:4] == b"\x89PNG"
 
+
+
+def test_the_cached_theme_draws_what_seaborn_draws_without_importing_it(tmp_path):
+    """apply_style reads seaborn's theme from the user's cache after the first figure job: every
+    rcParam, colour code ("k" is seaborn's near-black) and the PNG of a figure drawn with the
+    default cycle, "k", error bars and bars equal seaborn.set_theme's, and seaborn (0.7 s with
+    scipy.stats) is not imported."""
+    import subprocess
+    import sys
+    code = ("import hashlib, io, json, sys, matplotlib as mpl\nmpl.use('Agg')\nimport matplotlib.pyplot as plt\n"
+            "from sparserl.figures import style\n"
+            "if sys.argv[1] == 'seaborn':\n    import seaborn as sns\n    sns.set_theme(**style.THEME)\n"
+            "else:\n    style.apply_style()\n"
+            "fig, ax = plt.subplots(figsize=(3, 2))\nax.plot([0, 1, 2], [1, 0, 2])\nax.plot([0, 2], [0, 1], 'k--')\n"
+            "ax.bar([0, 1], [1, 2], yerr=[0.2, 0.3], capsize=2)\nax.set_title('t')\nbuf = io.BytesIO()\n"
+            "fig.savefig(buf, format='png')\n"
+            "print(json.dumps([{k: repr(v) for k, v in mpl.rcParams.items()},\n"
+            "                  {c: mpl.colors.to_rgba(c) for c in 'bgrmyck'}, hashlib.sha256(buf.getvalue()).hexdigest(),\n"
+            "                  'seaborn' in sys.modules]))")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", code, a], env=env, capture_output=True, text=True,
+                                      check=True).stdout) for a in ("seaborn", "first", "cached")]
+    for i in range(3):
+        assert runs[0][i] == runs[1][i] == runs[2][i], i
+    assert runs[1][3] and not runs[2][3]  # the first job computes the theme with seaborn, later ones read it
+    assert len(list((tmp_path / "sparserl").glob("seaborn-theme-*.json"))) == 1

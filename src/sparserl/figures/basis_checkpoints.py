@@ -21,7 +21,7 @@ PROTOCOL = ("BASIS protocol (§5.1, App. A): checkpoints of one GRPO run at earl
             "(basis.study_checkpoints), oracle = basis.oracle_n held-out rollouts per prompt of each checkpoint, "
             "reference = the start policy rl.policy (its cached reference rollouts).")
 # Figure 2's two estimators: V^_beta the initial (offline) estimate, V~_beta the refined one
-# (colour: a method name for method_color, which imports seaborn: at drawing, not at import)
+# (colour: a hex colour, or a method name that method_color resolves at drawing)
 ESTIMATORS = {"initial": ("V̂_β  initial (no refinement)", "#7f7f7f", "--", "s"),
               "refined": ("Ṽ_β  refined (BASIS UNB)", "basis_unb", "-", "o")}
 

@@ -100,13 +100,84 @@ ROLE_COLORS = {"Mean": "#595959", "VF": "#1f77b4", "Pvf": "#d62728", "Tether": "
                "VF, λ=0.4^(1/L)": "#aec7e8", "Pvf, λ=0.4^(1/L)": "#ff9896", "start": "#000000"}
 
 
+# seaborn's paper theme, sized to read at a paper's column width
+THEME = {"context": "paper", "style": "whitegrid", "font_scale": 1.05,
+         "rc": {"axes.titlesize": 9, "axes.labelsize": 8.5, "legend.fontsize": 7, "xtick.labelsize": 7.5,
+                "ytick.labelsize": 7.5, "lines.linewidth": 1.4, "savefig.bbox": None, "figure.dpi": 100}}
+
+
+# theme_rc's entries beside the rcParams: the colormap they name, which seaborn registers on import
+# (rocket), and the single-letter colour codes set_theme redefines ("k" is seaborn's near-black)
+COLORMAPS, COLOR_CODES = "colormaps", "color_codes"
+
+
 def apply_style() -> None:
-    """seaborn's paper theme, sized to read at a paper's column width."""
+    """seaborn's `set_theme(**THEME)`, as the rcParams it sets (`theme_rc`), with the colormap
+    they name (seaborn registers it on import) registered from its colours."""
+    import matplotlib as mpl
+    rc = dict(theme_rc())
+    for name, colors in rc.pop(COLORMAPS, {}).items():
+        if name not in mpl.colormaps:
+            mpl.colormaps.register(mpl.colors.ListedColormap([tuple(c) for c in colors], name))
+    for code, rgb in rc.pop(COLOR_CODES, {}).items():
+        mpl.colors.colorConverter.colors[code] = tuple(rgb)  # as seaborn's set_color_codes does
+    mpl.rcParams.update(rc)
+
+
+def seaborn_rc() -> dict:
+    """The rcParams `seaborn.set_theme(**THEME)` changes, computed by seaborn itself, and under
+    COLORMAPS the colours of the colormap they name."""
+    import matplotlib as mpl
     import seaborn as sns
-    sns.set_theme(context="paper", style="whitegrid", font_scale=1.05,
-                  rc={"axes.titlesize": 9, "axes.labelsize": 8.5, "legend.fontsize": 7,
-                      "xtick.labelsize": 7.5, "ytick.labelsize": 7.5, "lines.linewidth": 1.4,
-                      "savefig.bbox": None, "figure.dpi": 100})
+    with mpl.rc_context():
+        before = dict(mpl.rcParams)
+        sns.set_theme(**THEME)
+        after = dict(mpl.rcParams)
+        codes = {c: list(mpl.colors.colorConverter.colors[c]) for c in "bgrmyck"}
+    rc = {k: v for k, v in after.items() if v != before.get(k)}
+    cmap = mpl.colormaps[after["image.cmap"]]
+    rc[COLORMAPS] = {cmap.name: [list(map(float, c)) for c in cmap.colors]}
+    rc[COLOR_CODES] = codes
+    return rc
+
+
+def theme_rc() -> dict:
+    """`seaborn_rc`, cached as JSON per seaborn and matplotlib version and THEME in the user's
+    cache folder: importing seaborn costs about 0.7 s (it imports scipy.stats), paid once a
+    machine, not by each of the DAG's figure jobs. Without a writable cache it is computed."""
+    import json
+    import os
+    from importlib.metadata import version
+    from pathlib import Path
+    blob = json.dumps([THEME, version("seaborn"), version("matplotlib")], sort_keys=True)
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparserl"
+    path = folder / f"seaborn-theme-{hashlib.sha256(blob.encode()).hexdigest()[:16]}.json"
+    try:
+        return _decode(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    rc = seaborn_rc()
+    try:
+        from sparserl.core.artifacts import atomic_write_text
+        atomic_write_text(path, json.dumps({k: v if k in (COLORMAPS, COLOR_CODES) else _encode(v) for k, v in rc.items()},
+                                           sort_keys=True))
+    except (OSError, TypeError):
+        pass
+    return rc
+
+
+def _encode(v):
+    from cycler import Cycler
+    if isinstance(v, Cycler):
+        return {"cycler": {k: list(x) for k, x in v.by_key().items()}}
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _decode(d: dict) -> dict:
+    from cycler import cycler
+    def cyc(by_key: dict):  # JSON made the RGB tuples lists
+        return cycler(**{k: [tuple(c) if isinstance(c, list) else c for c in x] for k, x in by_key.items()})
+    return {k: cyc(v["cycler"]) if isinstance(v, dict) and set(v) == {"cycler"} else v for k, v in d.items()}
 
 
 def _registered() -> tuple[str, ...]:
