@@ -93,7 +93,7 @@ class Inputs:
     summary: Path | None = None
 
     @classmethod
-    def of(cls, cfg: dict) -> "Inputs":
+    def of(cls, cfg: dict) -> Inputs:
         from sparserl.core.paths import Paths
         P = Paths(cfg)
         if not cfg.get("rl"):
@@ -212,7 +212,7 @@ def premises_section(claims: pd.DataFrame) -> list[str]:
         for premise, g in sel.groupby("premise", sort=False):
             out.append(f"- **{status}** ({say[status]}: {', '.join(f'`{i}`' for i in g['id'])}): {premise}")
     absent = rows[rows["premise_status"] == "absent"]
-    out += ["", f"Claims this world cannot judge (premise absent): "
+    out += ["", "Claims this world cannot judge (premise absent): "
             + (", ".join(f"`{i}`" for i in absent["id"]) if len(absent) else "none") + ".", ""]
     return out
 
@@ -321,7 +321,8 @@ def arms_section(t: dict) -> list[str]:
             s = summ.loc[m]
             line += (f"; greedy {_num(s['start_eval_greedy'])} -> {_num(s['eval_greedy_final'])}, gain "
                      f"{_interval(s['eval_greedy_gain'], s['eval_greedy_gain_ci_lo'], s['eval_greedy_gain_ci_hi'])}")
-        out.append(line + f". {reading(r['gain_ci_lo'], r['gain_ci_hi'], r['pass_gain_ci_lo'], r['pass_gain_ci_hi'], metric)}")
+        verdict = reading(r["gain_ci_lo"], r["gain_ci_hi"], r["pass_gain_ci_lo"], r["pass_gain_ci_hi"], metric)
+        out.append(f"{line}. {verdict}")
     out.append("")
     return out
 
