@@ -13,7 +13,7 @@ from sparserl.studies.claims import claim_inputs, html_path as claims_html
 
 
 def claims_targets():
-    return [str(P.claims_md()), str(P.claims_csv()), str(claims_html(P.claims_md()))]
+    return [str(P.claims_md()), str(P.claims_csv()), str(claims_html(P.claims_md())), str(P.results_md())]
 
 
 rule claims:
@@ -40,3 +40,27 @@ rule claims:
     shell:
         "{SPARSERL} claims --config {CONFIGS} --config-name {params.name:q} "
         "--out-md {output.md} --out-csv {output.csv} --out-html {output.html} > {log} 2>&1"
+
+
+# The reading (sparserl.studies.reading): per paper, which claims hold, where its methods rank, the
+# diagnostic arms and the premises, every number a cell of these tables; docs/results_<scale>.md
+# copies it (`sparserl reading --copy-to`). A rebuild rule (sparserl.cli.published.REBUILD_RULES).
+#   snakemake --cores 2 paper_figures/tiny/RESULTS.md
+from sparserl.studies.reading import Inputs as reading_inputs
+
+
+rule reading:
+    input:
+        [str(p) for p in reading_inputs.of(CFG).paths()],
+    output:
+        md=str(P.results_md()),
+    params:
+        name=CONFIG_NAME,
+    log:
+        str(P.stage("logs", "reading.log")),
+    # seconds from cached tables: not worth a cluster job
+    localrule: True
+    resources:
+        **R("cpu_small"),
+    shell:
+        "{SPARSERL} reading --config {CONFIGS} --config-name {params.name:q} --out-md {output.md} > {log} 2>&1"

@@ -240,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.lr_tuning import register as register_lr_tuning; register_lr_tuning(sub, add)
     from sparserl.cli.head_to_head import register as register_head_to_head; register_head_to_head(sub, add)
     from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
+    from sparserl.cli.reading import register as register_reading; register_reading(sub, add)
     from sparserl.cli.show import register as register_show; register_show(sub, add)
     from sparserl.cli.provenance import register as register_provenance
     register_provenance(sub, add)

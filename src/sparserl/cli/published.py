@@ -3,12 +3,12 @@ ranking, the head-to-head and the claims read, as data in the repo (`published/<
 
     sparserl published pack small --results ../sweep/results/small   # add a finished shard's tables
     sparserl published status small                                    # what is published, stale, missing
-    sparserl published rebuild small                                   # figures, ranking, CLAIMS.md; no training
+    sparserl published rebuild small                                   # figures, ranking, CLAIMS.md, RESULTS.md; no training
     sparserl published verify small grpo_g16/seed0                     # rerun one run here, compare
 
 Which tables: a dry run of the config's whole DAG (`snakemake -n --forceall all`) names every job;
-the *rebuild rules* (each figure's rule, claims, head_to_head, head_to_head_aggregates, rl_summary,
-world_compare: seconds from cached tables) are what `rebuild` runs, and what they read, less what
+the *rebuild rules* (each figure's rule, claims, head_to_head, head_to_head_aggregates, reading,
+rl_summary, world_compare: seconds from cached tables) are what `rebuild` runs, and what they read, less what
 they make themselves, is what `pack` publishes, with the tables their producing job writes beside
 them undeclared (a run's per-checkpoint and per-problem evaluations), and the learning-rate tuning's
 tables (`PUBLISHED_OUTPUT_RULES`). Weights never are.
@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[3]  # src/sparserl/cli/published.py -> t
 SCALE_CONFIGS = {"tiny": ["configs/tiny.yaml"], "small": ["configs/small.yaml", "configs/overlays/small_v0.yaml"]}
 # rules that derive tables and figures from cached tables in seconds: rebuild runs them, pack
 # publishes what they read
-REBUILD_RULES = ("claims", "head_to_head", "head_to_head_aggregates", "rl_summary", "world_compare")
+REBUILD_RULES = ("claims", "head_to_head", "head_to_head_aggregates", "reading", "rl_summary", "world_compare")
 # rules whose tables are published though no rebuild rule reads them: the learning-rate tuning's
 # table and its spread over rates and seeds are published data: they show how the rates were chosen
 PUBLISHED_OUTPUT_RULES = ("lr_tune_run", "lr_tuning")
@@ -426,7 +426,7 @@ def cmd_rebuild(args):
     t0 = time.time()
     rc = subprocess.run(cmd, cwd=REPO).returncode
     print(f"rebuild {S.scale}: snakemake rc {rc} in {time.time() - t0:.0f} s; figures under "
-          f"{out / S.figures_dir / S.scale}/, CLAIMS.md there, the ranking in "
+          f"{out / S.figures_dir / S.scale}/, CLAIMS.md and RESULTS.md there, the ranking in "
           f"{out / S.results_dir / S.scale / 'head_to_head'}/")
     return rc
 

@@ -308,6 +308,11 @@ class Paths:
     def claims_csv(self) -> Path:
         return self.figures / "CLAIMS.csv"
 
+    def results_md(self) -> Path:
+        """The reading of the claims and the ranking (`sparserl reading`, sparserl.studies.reading):
+        what docs/results_<scale>.md copies."""
+        return self.figures / "RESULTS.md"
+
     def head_to_head(self, name: str = "ranking") -> Path:
         """A table of the head-to-head of every RL method (`sparserl head-to-head`): ranking, pairs, curves."""
         return self.stage("head_to_head", f"{name}.parquet")
