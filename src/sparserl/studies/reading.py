@@ -47,7 +47,7 @@ PAIRS_NEED = ("a", "b", "diff", "ci_lo", "ci_hi", "separated")
 IQM_NEED = ("rank", "method", "metric", "iqm", "ci_lo", "ci_hi")
 SUMMARY_NEED = ("method", "seeds", "start_eval_greedy", "eval_greedy_final", "eval_greedy_gain",
                 "eval_greedy_gain_ci_lo", "eval_greedy_gain_ci_hi")
-# the diagnostic arms of issue 28 (configs/small.yaml's rl.methods): advantage A = r and A = r - 1
+# the diagnostic arms that tell learning from sharpening (configs/small.yaml's rl.methods): advantage A = r and A = r - 1
 ARMS = (("positive_only_g1", "positive-only (A = r)"), ("negative_only_g1", "negative-only (A = r - 1)"))
 
 
