@@ -9,7 +9,9 @@ import yaml
 
 from sparserl.core.artifacts import write_json, write_table
 from sparserl.core.paths import Paths
+from sparserl.core.stats import t_interval
 from sparserl.studies import claims as C
+from sparserl.studies.claims import rl as CR
 
 BENCH = {"add_sub_2x1digit": 20, "add_sub_3x1digit": 30}
 
@@ -459,12 +461,12 @@ def test_bootstrap_intervals_are_widened_to_t_over_few_seeds():
     """A percentile bootstrap over 3 seeds is narrower than t over them: the claims keep the wider."""
     boot = C.Interval(0.05, 0.03, 0.07, "hierarchical bootstrap (2000x): 1 start x 3 seeds x 50 problems")
     t = C.Interval(0.05, -0.01, 0.11, "paired t over 3 seeds")
-    wide = C._no_narrower_than_t(boot, t)
+    wide = CR._no_narrower_than_t(boot, t)
     assert (wide.lo, wide.hi, wide.value) == (-0.01, 0.11, 0.05)
     assert wide.method.endswith("widened to paired t over 3 seeds")
-    assert C._no_narrower_than_t(boot, C.Interval(0.05, 0.04, 0.06, "t")) is boot  # t inside: unchanged
-    assert C._no_narrower_than_t(boot, None) is boot
-    assert C._no_narrower_than_t(boot, C.Interval(0.05, np.nan, np.nan, "1 seed: no interval")) is boot
+    assert CR._no_narrower_than_t(boot, C.Interval(0.05, 0.04, 0.06, "t")) is boot  # t inside: unchanged
+    assert CR._no_narrower_than_t(boot, None) is boot
+    assert CR._no_narrower_than_t(boot, C.Interval(0.05, np.nan, np.nan, "1 seed: no interval")) is boot
 
 
 # --------------------------------------------------------------------------- two start policies
@@ -573,9 +575,9 @@ def test_pooled_seeds_widen_to_t_over_the_runs(repo, tmp_path, monkeypatch):
     ctx = C.Context(pooled)
     iv = C.rl_accuracy(ctx, "v05_osla", "grpo_g16")
     assert "2 starts x 2 seeds x 50 problems (2 benchmarks); resampled: starts, seeds, problems" in iv.method
-    arm = {m: C._runs_array(ctx, m, ctx.trees())[0] for m in ("v05_osla", "grpo_g16")}
-    bench = C._runs_array(ctx, "grpo_g16", ctx.trees())[1]["benchmark"].to_numpy()
-    diffs = C._run_accuracies(arm["v05_osla"], bench) - C._run_accuracies(arm["grpo_g16"], bench)
-    _, tlo, thi = C.t_interval(diffs.to_numpy())
+    arm = {m: CR._runs_array(ctx, m, ctx.trees())[0] for m in ("v05_osla", "grpo_g16")}
+    bench = CR._runs_array(ctx, "grpo_g16", ctx.trees())[1]["benchmark"].to_numpy()
+    diffs = CR._run_accuracies(arm["v05_osla"], bench) - CR._run_accuracies(arm["grpo_g16"], bench)
+    _, tlo, thi = t_interval(diffs.to_numpy())
     assert iv.lo <= tlo + 1e-12 and iv.hi >= thi - 1e-12
     assert iv.method.endswith("widened to paired t over 4 runs (starts x seeds)")

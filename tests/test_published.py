@@ -168,7 +168,7 @@ def test_origin_line_names_commits_and_stale_groups(tmp_path):
                                                    "config_hashes": ["h1"], "stale_groups": ["V0"]}))
     assert pub.origin_line(tmp_path) == ("from published tables at commit aaaaaaaaaaaa (published/small; config h1); "
                                          "STALE against this config: V0")
-    from sparserl.studies.claims import _header_lines
+    from sparserl.studies.claims.table import _header_lines
     head = _header_lines("small", "small.yaml", "h2", "b" * 40, "rows", origin=pub.origin_line(tmp_path))
     assert head[1] == f"Measured {pub.origin_line(tmp_path)}."
 

@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from sparserl.studies import claims, head_to_head
 from sparserl.core import stats as S
+from sparserl.studies import head_to_head
+from sparserl.studies.claims import rule as claims
 
 # t_{0.975, df}, solved to 40 digits on the regularised incomplete beta (mpmath)
 T975 = {1: 12.706204736174705, 2: 4.302652729749464, 10: 2.228138851986275, 32 / 19: 5.176231628546520}

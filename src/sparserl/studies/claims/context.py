@@ -1,0 +1,64 @@
+"""The artifacts a claim measure reads, each read once (`Context`), and the trees of other start
+policies it pools.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from sparserl.core.artifacts import read_table
+from sparserl.core.paths import Paths
+
+from .rule import BadArtifact, MissingArtifact
+
+
+@dataclass
+class Context:
+    """The config, its paths, and each artifact read once."""
+
+    cfg: dict
+    P: Paths = field(init=False)
+    _cache: dict = field(default_factory=dict, init=False)
+
+    def __post_init__(self):
+        self.P = Paths(self.cfg)
+
+    def trees(self) -> list:
+        """This tree, then each start policy's tree of `head_to_head.pool` (`head_to_head.pool_trees`)."""
+        if "trees" not in self._cache:
+            self._cache["trees"] = pooled_trees(self.cfg)
+        return self._cache["trees"]
+
+    def table(self, path, need=()) -> pd.DataFrame:
+        """The table at `path`; `need`: the columns the caller reads (a missing one is an error)."""
+        path = Path(path)
+        if path not in self._cache:
+            if not path.exists():
+                raise MissingArtifact(f"{path}: artifact not found; run `snakemake --cores 2 {path}` "
+                                      f"(or the rule that makes it) with this config")
+            self._cache[path] = read_table(path)
+        df = self._cache[path]
+        lacking = [c for c in need if c not in df.columns]
+        if lacking:
+            raise BadArtifact(f"{path}: no column(s) {lacking} (it has {list(df.columns)}); it was written by "
+                              f"older code or by hand: delete it and rebuild it with `snakemake --cores 2 {path}`")
+        return df
+
+    def json(self, path) -> dict:
+        path = Path(path)
+        if path not in self._cache:
+            if not path.exists():
+                raise MissingArtifact(f"{path}: artifact not found; run `snakemake --cores 2 {path}` with this config")
+            self._cache[path] = json.loads(path.read_text())
+        return self._cache[path]
+
+
+def pooled_trees(cfg: dict) -> list:
+    from sparserl.studies.head_to_head import HeadToHeadError, pool_trees
+    try:
+        return pool_trees(cfg)
+    except HeadToHeadError as e:
+        raise BadArtifact(str(e)) from None
