@@ -361,7 +361,7 @@ def test_figure_draws_table2_with_basis_deltas(repo, tmp_path, monkeypatch):
         for j, b in enumerate(["products_3x1digit", "equations_1var", "sequences_4term"]):
             rows.append({"suite": "reasoning_gym", "benchmark": b, "metric": "mean@16", "policy": label, "method": m,
                          "seed": s, "score": base[m] + 0.1 * j + 0.01 * (s or 0), "problems": 128})
-    write_table(ood._table(rows), OODPaths(cfg).table(), cfg=cfg)
+    write_table(ood.to_table(rows), OODPaths(cfg).table(), cfg=cfg)
     png = make_figure("basis/t2_ood", cfg)
     assert png.resolve() == tmp_path / "paper_figures/tiny/basis/t2_ood.png" and png.stat().st_size > 0
     csv = pd.read_csv(png.with_suffix(".csv")).set_index("row")
