@@ -215,3 +215,26 @@ def test_the_second_start_overlays_load_over_tiny_and_small(repo):
         assert borrowed(s1) == (Path(f"results/{scale}/tuning/lr.json") if scale == "small" else None)
         pooled = load_config([repo / f"configs/{scale}.yaml", repo / "configs/overlays/pool_start1.yaml"])
         assert pooled["head_to_head"]["pool"] == ["configs/overlays/start1.yaml"] and "head_to_head" not in base
+
+
+def test_config_show_names_where_each_value_came_from(tmp_path, capsys):
+    """`sparserl config show`: a value a file sets names the file, a --set names the command line
+    (typed by the schema), an unset one the defaults; --key filters; a --set without '=' fails."""
+    import pytest
+    from sparserl.cli import main
+    from sparserl.cli.config import origins
+    repo = Path(__file__).resolve().parents[1]
+    over = tmp_path / "over.yaml"
+    over.write_text("rl:\n  lr: 0.002\n")
+    cfg, rows = origins([str(repo / "configs/tiny.yaml"), str(over)], ["rl.steps=7"])
+    where = {k: w for k, _, w in rows}
+    value = {k: v for k, v, _ in rows}
+    assert where["rl.lr"] == str(over) and value["rl.lr"] == 0.002
+    assert where["rl.steps"] == "--config rl.steps=7" and value["rl.steps"] == 7 == cfg["rl"]["steps"]
+    assert where["rl.policy"] == str(repo / "configs/tiny.yaml")
+    assert where["results_dir"] == "default"
+    assert main(["config", "show", "--config", str(repo / "configs/tiny.yaml"), "--key", "rl.lr"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("rl.lr ") and "configs/tiny.yaml]" in out and "rl.steps" not in out
+    with pytest.raises(SystemExit, match="give key=value"):
+        origins([str(repo / "configs/tiny.yaml")], ["rl.steps"])

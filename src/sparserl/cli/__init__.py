@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sparserl.cli.claims import register as register_claims; register_claims(sub, add)
     from sparserl.cli.reading import register as register_reading; register_reading(sub, add)
     from sparserl.cli.show import register as register_show; register_show(sub, add)
+    from sparserl.cli.config import register as register_config; register_config(sub, add)
     from sparserl.cli.provenance import register as register_provenance
     register_provenance(sub, add)
     from sparserl.cli.world_compare import register as register_world_compare
