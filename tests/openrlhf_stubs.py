@@ -136,7 +136,7 @@ def argv_flags(argv) -> dict:
 def restore_patches_after(monkeypatch) -> None:
     """What the worker hook (`patches.install_patches`) changes in this process, put back when the
     test ends: module attributes, wrapped methods of imported modules, sys.meta_path."""
-    from sparserl.engines.openrlhf.patches import METHOD_PATCHES, PATCHES
+    from sparserl.engines.openrlhf.patches import METHOD_PATCHES, PATCHES, ray_actor_classes
     for modname, attrs in PATCHES.items():
         mod = sys.modules.get(modname)
         for a in attrs if mod is not None else ():
@@ -145,5 +145,6 @@ def restore_patches_after(monkeypatch) -> None:
         mod = sys.modules.get(modname)
         for a in attrs if mod is not None else ():
             cls, name = getattr(mod, a.split(".")[0]), a.split(".")[1]
-            monkeypatch.setattr(cls, name, cls.__dict__[name])
+            for c in [cls, *ray_actor_classes(mod, cls, name)]:
+                monkeypatch.setattr(c, name, c.__dict__[name])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))

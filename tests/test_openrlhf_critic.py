@@ -630,6 +630,18 @@ def test_critic_method_flags(orl, tmp_path, name, estimator, privileged):
     assert args.critic.lr_scheduler == "constant_with_warmup"
 
 
+def test_a_configured_save_cadence_is_a_critic_runs_resume_cadence(orl, tmp_path):
+    """rl.openrlhf's ckpt.save_steps replaces the sized cadence (no model shape needed: a local
+    policy not trained yet has none); the evaluated steps are still saved, with HF copies."""
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.methods.spec import load_method
+    cfg = _cfg(tmp_path)
+    cfg["policies"] = {"qwen3_4b": {"source": "pretrain"}}
+    cfg["rl"]["openrlhf"] = {"ckpt.save_steps": 7}
+    f = _flags(openrlhf_argv(cfg, load_method("lc_vf"), 0, tmp_path / "final", policy_path="/models/q"))
+    assert f["ckpt.save_steps"] == "7" and f["sparserl.hf_steps"] == ["35", "60"]
+
+
 def test_methods_without_a_critic_get_no_critic_flags(orl, tmp_path):
     from sparserl.engines.openrlhf.flags import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
@@ -754,7 +766,7 @@ def _critique_run(orl, monkeypatch, ckpt_path, steps, *, resume=False, save_step
         st = trainer.ppo_train()
         trainer.replay_buffer.clear()
         return st
-    base = orl.ppo_trainer.BasePPOTrainer
+    base = orl.ppo_trainer.PPOTrainer.__ray_metadata__.modified_class  # the class a Ray worker runs
     openrlhf_stubs.restore_patches_after(monkeypatch)
     install_patches()  # the worker hook's method patches
     ppo = base.__new__(base)

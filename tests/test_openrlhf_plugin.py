@@ -1099,7 +1099,8 @@ def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, 
     else:
         assert every == 100
 
-    base, strat = orl.ppo_trainer.BasePPOTrainer, DeepspeedStrategy
+    # the class a Ray worker runs for PPOTrainer (ray.remote copied BasePPOTrainer's methods into it)
+    base, strat = orl.ppo_trainer.PPOTrainer.__ray_metadata__.modified_class, DeepspeedStrategy
     hf_written = []
     openrlhf_stubs.restore_patches_after(monkeypatch)
     monkeypatch.setattr(strat, "save_model", lambda self, model, tok, out, **kw: hf_written.append(Path(out).name))

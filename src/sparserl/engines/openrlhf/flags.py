@@ -191,8 +191,11 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     if "ppo_epochs" in rl:
         f["train.max_epochs"] = int(rl["ppo_epochs"])
     if critic_warmup_steps(method) and resume_every is None:
-        from sparserl.engines.sizing import rl_resume_save_steps
-        resume_every = rl_resume_save_steps(cfg, method)
+        if "ckpt.save_steps" in over:  # the config's own cadence (applied with the overrides below)
+            resume_every = int(over["ckpt.save_steps"])
+        else:
+            from sparserl.engines.sizing import rl_resume_save_steps
+            resume_every = rl_resume_save_steps(cfg, method)
     f["ckpt.save_steps"] = save_steps(rl, method, resume_every)
     f["sparserl.hf_steps"] = hf_steps(rl, method)  # saved too, the only HF copies (checkpoints)
     # a retried job resumes from <ckpt.path>/_actor (and _critic: the critic's fit counter and

@@ -84,13 +84,27 @@ def _apply(modname: str, module) -> list[tuple[str, str]]:
     for attr, target in METHOD_PATCHES.get(modname, {}).items():
         owner, _, name = attr.partition(".")
         cls = getattr(module, owner)
-        current = cls.__dict__[name]
-        original = getattr(current, ORIGINAL, current)  # wrap OpenRLHF's method once, however often applied
-        method = _resolve(target)(original)
-        setattr(method, ORIGINAL, original)
-        setattr(cls, name, method)
+        for c in [cls, *ray_actor_classes(module, cls, name)]:
+            current = c.__dict__[name]
+            original = getattr(current, ORIGINAL, current)  # wrap OpenRLHF's method once, however often applied
+            method = _resolve(target)(original)
+            setattr(method, ORIGINAL, original)
+            setattr(c, name, method)
         done.append((modname, attr))
     return done
+
+
+def ray_actor_classes(module, cls, name: str) -> list[type]:
+    """The classes Ray runs for the `@ray.remote` subclasses of `cls` in `module` that hold their
+    own copy of method `name`: `ray.remote` copies every method into the actor's class when the
+    module executes (its tracing wrappers), before our patch of `cls` (PPOTrainer's
+    save_logs_and_checkpoints). Ray pickles that class by value into the worker."""
+    out = []
+    for obj in list(vars(module).values()):
+        mc = getattr(getattr(obj, "__ray_metadata__", None), "modified_class", None)
+        if isinstance(mc, type) and issubclass(mc, cls) and name in mc.__dict__:
+            out.append(mc)
+    return out
 
 
 class _PatchingLoader(importlib.abc.Loader):
