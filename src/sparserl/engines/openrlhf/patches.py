@@ -12,7 +12,8 @@ at once where the module is already imported, else right after its first import 
 hook on sys.meta_path, so vLLM and other workers that never import the trainer pay nothing).
 `METHOD_PATCHES` wraps methods of OpenRLHF's classes the same way (the save plan and the critic
 state beside its checkpoints, `checkpoints`): classes importable by name reach the workers by
-reference, so the wrapped method is what they run.
+reference, so the wrapped method is what they run; a `@ray.remote` subclass holds a copy of the
+method, wrapped too (`ray_actor_classes`).
 """
 from __future__ import annotations
 
