@@ -131,3 +131,20 @@ def argv_flags(argv) -> dict:
         else:
             out[key].append(a)
     return {k: (v[0] if len(v) == 1 else (v or True)) for k, v in out.items()}
+
+
+def restore_patches_after(monkeypatch) -> None:
+    """What the worker hook (`patches.install_patches`) changes in this process, put back when the
+    test ends: module attributes, wrapped methods of imported modules, sys.meta_path."""
+    from sparserl.engines.openrlhf.patches import METHOD_PATCHES, PATCHES, ray_actor_classes
+    for modname, attrs in PATCHES.items():
+        mod = sys.modules.get(modname)
+        for a in attrs if mod is not None else ():
+            monkeypatch.setattr(mod, a, getattr(mod, a))
+    for modname, attrs in METHOD_PATCHES.items():
+        mod = sys.modules.get(modname)
+        for a in attrs if mod is not None else ():
+            cls, name = getattr(mod, a.split(".")[0]), a.split(".")[1]
+            for c in [cls, *ray_actor_classes(mod, cls, name)]:
+                monkeypatch.setattr(c, name, c.__dict__[name])
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -483,12 +485,8 @@ def _critic_trainer(orl, args, model, monkeypatch, micro=2, gas=2):
 def test_worker_hook_installs_the_critic_trainer(orl, monkeypatch):
     """CriticModelActor looks `CriticPPOTrainer` up in ppo_critic: the hook puts ours there."""
     from sparserl.engines.openrlhf import critic as C
-    from sparserl.engines.openrlhf.patches import PATCHES, install_patches
-    for modname, attrs in PATCHES.items():  # restored after the test
-        mod = sys.modules.get(modname)
-        for a in attrs if mod is not None else ():
-            monkeypatch.setattr(mod, a, getattr(mod, a))
-    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    from sparserl.engines.openrlhf.patches import install_patches
+    openrlhf_stubs.restore_patches_after(monkeypatch)
     install_patches()
     assert orl.ppo_critic.CriticPPOTrainer is C.SparseRLCriticTrainer
     assert orl.ppo_actor.ActorPPOTrainer is C.SparseRLActorTrainer
@@ -620,12 +618,28 @@ def test_critic_method_flags(orl, tmp_path, name, estimator, privileged):
     assert f["critic.freezing_steps"] == "9"  # 10 critic-only steps x 2 updates = 20
     assert f["critic.num_gpus_per_node"] == f["actor.num_gpus_per_node"]
     assert f["data.max_samples"] == str((100 + 10) * 64)  # the policy still gets 100 steps
-    assert 10 % int(f["ckpt.save_steps"]) == 0  # policy step s is saved at global step s + 10
+    # policy step s is global step s + 10: the evaluated 25 and 50 saved there, besides a resume
+    # point every few hours of work (not the gcd with 10); a retry resumes, critic state included
+    from sparserl.engines.sizing import rl_resume_save_steps
+    assert f["sparserl.hf_steps"] == ["35", "60"] and f["ckpt.load_enable"] is True
+    assert f["ckpt.save_steps"] == str(rl_resume_save_steps(_cfg(tmp_path), m))
     assert json.loads(f["sparserl.spec"])["critic"]["privileged"] == privileged
     args = parse_args(argv)  # OpenRLHF's own checks; the critic survives them for tether too
     assert args.critic.model_name_or_path == "/models/q" and args.critic.freezing_steps == 9
     assert args.critic.adam.lr == m.critic.lr and args.algo.advantage.estimator == estimator
     assert args.critic.lr_scheduler == "constant_with_warmup"
+
+
+def test_a_configured_save_cadence_is_a_critic_runs_resume_cadence(orl, tmp_path):
+    """rl.openrlhf's ckpt.save_steps replaces the sized cadence (no model shape needed: a local
+    policy not trained yet has none); the evaluated steps are still saved, with HF copies."""
+    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.methods.spec import load_method
+    cfg = _cfg(tmp_path)
+    cfg["policies"] = {"qwen3_4b": {"source": "pretrain"}}
+    cfg["rl"]["openrlhf"] = {"ckpt.save_steps": 7}
+    f = _flags(openrlhf_argv(cfg, load_method("lc_vf"), 0, tmp_path / "final", policy_path="/models/q"))
+    assert f["ckpt.save_steps"] == "7" and f["sparserl.hf_steps"] == ["35", "60"]
 
 
 def test_methods_without_a_critic_get_no_critic_flags(orl, tmp_path):
@@ -676,3 +690,150 @@ def test_answer_context_prefers_the_privileged_label_field(orl):
     s[0].labels = [encode_label("u0", None), encode_label("u0", "3")]
     with pytest.raises(ValueError, match="'answer'"):
         privileged_contexts("answer", s, tok)
+
+
+# --------------------------------------------------------------------------- resume
+
+
+class Dispatch:
+    """A RayActorGroup stand-in answering `async_run_method` by method name (None if unknown)."""
+
+    def __init__(self, **methods):
+        self.methods, self.calls = methods, []
+
+    def async_run_method(self, method_name, **kw):
+        self.calls.append((method_name, kw))
+        fn = self.methods.get(method_name)
+        return [fn(**kw) if fn else None]
+
+
+def _ckpt_strategy(args, gas):
+    """FakeStrategy with DeepSpeed's checkpoint layout (<dir>/<tag>/mp_rank_00_model_states.pt: the
+    model, optimiser and scheduler; then <dir>/latest) and its `save_ckpt` wrapped as the worker
+    hook wraps DeepSpeed's (`patches.METHOD_PATCHES`)."""
+    from sparserl.engines.openrlhf import checkpoints
+
+    class CkptStrategy(FakeStrategy):
+        optim = sched = None
+
+        def _ds_save_ckpt(self, model, save_dir, tag=None, max_num=3, max_mem=1000, client_state=None,
+                          save_latest=True, metric_value=None, metric_key=None):
+            (Path(save_dir) / tag).mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.state_dict(), "optim": self.optim.state_dict(),
+                        "sched": self.sched.state_dict()}, Path(save_dir) / tag / "mp_rank_00_model_states.pt")
+            (Path(save_dir) / "latest").write_text(tag)
+
+        save_ckpt = checkpoints.save_ckpt(_ds_save_ckpt)
+
+        def load_ckpt(self, model, load_dir):
+            tag = (Path(load_dir) / "latest").read_text()
+            st = torch.load(Path(load_dir) / tag / "mp_rank_00_model_states.pt", weights_only=False)
+            model.load_state_dict(st["model"])
+            self.optim.load_state_dict(st["optim"])
+            self.sched.load_state_dict(st["sched"])
+
+    return CkptStrategy(args, gas)
+
+
+def _critique_run(orl, monkeypatch, ckpt_path, steps, *, resume=False, save_steps=2):
+    """Global steps `steps` of a Le Critique critic (warm-up 5 updates, N = 2: 3 critic-only steps)
+    through OpenRLHF's PPO loop: its ppo_train, and its save_logs_and_checkpoints as the worker hook
+    patches it, saving through OpenRLHF's own `CriticModelActor.save_checkpoint`. `resume`: a retry,
+    which loads the critic's DeepSpeed checkpoint before building the trainer, as `CriticModelActor`
+    does. Returns (trainer, {global step: (critic status, critic trainer state)})."""
+    from sparserl.engines.openrlhf import critic as C
+    from sparserl.engines.openrlhf.patches import install_patches
+    spec = {"estimator": "gae", "critic": {"privileged": "answer", "warmup_updates": 5, "replay_reuse": 2}}
+    args = _args(spec)
+    args.ds.enable_sleep = True
+    args.critic.freezing_steps = 2
+    args.ckpt = SimpleNamespace(path=str(ckpt_path), load_enable=True, save_steps=save_steps, max_num=2, max_mem=1000)
+    args.sparserl.hf_steps = []
+    args.logger = SimpleNamespace(logging_steps=1)
+    model = tiny_critic(orl)
+    strategy = _ckpt_strategy(args, gas=2)
+    strategy.optim = torch.optim.SGD(model.parameters(), lr=0.5)
+    strategy.sched = torch.optim.lr_scheduler.LambdaLR(strategy.optim, lambda _s: 1.0)
+    if resume:  # CriticModelActor.init_model_from_pretrained: load, then build the trainer
+        strategy.load_ckpt(model, str(Path(ckpt_path) / "_critic"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    trainer = C.SparseRLCriticTrainer(strategy, critic=model, critic_optim=strategy.optim,
+                                      critic_scheduler=strategy.sched, micro_train_batch_size=2, value_clip=0.5)
+    actor_cls = orl.ppo_critic.CriticModelActor.__ray_actor_class__  # OpenRLHF's class under ray.remote
+    critic_actor = SimpleNamespace(strategy=strategy, critic=model, disable_ds_ckpt=False)
+
+    def critic_fit():
+        st = trainer.ppo_train()
+        trainer.replay_buffer.clear()
+        return st
+    base = orl.ppo_trainer.PPOTrainer.__ray_metadata__.modified_class  # the class a Ray worker runs
+    openrlhf_stubs.restore_patches_after(monkeypatch)
+    install_patches()  # the worker hook's method patches
+    ppo = base.__new__(base)
+    ppo.args, ppo.kl_ctl = args, SimpleNamespace(value=0.0)
+    ppo.wandb_logger = ppo.tensorboard_logger = None
+    ppo.best_eval_metric_key, ppo.best_eval_metric_value, ppo._latest_eval_metric_value = None, float("-inf"), None
+    ppo.critic_model_group = Dispatch(fit=critic_fit, save_checkpoint=lambda **kw: actor_cls.save_checkpoint(
+        critic_actor, **kw))
+    ppo.actor_model_group = Dispatch(fit=lambda **kw: {"policy_loss": 0.0})
+    maker = _maker(orl, args, model)
+    out = {}
+    for g in steps:  # g: the global step this train_step ends (PPOTrainer.fit's counter after it)
+        samples = _samples(orl, _rollouts(seed=10 + g, n_prompts=2, k=4))
+        exps = maker.compute_advantages_and_returns(maker.make_experience(samples))
+        for e in exps:
+            trainer.replay_buffer.append(copy.deepcopy(e))
+        status = ppo.ppo_train(g - 1)
+        ppo.save_logs_and_checkpoints(g, status, {"global_step": g})
+        out[g] = (status, copy.deepcopy(trainer.sparserl_state()))
+    return trainer, out
+
+
+def _same_state(a: dict, b: dict) -> None:
+    assert (a["fits"], a["value_updates"]) == (b["fits"], b["value_updates"])
+    fa, fb = a["fifo"], b["fifo"]
+    assert fa["rng"] == fb["rng"] and fa["evicted_unused"] == fb["evicted_unused"]
+    assert [e["uses"] for e in fa["entries"]] == [e["uses"] for e in fb["entries"]]
+    for ea, eb in zip(fa["entries"], fb["entries"], strict=True):
+        for k in ("sequences", "attention_mask", "action_mask", "values", "returns"):
+            torch.testing.assert_close(ea["item"][k], eb["item"][k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("saved,killed", [(2, 3), (4, 5)])  # in the warm-up (3 critic-only steps), after it
+def test_critic_resumes_its_warmup_and_replay(orl, no_ray, monkeypatch, tmp_path, saved, killed):
+    """Killed after global step `killed` with its last save at `saved` and retried: the retry's
+    critic has the uninterrupted run's fit count, value updates and FIFO (items, uses, RNG) at
+    `saved`, and its next steps log the same critic metrics. A retry that starts the critic's
+    trainer over (fits 0, empty FIFO, as before its state was saved) does not."""
+    from sparserl.engines.openrlhf.checkpoints import critic_state_file
+    _, whole = _critique_run(orl, monkeypatch, tmp_path / "whole", range(1, 7))
+    _critique_run(orl, monkeypatch, tmp_path / "retried", range(1, killed + 1))
+    critic_dir = tmp_path / "retried" / "_critic"
+    assert (critic_dir / "latest").read_text() == f"global_step{saved}"
+    assert sorted(p.name for p in critic_dir.glob("global_step*")) == [f"global_step{s}" for s in (2, 4) if s <= killed]
+    assert critic_state_file(critic_dir / f"global_step{saved}", 0).is_file()
+
+    retry, after = _critique_run(orl, monkeypatch, tmp_path / "retried", range(saved + 1, 7), resume=True)
+    # the restored state is the one step `saved` left (before the retry's first step)...
+    saved_state = torch.load(critic_state_file(critic_dir / f"global_step{saved}", 0), weights_only=False)
+    assert saved_state["step"] == saved == saved_state["state"]["fits"]
+    _same_state(saved_state["state"], whole[saved][1])
+    # ... and every later step matches the uninterrupted run: state and logged critic metrics
+    for g in range(saved + 1, 7):
+        _same_state(after[g][1], whole[g][1])
+        assert after[g][0].keys() == whole[g][0].keys()
+        for k in after[g][0]:
+            assert after[g][0][k] == pytest.approx(whole[g][0][k], rel=1e-6, abs=1e-9), (g, k)
+    assert [whole[g][0]["critic_warmup"] for g in range(1, 7)] == [1, 1, 1, 0, 0, 0]
+
+    # control: the critic's weights restored, its trainer started over (what main's code did)
+    (tmp_path / "fresh" / "_critic").mkdir(parents=True)
+    shutil.copytree(critic_dir / f"global_step{saved}", tmp_path / "fresh" / "_critic" / f"global_step{saved}")
+    (tmp_path / "fresh" / "_critic" / "latest").write_text(f"global_step{saved}")
+    critic_state_file(tmp_path / "fresh" / "_critic" / f"global_step{saved}", 0).unlink()
+    with pytest.raises(RuntimeError, match="has no saved trainer state"):
+        _critique_run(orl, monkeypatch, tmp_path / "fresh", range(saved + 1, 7), resume=True)
+    monkeypatch.setattr("sparserl.engines.openrlhf.checkpoints.load_critic_state", lambda *a: None)
+    _, over = _critique_run(orl, monkeypatch, tmp_path / "fresh", [saved + 1], resume=True)
+    assert over[saved + 1][1]["fits"] == 1 != whole[saved + 1][1]["fits"]
+    assert over[saved + 1][0] != pytest.approx(whole[saved + 1][0], rel=1e-6)

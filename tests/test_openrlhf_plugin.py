@@ -376,10 +376,7 @@ def test_install_patches_sets_the_module_attributes(orl, monkeypatch):
     from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker
     from sparserl.engines.openrlhf.losses import SparseRLPolicyLoss
     from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
-    for modname, attrs in launcher.PATCHES.items():
-        mod = sys.modules.get(modname)
-        for a in attrs if mod is not None else ():
-            monkeypatch.setattr(mod, a, getattr(mod, a))  # restored after the test
+    openrlhf_stubs.restore_patches_after(monkeypatch)
     assert orl.ppo_trainer.RemoteExperienceMaker is orl.em.RemoteExperienceMaker
     launcher.worker_process_setup()  # what Ray runs in each worker
     assert orl.ppo_trainer.RemoteExperienceMaker is SparseRLExperienceMaker
@@ -1061,25 +1058,75 @@ def test_paper_scale_evaluation_finds_openrlhf_checkpoints(orl, tmp_path):
     assert got[0][1] == Path(f["ckpt.path"]) / "global_step25_hf" and got[-1][1] == run.final
 
 
-def test_paper_runs_resume_and_write_hf_checkpoints_only_where_evaluated(orl, repo, tmp_path):
-    """A retried 48 h job resumes from its DeepSpeed checkpoint (--ckpt.load_enable, one kept),
-    and OpenRLHF, which writes an HF checkpoint at every save step, writes them only at the steps
-    the paper config evaluates (400 steps, eval_fractions 0.25/0.5/0.75; `final/` is the last)."""
+class _Saves:
+    """A RayActorGroup stand-in recording the tags `save_checkpoint` is asked for."""
+
+    def __init__(self):
+        self.tags = []
+
+    def async_run_method(self, method_name, **kw):
+        if method_name == "save_checkpoint":
+            self.tags.append(kw["tag"])
+        return []
+
+
+@pytest.mark.parametrize("name", ["grpo_g16", "lc_math_vf_g8"])
+def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, tmp_path, monkeypatch, name):
+    """A retried 48 h job resumes from its DeepSpeed checkpoint (--ckpt.load_enable, two kept).
+    OpenRLHF's save_logs_and_checkpoints, patched by the worker hook, saves at the evaluated steps
+    (400 steps, eval_fractions 0.25/0.5/0.75: policy step s is global step s + W, W = 10 for a
+    critic) and every --ckpt.save_steps; HF copies only at the evaluated steps (`final/` is the
+    last). The lc_math runs saved every 10 steps (the gcd of 110, 210, 310 and 400 + 10): 41 HF
+    copies; now a resume point every few hours of estimated work (sizing)."""
     from sparserl.core.config import load_config
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines import sizing as S
+    from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
-    from sparserl.methods.spec import load_method, snapshot_steps, total_steps
+    from sparserl.methods.spec import load_method, total_steps
+    from openrlhf.utils.deepspeed.deepspeed import DeepspeedStrategy
     cfg = load_config(repo / "configs/paper.yaml")
     cfg["results_dir"] = str(tmp_path / "results")
-    m = load_method("grpo_g16")
+    m = load_method(name)
+    W = critic_warmup_steps(m)
     args = parse_args(openrlhf_argv(cfg, m, 0, tmp_path / "final", policy_path="p"))
     assert args.ckpt.load_enable is True and args.ckpt.max_num == 2 and args.ckpt.save_hf is True
-    n = total_steps(cfg["rl"], m)
-    hf = [s for s in range(1, n + 1) if s % args.ckpt.save_steps == 0]  # OpenRLHF's save rule
-    assert hf == snapshot_steps(cfg["rl"], m) + [n] == [100, 200, 300, 400]
-    # a critic's warm-up counters restart on a resume (engines.openrlhf.critic): it starts over
-    critic = parse_args(openrlhf_argv(cfg, load_method("lc_math_vf_g8"), 0, tmp_path / "final", policy_path="p"))
-    assert critic.ckpt.load_enable is False
+    every = args.ckpt.save_steps
+    evaluated = {"grpo_g16": [100, 200, 300], "lc_math_vf_g8": [110, 210, 310]}[name]
+    assert args.sparserl.hf_steps == evaluated and W == {"grpo_g16": 0, "lc_math_vf_g8": 10}[name]
+    if W:  # a resume point at most RESUME_EVERY_S of estimated work back
+        step_s = S.estimate(cfg, "rl_cluster", {"method": name, "seed": "0"}).extra["step_s"]
+        assert every == S.rl_resume_save_steps(cfg, m) and every * step_s <= S.RESUME_EVERY_S < (every + 1) * step_s
+    else:
+        assert every == 100
+
+    # the class a Ray worker runs for PPOTrainer (ray.remote copied BasePPOTrainer's methods into it)
+    base, strat = orl.ppo_trainer.PPOTrainer.__ray_metadata__.modified_class, DeepspeedStrategy
+    hf_written = []
+    openrlhf_stubs.restore_patches_after(monkeypatch)
+    monkeypatch.setattr(strat, "save_model", lambda self, model, tok, out, **kw: hf_written.append(Path(out).name))
+    orl.patches.install_patches()  # the worker hook's wrappers
+    ppo = base.__new__(base)
+    ppo.args, ppo.wandb_logger, ppo.tensorboard_logger = args, None, None
+    ppo.best_eval_metric_key, ppo.best_eval_metric_value, ppo._latest_eval_metric_value = None, float("-inf"), None
+    ppo.actor_model_group, ppo.critic_model_group = _Saves(), (_Saves() if W else None)
+    n = total_steps(cfg["rl"], m) + W
+    for g in range(1, n + 1):
+        ppo.save_logs_and_checkpoints(g, {}, {"global_step": g})
+    want = sorted(set(evaluated) | set(range(every, n + 1, every)))
+    assert ppo.actor_model_group.tags == [f"global_step{g}" for g in want]
+    assert args.ckpt.save_steps == every  # put back after each call
+    if W:
+        assert ppo.critic_model_group.tags == ppo.actor_model_group.tags
+        assert len(want) < n // 10 and 20 not in want  # not every 10 steps (41 saves)
+    else:
+        assert want == [100, 200, 300, 400]
+    # PolicyModelActor.save_checkpoint's HF copy, <ckpt.path>/<tag>_hf: the evaluated steps' only
+    s = strat.__new__(strat)
+    s.args = args
+    for tag in ppo.actor_model_group.tags:
+        s.save_model(None, None, str(Path(args.ckpt.path) / f"{tag}_hf"))
+    s.save_model(None, None, str(args.ckpt.output_dir))  # final/: always
+    assert hf_written == [f"global_step{g}_hf" for g in evaluated] + [Path(args.ckpt.output_dir).name]
 
 
 # --------------------------------------------------------------------------- V0 as the live prior

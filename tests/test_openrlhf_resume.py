@@ -112,8 +112,8 @@ def test_resumed_run_harvests_what_an_uninterrupted_run_does(orl, tmp_path):
 
 
 def test_start_without_a_resume_drops_every_earlier_row(orl, tmp_path):
-    """A run that starts over (a critic run: no --ckpt.load_enable; or no checkpoint yet) keeps no
-    row of the attempt before it, and counts from step 1."""
+    """A run that starts over (no --ckpt.load_enable, or no checkpoint yet) keeps no row of the
+    attempt before it, and counts from step 1."""
     old = _maker(orl, tmp_path, load_enable=True, loaded_step=None)
     for s in (1, 2):
         old.compute_advantages_and_returns(_step_batch(orl, s))
@@ -187,6 +187,50 @@ def test_resume_checkpoint_only_trusts_a_complete_latest(orl, tmp_path, tag, lat
     assert orl.launcher.resume_checkpoint(tmp_path / "none" / "_actor", log=logs.append) == 0
 
 
+def _critic_run_ckpt(ckpt: Path, actor_tags, critic_tags, *, actor_latest, critic_latest, states, ranks=2):
+    """<ckpt>/_actor and _critic as OpenRLHF and `checkpoints.save_ckpt` leave them: `states`, the
+    critic tags whose trainer state (each rank's) was written."""
+    from sparserl.engines.openrlhf.checkpoints import critic_state_file
+    for t in actor_tags:
+        _ds_checkpoint(ckpt / "_actor", t, latest=actor_latest)
+    for t in critic_tags:
+        _ds_checkpoint(ckpt / "_critic", t, latest=critic_latest)
+        for r in range(ranks if t in states else 0):
+            critic_state_file(ckpt / "_critic" / t, r).write_bytes(b"x")
+
+
+@pytest.mark.parametrize("actor,critic,states,step", [
+    # both saved step 8 and the critic's state after it: resume 8
+    (("global_step4", "global_step8"), ("global_step4", "global_step8"), ("global_step4", "global_step8"), 8),
+    # killed between the critic's DeepSpeed save of 8 and its trainer state: back to 4
+    (("global_step4", "global_step8"), ("global_step4", "global_step8"), ("global_step4",), 4),
+    # killed after the actor's save of 8, before the critic's: back to 4, the actor's 8 removed
+    (("global_step4", "global_step8"), ("global_step4",), ("global_step4",), 4),
+    # nothing complete in both: start over
+    (("global_step8",), ("global_step4",), ("global_step4",), 0),
+])
+def test_critic_run_resumes_the_newest_step_complete_for_actor_and_critic(orl, tmp_path, actor, critic, states, step):
+    """OpenRLHF loads _actor and _critic by their `latest`; the critic's trainer state (FIFO,
+    warm-up counter) sits in the critic's tag folder and is written after it: the launcher points
+    both `latest` files at the newest tag complete in both, so no state pairs with another step."""
+    ckpt = tmp_path / "ckpt"
+    _critic_run_ckpt(ckpt, actor, critic, actor_latest=actor[-1], critic_latest=critic[-1], states=states)
+    (ckpt / "_critic" / "global_step8").mkdir(exist_ok=True)  # a save cut short before its files
+    logs = []
+    assert orl.launcher.resume_checkpoint(ckpt / "_actor", critic_ranks=2, log=logs.append) == step
+    if step:
+        for d in ("_actor", "_critic"):
+            assert (ckpt / d / "latest").read_text() == f"global_step{step}"
+            assert sorted(p.name for p in (ckpt / d).iterdir() if p.is_dir())[-1] == f"global_step{step}"
+        assert bool(logs) == (step != 8)
+    else:
+        assert not (ckpt / "_actor").exists() and not (ckpt / "_critic").exists() and logs
+    # a rank's state missing is a state missing
+    _critic_run_ckpt(tmp_path / "b", ["global_step4"], ["global_step4"], actor_latest="global_step4",
+                     critic_latest="global_step4", states=["global_step4"], ranks=1)
+    assert orl.launcher.resume_checkpoint(tmp_path / "b" / "_actor", critic_ranks=2, log=logs.append) == 0
+
+
 def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monkeypatch):
     """`run` must not delete rollouts.jsonl before training: a resumed run's rows up to its
     checkpoint are the V0 harvest's product (the experience maker cuts the rest)."""
@@ -208,7 +252,7 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     monkeypatch.setattr(launcher, "load_config", lambda paths: {"rl": {"policy": "m"}})
     monkeypatch.setattr(launcher, "openrlhf_argv", lambda *a, **k: ["--ckpt.load_enable"])
     monkeypatch.setattr(launcher, "parse_args", lambda argv: SimpleNamespace(
-        ckpt=SimpleNamespace(load_enable=True, path=str(rp.checkpoints))))
+        ckpt=SimpleNamespace(load_enable=True, path=str(rp.checkpoints)), critic=SimpleNamespace(model_name_or_path=None)))
     monkeypatch.setattr(launcher, "write_json", lambda *a, **k: None)
     monkeypatch.setattr("sparserl.engines.openrlhf.dataset.build_prompt_dataset", lambda *a, **k: None)
     monkeypatch.setattr(launcher, "train_with_ray", stop)

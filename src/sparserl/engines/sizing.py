@@ -265,7 +265,7 @@ def gpu_of(cfg: dict) -> GPU:
 
 def _policy(cfg: dict, ref: str) -> tuple[str, ModelShape]:
     from sparserl.core.paths import Paths
-    hf = cfg["policies"][ref]["hf_name"]
+    hf = cfg["policies"][ref].get("hf_name") or ref  # a pretrained policy: its config.json's shape
     return hf, model_shape(hf, Paths(cfg).policy(ref))
 
 
@@ -291,35 +291,39 @@ def _openrlhf_shape(cfg: dict, over: dict | None = None) -> dict:
     return {"gpus": nodes * gpn, "engines": engines, "tp": tp, "mem_util": util}
 
 
-def rl_storage_bytes(shape: ModelShape, saves: int, *, save_hf: bool, kept: int, critic: bool) -> float:
-    """Disk a run holds at its end: HF checkpoints (never pruned) at every save + final/, and
-    `kept` DeepSpeed resume states (ckpt.max_num) of the actor, and of the critic when there is one."""
-    hf = (saves if save_hf else 0) + 1
+def rl_storage_bytes(shape: ModelShape, saves: int, *, hf_copies: int, kept: int, critic: bool) -> float:
+    """Disk a run holds at its end: its HF checkpoints (never pruned; the evaluated steps'
+    `hf_copies`) + final/, and `kept` DeepSpeed resume states (ckpt.max_num) of the actor, and of
+    the critic when there is one (its trainer state beside them is small: the FIFO's few batches)."""
     ds = min(saves, kept) * ADAM_BYTES_PER_PARAM * shape.params * (2 if critic else 1)
-    return hf * shape.weight_bytes + ds
+    return (hf_copies + 1) * shape.weight_bytes + ds
 
 
 def rl_run_estimate(rule: str, job: str, shape: ModelShape, gpu: GPU, *, steps: int, warmup: int, rollouts: float,
                     rounds: int, L: Lengths, prompt: int, osh: dict, reference: bool, critic: bool,
-                    save_steps: int, save_hf: bool, kept: int, eval_s: float = 0.0, note: str = "") -> Estimate:
-    """One OpenRLHF run: (warm-up + policy) steps of generation, training and overhead, plus saves."""
+                    save_steps: int, hf_steps: list, save_hf: bool, kept: int, eval_s: float = 0.0,
+                    note: str = "") -> Estimate:
+    """One OpenRLHF run: (warm-up + policy) steps of generation, training and overhead, plus saves
+    (`flags.save_plan`: every `save_steps` and at `hf_steps`, the only steps with an HF copy)."""
+    from sparserl.engines.openrlhf.flags import save_plan
     gen = generation_s(shape, gpu, rollouts, L, prompt=prompt, engines=osh["engines"], tp=osh["tp"],
                        mem_util=osh["mem_util"], rounds=rounds)
     tr = train_s(shape, gpu, osh["gpus"], rollouts, L, prompt=prompt, reference=reference, critic=critic)
     warm_tr = train_s(shape, gpu, osh["gpus"], rollouts, L, prompt=prompt, critic=True, policy=False) if warmup else 0
     step = gen + tr + RL_STEP_OVERHEAD_S
     total_steps = steps + warmup
-    saves = total_steps // save_steps if save_steps > 0 else 0
-    save_bytes_each = (shape.weight_bytes if save_hf else 0) + ADAM_BYTES_PER_PARAM * shape.params * (2 if critic else 1)
-    save_s = saves * save_bytes_each / CKPT_WRITE_BYTES_PER_S
+    saves = len(save_plan(total_steps, save_steps, hf_steps)) if save_steps > 0 else 0
+    hf_copies = len([g for g in hf_steps if g <= total_steps]) if save_hf else 0
+    save_s = (saves * ADAM_BYTES_PER_PARAM * shape.params * (2 if critic else 1)
+              + hf_copies * shape.weight_bytes) / CKPT_WRITE_BYTES_PER_S
     total = steps * step + warmup * (gen + warm_tr + RL_STEP_OVERHEAD_S) + save_s + ENGINE_START_S + eval_s
     work = (f"{steps} steps{f' + {warmup} critic warm-up' if warmup else ''} x (generation {gen:.0f} s "
             f"[{rollouts:.0f} rollouts, {rounds} x {L.cap} sequential decode steps, mean {L.mean:.0f} tokens] "
             f"+ training {tr:.0f} s + {RL_STEP_OVERHEAD_S} s) + {saves} saves {save_s / 60:.0f} min"
             f"{f' + evaluation {eval_s / 60:.0f} min' if eval_s else ''} = {_h(total)} on {osh['gpus']} GPUs{note}")
     return Estimate(rule, job, osh["gpus"], total, work,
-                    rl_storage_bytes(shape, saves, save_hf=save_hf, kept=kept, critic=critic),
-                    extra={"step_s": step, "saves": saves, "save_steps": save_steps})
+                    rl_storage_bytes(shape, saves, hf_copies=hf_copies, kept=kept, critic=critic),
+                    extra={"step_s": step, "saves": saves, "save_steps": save_steps, "hf_copies": hf_copies})
 
 
 def osla_rounds(method) -> int:
@@ -328,24 +332,51 @@ def osla_rounds(method) -> int:
     return 1 + math.ceil((o.k_max - o.k_init) / o.k_step)
 
 
-def _rl_cluster(cfg: dict, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estimate:
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS, critic_warmup_steps, save_steps
-    from sparserl.methods.spec import load_method, prompts_per_step, total_steps
+def resume_every(step_s: float) -> int:
+    """Steps between resume points: at most RESUME_EVERY_S of estimated work apart."""
+    return max(1, int(RESUME_EVERY_S // step_s))
+
+
+def _rl_cluster_run(cfg: dict, m) -> dict:
+    """The pieces of an rl_cluster run's estimate (`_rl_cluster`, `rl_resume_save_steps`)."""
+    from sparserl.methods.spec import prompts_per_step
     rl = cfg["rl"]
-    m = load_method(w["method"])
     hf, shape = _policy(cfg, rl["policy"])
     cap = int(rl.get("max_new_tokens") or cfg["rollout"]["max_new_tokens"])
-    L = response_lengths(hf, cap)
     B = prompts_per_step(m, int(rl["rollouts_per_step"]))
     rollouts, rounds = B * m.group_size, 1
     if m.osla is not None:
         rounds = osla_rounds(m)
         rollouts = m.osla.max_rollouts_per_step or B * m.osla.k_max
-    return rl_run_estimate(rule, f"method={w['method']}, seed={w['seed']}", shape, gpu, steps=total_steps(rl, m),
-                           warmup=critic_warmup_steps(m), rollouts=rollouts, rounds=rounds, L=L, prompt=PROMPT_TOKENS,
-                           osh=_openrlhf_shape(cfg, rl.get("openrlhf")), reference=m.kl_coef > 0,
-                           critic=m.critic is not None, save_steps=save_steps(rl, m),
-                           save_hf=bool(CLUSTER_DEFAULTS["ckpt.save_hf"]), kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]))
+    return {"shape": shape, "L": response_lengths(hf, cap), "rollouts": rollouts, "rounds": rounds,
+            "osh": _openrlhf_shape(cfg, rl.get("openrlhf"))}
+
+
+def rl_resume_save_steps(cfg: dict, method) -> int:
+    """ckpt.save_steps of an rl_cluster run with a critic (`flags.save_steps`): a resume point at
+    least every RESUME_EVERY_S of estimated work (default GPU); its evaluated steps are saved besides."""
+    p = _rl_cluster_run(cfg, method)
+    gpu = gpu_of(cfg)
+    gen = generation_s(p["shape"], gpu, p["rollouts"], p["L"], prompt=PROMPT_TOKENS, engines=p["osh"]["engines"],
+                       tp=p["osh"]["tp"], mem_util=p["osh"]["mem_util"], rounds=p["rounds"])
+    tr = train_s(p["shape"], gpu, p["osh"]["gpus"], p["rollouts"], p["L"], prompt=PROMPT_TOKENS,
+                 reference=method.kl_coef > 0, critic=method.critic is not None)
+    return resume_every(gen + tr + RL_STEP_OVERHEAD_S)
+
+
+def _rl_cluster(cfg: dict, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estimate:
+    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS, critic_warmup_steps, hf_steps, save_steps
+    from sparserl.methods.spec import load_method, total_steps
+    rl = cfg["rl"]
+    m = load_method(w["method"])
+    p = _rl_cluster_run(cfg, m)
+    W = critic_warmup_steps(m)
+    return rl_run_estimate(rule, f"method={w['method']}, seed={w['seed']}", p["shape"], gpu, steps=total_steps(rl, m),
+                           warmup=W, rollouts=p["rollouts"], rounds=p["rounds"], L=p["L"], prompt=PROMPT_TOKENS,
+                           osh=p["osh"], reference=m.kl_coef > 0, critic=m.critic is not None,
+                           save_steps=save_steps(rl, m, rl_resume_save_steps(cfg, m) if W else None),
+                           hf_steps=hf_steps(rl, m), save_hf=bool(CLUSTER_DEFAULTS["ckpt.save_hf"]),
+                           kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]))
 
 
 def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
@@ -373,8 +404,7 @@ def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
 def critique_save_steps(cfg: dict, exp: str, method_name: str) -> int:
     """ckpt.save_steps of a Le Critique run: a resume point at least every RESUME_EVERY_S of
     estimated work (default GPU), whatever the critic's warm-up."""
-    p = critique_step(cfg, exp, method_name, gpu_of(cfg))
-    return max(1, int(RESUME_EVERY_S // p["step_s"]))
+    return resume_every(critique_step(cfg, exp, method_name, gpu_of(cfg))["step_s"])
 
 
 def _critique_train(cfg: dict, w: dict, gpu: GPU) -> Estimate:
@@ -384,7 +414,7 @@ def _critique_train(cfg: dict, w: dict, gpu: GPU) -> Estimate:
                            gpu, steps=int(p["s"]["steps"]), warmup=p["warmup"], rollouts=p["rollouts"], rounds=1,
                            L=p["L"], prompt=PROMPT_TOKENS, osh=p["osh"], reference=p["m"].kl_coef > 0,
                            critic=p["m"].critic is not None,
-                           save_steps=critique_save_steps(cfg, w["exp"], w["method"]), save_hf=False,
+                           save_steps=critique_save_steps(cfg, w["exp"], w["method"]), hf_steps=[], save_hf=False,
                            kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]), eval_s=p["eval"])
 
 
@@ -500,7 +530,7 @@ def _v0_harvest_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     from sparserl.engines.harvest_settings import harvest_config, harvest_settings
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS, save_steps
+    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS, hf_steps, save_steps
     from sparserl.methods.spec import load_method, prompts_per_step, total_steps
     h = harvest_settings(cfg)
     hc = harvest_config(cfg, w["policy"])
@@ -511,7 +541,8 @@ def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     return rl_run_estimate("v0_harvest_run", f"policy={w['policy']}", shape, gpu, steps=total_steps(rl, m), warmup=0,
                            rollouts=rollouts, rounds=1, L=response_lengths(hf, cap), prompt=PROMPT_TOKENS,
                            osh=_openrlhf_shape(cfg, rl.get("openrlhf")), reference=m.kl_coef > 0, critic=False,
-                           save_steps=save_steps(rl, m), save_hf=True, kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]))
+                           save_steps=save_steps(rl, m), hf_steps=hf_steps(rl, m), save_hf=True,
+                           kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]))
 
 
 def v0_rule_estimates(cfg: dict) -> dict:
@@ -649,7 +680,8 @@ def sizing_table(cfg: dict, jobs: list[dict]) -> str:
 
 def storage_table(cfg: dict, jobs: list[dict]) -> str:
     """Markdown: checkpoint storage each OpenRLHF rule's runs hold at their end, per run and in all."""
-    rows = ["| rule | runs | save every (steps) | per run | in all |", "|---|---:|---|---:|---:|"]
+    rows = ["| rule | runs | resume point every (steps) | HF copies a run | per run | in all |",
+            "|---|---:|---|---|---:|---:|"]
     total = 0.0
     for rule in ("rl_cluster", "critique_train", "v0_harvest_run"):
         est = [estimate(cfg, rule, j["wildcards"]) for j in jobs if j["rule"] == rule]
@@ -659,7 +691,8 @@ def storage_table(cfg: dict, jobs: list[dict]) -> str:
         total += s
         lo, hi = min(e.storage_bytes for e in est), max(e.storage_bytes for e in est)
         every = sorted({e.extra["save_steps"] for e in est})
-        rows.append(f"| `{rule}` | {len(est)} | {', '.join(map(str, every))} | "
+        hf = sorted({e.extra["hf_copies"] + 1 for e in est})  # + final/
+        rows.append(f"| `{rule}` | {len(est)} | {', '.join(map(str, every))} | {', '.join(map(str, hf))} | "
                     f"{lo / 1e9:,.0f}-{hi / 1e9:,.0f} GB | {s / 1e12:.1f} TB |")
-    rows.append(f"| all | | | | {total / 1e12:.1f} TB |")
+    rows.append(f"| all | | | | | {total / 1e12:.1f} TB |")
     return "\n".join(rows)

@@ -45,9 +45,11 @@ evaluated in the experience maker and trained after each step. Its pieces we rep
               optimiser step) on micro-batches we draw from the FIFO. Without our critic spec
               both are OpenRLHF's trainers unchanged.
 
-What needs a fork and is not done: the warm-up counters (the critic's fits, the experience
-maker's steps) restart from 0 when a run resumes from a checkpoint (``--ckpt.load_enable``;
-`CriticModelActor.fit` gets no step), and the FIFO is not checkpointed; our launcher never resumes.
+  resume      the trainer's fit counter (warm-up) and FIFO (items, uses, RNG) are saved with each
+              DeepSpeed checkpoint of the critic, in its tag folder (`sparserl_state`,
+              `checkpoints.save_ckpt`), and restored from the folder DeepSpeed loaded on a resume
+              (`checkpoints.load_critic_state`); the experience maker's step counter resumes from
+              the actor's checkpoint (`experience.resume_step`).
 ``--train.dynamic_batch_enable`` is refused with a critic.
 """
 from __future__ import annotations
@@ -349,6 +351,22 @@ class FifoReplay:
             self.evicted_unused += len(self.entries) - self.capacity
             del self.entries[:len(self.entries) - self.capacity]
 
+    def state_dict(self, item_state=lambda it: it) -> dict:
+        """The replay as it stands (items through `item_state`, uses, RNG, counters): a resume
+        draws what an uninterrupted run would."""
+        return {"reuse": self.reuse, "capacity": self.capacity, "evicted_unused": self.evicted_unused,
+                "rng": self.rng.bit_generator.state,
+                "entries": [{"item": item_state(e.item), "uses": e.uses} for e in self.entries]}
+
+    def load_state_dict(self, st: dict, item=lambda x: x) -> None:
+        if (int(st["reuse"]), st["capacity"]) != (self.reuse, self.capacity):
+            raise ValueError(f"critic replay state: saved with reuse {st['reuse']} and capacity {st['capacity']}, "
+                             f"this run has {self.reuse} and {self.capacity} (critic.replay_reuse or the value "
+                             "batch changed); resume with the saved settings or start the run over")
+        self.entries = [_Entry(item(e["item"]), int(e["uses"])) for e in st["entries"]]
+        self.rng.bit_generator.state = st["rng"]
+        self.evicted_unused = int(st["evicted_unused"])
+
     def draw(self, k: int) -> list:
         k = min(int(k), len(self.entries))
         pick = np.sort(self.rng.choice(len(self.entries), size=k, replace=False)) if k else []
@@ -366,6 +384,12 @@ class FifoReplay:
 
 def _device():
     return torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+
+
+def _experience_fields(item) -> dict:
+    """A replay item's dataclass fields (tensors, lists): saved without pickling OpenRLHF's class."""
+    import dataclasses
+    return {f.name: getattr(item, f.name) for f in dataclasses.fields(item)}
 
 
 def _make_trainer_class():
@@ -401,6 +425,22 @@ def _make_trainer_class():
                                    seed=int(getattr(self.args.train, "seed", 0) or 0))
             self.fits = 0
             self.value_updates = 0
+            # saved beside each DeepSpeed checkpoint of the critic, restored from the one it loaded
+            from sparserl.engines.openrlhf import checkpoints
+            checkpoints.attach_state(self.critic, self.sparserl_state)
+            st = checkpoints.load_critic_state(self.args, checkpoints.rank_of(self.strategy))
+            if st is not None:
+                self.sparserl_load(st)
+
+        def sparserl_state(self) -> dict:
+            """Fit counter (the warm-up's progress), value updates and FIFO replay (module doc: resume)."""
+            return {"fits": self.fits, "value_updates": self.value_updates,
+                    "fifo": self.fifo.state_dict(_experience_fields)}
+
+        def sparserl_load(self, st: dict) -> None:
+            from openrlhf.trainer.ppo_utils.experience import Experience
+            self.fits, self.value_updates = int(st["fits"]), int(st["value_updates"])
+            self.fifo.load_state_dict(st["fifo"], lambda d: Experience(**d))
 
         def _min_over_ranks(self, n: int) -> int:
             return int(round(-float(self.strategy.all_reduce(-float(n), op="max"))))

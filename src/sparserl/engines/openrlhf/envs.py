@@ -406,8 +406,11 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
            "rl": {k: s[k] for k in ("steps", "rollouts_per_step", "lr", "temperature", "mini_batches", "ppo_epochs",
                                     "weight_decay", "max_new_tokens", "openrlhf") if k in s}}
     sub["rl"]["eval_fractions"] = []
+    # a DeepSpeed resume point every few hours of work (sizing.critique_save_steps), whatever the
+    # critic's warm-up; no HF copies (only final/ is read: eval_fractions [], hf_steps [])
+    every = critique_save_steps(cfg, exp, method_name)
     f = openrlhf_flags(sub, method, seed, run.final, policy_path=str(Path(policy).absolute()),
-                       config_paths=config_paths)
+                       config_paths=config_paths, resume_every=every)
     W = critic_warmup_steps(method)
     multi = is_multi_turn(critique_cfg(cfg)["envs"][e.env]["kind"])
     f.update({
@@ -417,9 +420,7 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
         "eval.steps": int(s["steps"]) + W,  # once, after the last policy update
         "eval.n_samples_per_prompt": int(s["eval"].get("samples", 4)),
         "eval.temperature": s["temperature"],
-        # a DeepSpeed resume point every few hours of work (sizing.critique_save_steps), whatever the
-        # critic's warm-up; no HF copies (only final/ is read)
-        "ckpt.save_steps": critique_save_steps(cfg, exp, method_name),
+        "ckpt.save_steps": every,
         "ckpt.save_hf": False,
         "logger.wandb.run_name": f"{exp}_{method_name}_seed{int(seed)}",
         "sparserl.run_dir": str(run.dir),

@@ -52,7 +52,7 @@ CLUSTER_DEFAULTS: dict[str, Any] = {
     # two DeepSpeed resume checkpoints (ZeRO-3 states of a 4B model with Adam: ~56 GB each) per
     # run: `DeepspeedStrategy.save_ckpt` prunes the old one before writing the new, so with one a
     # kill during a save leaves nothing to resume from. HF checkpoints are never pruned by
-    # OpenRLHF, so `save_steps` keeps them to evaluated steps
+    # OpenRLHF: they are written at the evaluated steps only (`hf_steps`, engines.openrlhf.checkpoints)
     "ckpt.max_num": 2,
     # a step whose |vllm_kl| (vLLM's log-probs of its sampled tokens against the trainer's; logged
     # every step, engines.openrlhf.syncwatch) passes this fails: a stale or broken weight sync.
@@ -72,20 +72,39 @@ def run_files(method: MethodSpec, seed: int, out_dir: str | Path) -> RunPaths:
     return RunPaths(Path(out_dir).absolute().parent, method.name, seed, engine="openrlhf")
 
 
-def save_steps(rl: dict, method: MethodSpec) -> int:
-    """OpenRLHF's ckpt.save_steps: the gcd of the steps whose checkpoint is evaluated
-    (`rl.eval_fractions`), so `Paths.run(...).checkpoint(step)` exists. With a critic warm-up of W
-    steps OpenRLHF's global step of policy step s is s + W: W joins the gcd so those exist too.
-
-    OpenRLHF 0.11.2 writes the DeepSpeed resume checkpoint (kept: ckpt.max_num) AND the HF
-    checkpoint (never pruned) at every multiple of save_steps (`BasePPOTrainer.save_logs_and_checkpoints`
-    -> `PolicyModelActor.save_checkpoint`); it has no separate HF schedule. So resume points are
-    the evaluated steps: evenly spaced fractions (the paper's 0.25, 0.5, 0.75) write HF checkpoints
-    only where evaluated. `rl.checkpoint_every` is used only when nothing is evaluated
-    (docs/cluster.md: the storage arithmetic)."""
-    steps = [*snapshot_steps(rl, method), critic_warmup_steps(method)]
-    every = math.gcd(*steps)
+def save_steps(rl: dict, method: MethodSpec, resume_every: int | None = None) -> int:
+    """OpenRLHF's ckpt.save_steps, the resume cadence. Without a critic: the gcd of the steps
+    whose checkpoint is evaluated (`rl.eval_fractions`; `rl.checkpoint_every` when none is), so the
+    resume points are the evaluated steps. With a critic warm-up of W steps, policy step s is
+    OpenRLHF's global step s + W: the gcd with W (10 for the lc_math runs) would save every 10
+    steps, so the cadence is `resume_every` (`sizing.rl_resume_save_steps`: a few hours of work)
+    and the evaluated steps are saved besides (`hf_steps`, `saves_at`; docs/cluster.md: storage)."""
+    if critic_warmup_steps(method):
+        if resume_every is None:
+            raise ValueError(f"method {method.name}: a critic run's save cadence is its resume_every "
+                             "(sizing.rl_resume_save_steps); pass it")
+        return max(1, int(resume_every))
+    every = math.gcd(*snapshot_steps(rl, method))
     return every if every > 0 else int(rl.get("checkpoint_every", 10))
+
+
+def hf_steps(rl: dict, method: MethodSpec) -> list[int]:
+    """OpenRLHF global steps whose HF checkpoint is evaluated: policy step s at s + W (`Paths.run(...)
+    .checkpoint`); the last step is read from final/. --sparserl.hf_steps: `checkpoints` saves
+    there too and writes HF copies there only."""
+    W = critic_warmup_steps(method)
+    return [s + W for s in snapshot_steps(rl, method)]
+
+
+def saves_at(global_step: int, every: float, hf: "set[int] | list[int]") -> bool:
+    """Whether OpenRLHF saves after `global_step` under our plan: the resume cadence (`every`,
+    --ckpt.save_steps; inf: never) or an evaluated step (`hf`)."""
+    return global_step in hf or (every != float("inf") and global_step % int(every) == 0)
+
+
+def save_plan(total: int, every: float, hf: "list[int]") -> list[int]:
+    """Global steps 1..total that `saves_at` saves."""
+    return [g for g in range(1, int(total) + 1) if saves_at(g, every, set(hf))]
 
 
 def critic_warmup_steps(method: MethodSpec) -> int:
@@ -120,8 +139,10 @@ def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node
 
 
 def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
-                   policy_path: str | None = None, config_paths: list | None = None) -> dict[str, Any]:
-    """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`)."""
+                   policy_path: str | None = None, config_paths: list | None = None,
+                   resume_every: int | None = None) -> dict[str, Any]:
+    """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`);
+    `resume_every`: a critic run's save cadence (default `sizing.rl_resume_save_steps`)."""
     rl = cfg["rl"]
     if method.sampler == "budget":
         raise ConfigError(f"method {method.name}: V0's budget allocation runs in the local trainer only; the "
@@ -169,10 +190,17 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
         f["actor.adam.weight_decay"] = float(rl["weight_decay"])
     if "ppo_epochs" in rl:
         f["train.max_epochs"] = int(rl["ppo_epochs"])
-    f["ckpt.save_steps"] = save_steps(rl, method)
-    # a retried job resumes from <ckpt.path>/_actor; not with a critic: its warm-up counters and
-    # FIFO restart from zero on a resume (engines.openrlhf.critic), so such a run starts over
-    f["ckpt.load_enable"] = method.critic is None
+    if critic_warmup_steps(method) and resume_every is None:
+        if "ckpt.save_steps" in over:  # the config's own cadence (applied with the overrides below)
+            resume_every = int(over["ckpt.save_steps"])
+        else:
+            from sparserl.engines.sizing import rl_resume_save_steps
+            resume_every = rl_resume_save_steps(cfg, method)
+    f["ckpt.save_steps"] = save_steps(rl, method, resume_every)
+    f["sparserl.hf_steps"] = hf_steps(rl, method)  # saved too, the only HF copies (checkpoints)
+    # a retried job resumes from <ckpt.path>/_actor (and _critic: the critic's fit counter and
+    # FIFO are saved beside its DeepSpeed state, engines.openrlhf.checkpoints)
+    f["ckpt.load_enable"] = True
 
     # batch sizes: every method consumes rl.rollouts_per_step rollouts per step (one with
     # prompts_per_step: that many prompts x G, the matched-prompts protocol)

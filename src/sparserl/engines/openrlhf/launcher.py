@@ -55,27 +55,79 @@ def logical_gpus(args) -> int:
     return n
 
 
-def resume_checkpoint(actor_dir: Path, *, log=print) -> int:
+def _tags(d: Path, latest_step: int, critic_ranks: int = 0) -> dict[str, int]:
+    """Tag folders of a DeepSpeed checkpoint dir that a resume may load: model states saved, not
+    newer than ``latest`` (newer ones are a save a kill cut short), and with a critic the trainer
+    state of each of its ranks (`checkpoints.save_ckpt` writes it after DeepSpeed's save)."""
+    from sparserl.engines.openrlhf.checkpoints import TAG, critic_state_file
+    out = {}
+    for p in d.iterdir() if d.is_dir() else ():
+        m = TAG.fullmatch(p.name)
+        if not (p.is_dir() and m and int(m.group(1)) <= latest_step and any(p.glob("*model_states.pt"))):
+            continue
+        if all(critic_state_file(p, r).is_file() for r in range(critic_ranks)):
+            out[p.name] = int(m.group(1))
+    return out
+
+
+def _latest(d: Path) -> tuple[str, int | None]:
+    from sparserl.engines.openrlhf.checkpoints import TAG
+    tag = (d / "latest").read_text().strip() if (d / "latest").is_file() else ""
+    m = TAG.fullmatch(tag)
+    return tag, (int(m.group(1)) if m else None)
+
+
+def resume_checkpoint(actor_dir: Path, *, critic_ranks: int = 0, log=print) -> int:
     """The global step of the DeepSpeed checkpoint OpenRLHF will resume from (0: none).
 
-    OpenRLHF 0.11.2 loads ``<ckpt.path>/_actor`` whenever the folder exists
+    OpenRLHF 0.11.2 loads ``<ckpt.path>/_actor`` (and ``_critic``) whenever the folder exists
     (`PolicyModelActor.init_model_from_pretrained`), through its ``latest`` tag file, which DeepSpeed
     writes only after a save completed. A kill during a save leaves the folder without ``latest``,
     or with ``latest`` naming a tag that `DeepspeedStrategy.save_ckpt` already pruned (it deletes the
     oldest tag before writing the new one; our ``--ckpt.max_num 2`` keeps the one ``latest`` names); OpenRLHF then gets no states and every retry
     fails (`PPOTrainer.fit` reads ``checkpoint_states["episode"]``). Such a folder holds nothing to
-    resume, so it is removed and the run starts over."""
-    if not actor_dir.exists():
+    resume, so it is removed and the run starts over.
+
+    With a critic (`critic_ranks` > 0), actor and critic save one after the other and the critic's
+    trainer state follows its DeepSpeed save (`checkpoints`): the step resumed is the newest tag
+    complete in both, ``latest`` of both is pointed at it, and later (cut short) tags are removed,
+    so a kill between any two of these writes never pairs states of different steps."""
+    dirs = [actor_dir] + ([actor_dir.parent / "_critic"] if critic_ranks else [])
+    if not any(d.exists() for d in dirs):
         return 0
-    latest = actor_dir / "latest"
-    tag = latest.read_text().strip() if latest.is_file() else ""
-    m = re.search(r"global_step(\d+)$", tag)  # OpenRLHF's tags: global_step<N>, best_global_step<N>
-    if m and any((actor_dir / tag).glob("*model_states.pt")):
-        return int(m.group(1))
-    log(f"[openrlhf-launch] {actor_dir} holds no complete checkpoint (latest: {tag or 'missing'}; a kill "
-        "during its save): removing it, the run starts over")
-    shutil.rmtree(actor_dir)
-    return 0
+    tag, step = _latest(actor_dir)
+    common = _tags(actor_dir, step) if step is not None else {}
+    if critic_ranks and common:
+        _, cstep = _latest(dirs[1])
+        crit = _tags(dirs[1], cstep, critic_ranks) if cstep is not None else {}
+        common = {t: s for t, s in common.items() if t in crit}
+    if not common:
+        log(f"[openrlhf-launch] {actor_dir.parent} holds no complete checkpoint (actor's latest: {tag or 'missing'}; "
+            "a kill during its save): removing it, the run starts over")
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        return 0
+    best = max(common, key=lambda t: (common[t], t == tag))
+    from sparserl.core.artifacts import atomic_write_text
+    from sparserl.engines.openrlhf.checkpoints import TAG
+    for d in dirs:
+        if _latest(d)[0] != best:
+            log(f"[openrlhf-launch] {d}: resuming {best}, the newest checkpoint complete for "
+                f"{'actor and critic' if critic_ranks else 'the actor'} (latest was {_latest(d)[0] or 'missing'})")
+            atomic_write_text(d / "latest", best)
+        for p in d.iterdir():
+            m = TAG.fullmatch(p.name)
+            if p.is_dir() and m and int(m.group(1)) > common[best]:
+                shutil.rmtree(p)  # cut short: pruned first by the next save otherwise, before what we load
+    return common[best]
+
+
+def critic_ranks(args) -> int:
+    """Ranks of our critic trainer (each saves its own state), 0 without one."""
+    from sparserl.engines.openrlhf.critic import critic_method
+    if not args.critic.model_name_or_path or critic_method(args) is None:
+        return 0
+    return int(args.critic.num_nodes) * int(args.critic.num_gpus_per_node)
 
 
 def train_with_ray(argv: list[str], over: dict, *, log=print) -> None:
@@ -122,7 +174,7 @@ def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str |
     run_paths.openrlhf.mkdir(parents=True, exist_ok=True)
     # the harvest is cut to the resumed step by the experience maker (`experience.keep_harvest`)
     if args.ckpt.load_enable:
-        resumed = resume_checkpoint(Path(args.ckpt.path) / "_actor", log=log)
+        resumed = resume_checkpoint(Path(args.ckpt.path) / "_actor", critic_ranks=critic_ranks(args), log=log)
         log(f"[openrlhf-launch] resuming after global step {resumed}" if resumed
             else "[openrlhf-launch] no checkpoint to resume: starting at step 0")
         # the live prior restores its support when first built, before the experience maker's

@@ -102,6 +102,9 @@ def build_parser(source_path: Path | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--sparserl.seed", type=int, default=0, help="seed of the live prior's context sampling")
     parser.add_argument("--sparserl.resume_step", type=int, default=None,
                         help="the checkpoint step this attempt resumes after (set by openrlhf-launch)")
+    parser.add_argument("--sparserl.hf_steps", type=int, nargs="*", default=None,
+                        help="global steps saved besides every --ckpt.save_steps, the only ones with an HF copy "
+                             "(the evaluated checkpoints; engines.openrlhf.checkpoints); unset: OpenRLHF's rule")
     parser.add_argument("--sparserl.vllm_kl_max", type=float, default=None,
                         help="fail a step whose |vllm_kl| passes this (a stale or broken weight sync); <= 0: off")
     parser.add_argument("--sparserl.v0_model", type=str, default=None, help="the trained V0 (prior kind 'v0')")

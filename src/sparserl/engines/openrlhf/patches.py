@@ -10,6 +10,10 @@ start of every worker. It patches the module attributes where OpenRLHF looks the
 actors build their trainers):
 at once where the module is already imported, else right after its first import (a post-import
 hook on sys.meta_path, so vLLM and other workers that never import the trainer pay nothing).
+`METHOD_PATCHES` wraps methods of OpenRLHF's classes the same way (the save plan and the critic
+state beside its checkpoints, `checkpoints`): classes importable by name reach the workers by
+reference, so the wrapped method is what they run; a `@ray.remote` subclass holds a copy of the
+method, wrapped too (`ray_actor_classes`).
 """
 from __future__ import annotations
 
@@ -50,6 +54,21 @@ PATCHES: dict[str, dict[str, str]] = {
     },
 }
 
+# module -> "Class.method" -> "module:factory" of ours; factory(OpenRLHF's method) -> the method
+METHOD_PATCHES: dict[str, dict[str, str]] = {
+    # saves at the evaluated steps and every --ckpt.save_steps (--sparserl.hf_steps)
+    "openrlhf.trainer.ppo_trainer": {
+        "BasePPOTrainer.save_logs_and_checkpoints": "sparserl.engines.openrlhf.checkpoints:save_logs_and_checkpoints",
+    },
+    "openrlhf.utils.deepspeed.deepspeed": {
+        # HF copies at the evaluated steps only
+        "DeepspeedStrategy.save_model": "sparserl.engines.openrlhf.checkpoints:save_model",
+        # the critic's fit counter and FIFO in the tag folder of its DeepSpeed checkpoint
+        "DeepspeedStrategy.save_ckpt": "sparserl.engines.openrlhf.checkpoints:save_ckpt",
+    },
+}
+ORIGINAL = "__sparserl_original__"  # on a wrapped method: OpenRLHF's own
+
 # --------------------------------------------------------------------------- patches / hook
 
 
@@ -63,7 +82,30 @@ def _apply(modname: str, module) -> list[tuple[str, str]]:
     for attr, target in PATCHES.get(modname, {}).items():
         setattr(module, attr, _resolve(target))
         done.append((modname, attr))
+    for attr, target in METHOD_PATCHES.get(modname, {}).items():
+        owner, _, name = attr.partition(".")
+        cls = getattr(module, owner)
+        for c in [cls, *ray_actor_classes(module, cls, name)]:
+            current = c.__dict__[name]
+            original = getattr(current, ORIGINAL, current)  # wrap OpenRLHF's method once, however often applied
+            method = _resolve(target)(original)
+            setattr(method, ORIGINAL, original)
+            setattr(c, name, method)
+        done.append((modname, attr))
     return done
+
+
+def ray_actor_classes(module, cls, name: str) -> list[type]:
+    """The classes Ray runs for the `@ray.remote` subclasses of `cls` in `module` that hold their
+    own copy of method `name`: `ray.remote` copies every method into the actor's class when the
+    module executes (its tracing wrappers), before our patch of `cls` (PPOTrainer's
+    save_logs_and_checkpoints). Ray pickles that class by value into the worker."""
+    out = []
+    for obj in list(vars(module).values()):
+        mc = getattr(getattr(obj, "__ray_metadata__", None), "modified_class", None)
+        if isinstance(mc, type) and issubclass(mc, cls) and name in mc.__dict__:
+            out.append(mc)
+    return out
 
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -87,7 +129,7 @@ class _PostImportPatcher(importlib.abc.MetaPathFinder):
     """sys.meta_path entry: finds PATCHES' modules with the other finders, wraps their loader."""
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in PATCHES:
+        if fullname not in PATCHES and fullname not in METHOD_PATCHES:
             return None
         for finder in sys.meta_path:
             if finder is self or isinstance(finder, _PostImportPatcher) or not hasattr(finder, "find_spec"):
@@ -109,7 +151,7 @@ def install_patches() -> list[tuple[str, str]]:
     if not any(isinstance(f, _PostImportPatcher) for f in sys.meta_path):
         sys.meta_path.insert(0, _PostImportPatcher())
     done = []
-    for modname in PATCHES:
+    for modname in {**PATCHES, **METHOD_PATCHES}:
         mod = sys.modules.get(modname)
         if mod is not None:
             done += _apply(modname, mod)
