@@ -167,14 +167,14 @@ def theme_rc() -> dict:
 
 
 def _encode(v):
-    from cycler import Cycler
-    if isinstance(v, Cycler):
+    if hasattr(v, "by_key"):  # a cycler (axes.prop_cycle)
         return {"cycler": {k: list(x) for k, x in v.by_key().items()}}
     return list(v) if isinstance(v, tuple) else v
 
 
 def _decode(d: dict) -> dict:
-    from cycler import cycler
+    from matplotlib import cycler  # matplotlib's validating front of the cycler package
+
     def cyc(by_key: dict):  # JSON made the RGB tuples lists
         return cycler(**{k: [tuple(c) if isinstance(c, list) else c for c in x] for k, x in by_key.items()})
     return {k: cyc(v["cycler"]) if isinstance(v, dict) and set(v) == {"cycler"} else v for k, v in d.items()}
