@@ -353,8 +353,8 @@ def _rl_cluster_run(cfg: dict, m) -> dict:
 
 
 def rl_resume_save_steps(cfg: dict, method) -> int:
-    """ckpt.save_steps of an rl_cluster run with a critic (`flags.save_steps`): a resume point at
-    least every RESUME_EVERY_S of estimated work (default GPU); its evaluated steps are saved besides."""
+    """ckpt.save_steps of an rl_cluster run (`flags.save_steps`): a resume point at least every
+    RESUME_EVERY_S of estimated work (default GPU); its evaluated steps are saved besides."""
     p = _rl_cluster_run(cfg, method)
     gpu = gpu_of(cfg)
     gen = generation_s(p["shape"], gpu, p["rollouts"], p["L"], prompt=PROMPT_TOKENS, engines=p["osh"]["engines"],
@@ -374,7 +374,7 @@ def _rl_cluster(cfg: dict, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estim
     return rl_run_estimate(rule, f"method={w['method']}, seed={w['seed']}", p["shape"], gpu, steps=total_steps(rl, m),
                            warmup=W, rollouts=p["rollouts"], rounds=p["rounds"], L=p["L"], prompt=PROMPT_TOKENS,
                            osh=p["osh"], reference=m.kl_coef > 0, critic=m.critic is not None,
-                           save_steps=save_steps(rl, m, rl_resume_save_steps(cfg, m) if W else None),
+                           save_steps=save_steps(rl, m, rl_resume_save_steps(cfg, m)),
                            hf_steps=hf_steps(rl, m), save_hf=bool(CLUSTER_DEFAULTS["ckpt.save_hf"]),
                            kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]))
 

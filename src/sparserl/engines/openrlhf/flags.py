@@ -73,17 +73,18 @@ def run_files(method: MethodSpec, seed: int, out_dir: str | Path) -> RunPaths:
 
 
 def save_steps(rl: dict, method: MethodSpec, resume_every: int | None = None) -> int:
-    """OpenRLHF's ckpt.save_steps, the resume cadence. Without a critic: the gcd of the steps
-    whose checkpoint is evaluated (`rl.eval_fractions`; `rl.checkpoint_every` when none is), so the
-    resume points are the evaluated steps. With a critic warm-up of W steps, policy step s is
-    OpenRLHF's global step s + W: the gcd with W (10 for the lc_math runs) would save every 10
-    steps, so the cadence is `resume_every` (`sizing.rl_resume_save_steps`: a few hours of work)
-    and the evaluated steps are saved besides (`hf_steps`, `saves_at`; docs/cluster.md: storage)."""
-    if critic_warmup_steps(method):
-        if resume_every is None:
-            raise ValueError(f"method {method.name}: a critic run's save cadence is its resume_every "
-                             "(sizing.rl_resume_save_steps); pass it")
+    """OpenRLHF's ckpt.save_steps, the resume cadence: `resume_every` when given (at cluster scale
+    `sizing.rl_resume_save_steps`, a few hours of estimated work, so a killed job loses no more),
+    with the evaluated steps saved besides (`hf_steps`, `saves_at`; docs/cluster.md: storage).
+    Without it: the gcd of the steps whose checkpoint is evaluated (`rl.eval_fractions`;
+    `rl.checkpoint_every` when none is), so the resume points are the evaluated steps. A critic run
+    needs it: with a warm-up of W steps, policy step s is OpenRLHF's global step s + W, and the gcd
+    with W (10 for the lc_math runs) would save every 10 steps."""
+    if resume_every is not None:
         return max(1, int(resume_every))
+    if critic_warmup_steps(method):
+        raise ValueError(f"method {method.name}: a critic run's save cadence is its resume_every "
+                         "(sizing.rl_resume_save_steps); pass it")
     every = math.gcd(*snapshot_steps(rl, method))
     return every if every > 0 else int(rl.get("checkpoint_every", 10))
 
@@ -190,12 +191,13 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
         f["actor.adam.weight_decay"] = float(rl["weight_decay"])
     if "ppo_epochs" in rl:
         f["train.max_epochs"] = int(rl["ppo_epochs"])
-    if critic_warmup_steps(method) and resume_every is None:
-        if "ckpt.save_steps" in over:  # the config's own cadence (applied with the overrides below)
-            resume_every = int(over["ckpt.save_steps"])
-        else:
-            from sparserl.engines.sizing import rl_resume_save_steps
-            resume_every = rl_resume_save_steps(cfg, method)
+    # the resume cadence: the config's own, else at cluster scale (a `sizing` section) or with a
+    # critic a few hours of estimated work; else the evaluated steps (save_steps)
+    if resume_every is None and "ckpt.save_steps" in over:  # applied with the overrides below
+        resume_every = int(over["ckpt.save_steps"])
+    elif resume_every is None and (critic_warmup_steps(method) or cfg.get("sizing")):
+        from sparserl.engines.sizing import rl_resume_save_steps
+        resume_every = rl_resume_save_steps(cfg, method)
     f["ckpt.save_steps"] = save_steps(rl, method, resume_every)
     f["sparserl.hf_steps"] = hf_steps(rl, method)  # saved too, the only HF copies (checkpoints)
     # a retried job resumes from <ckpt.path>/_actor (and _critic: the critic's fit counter and
