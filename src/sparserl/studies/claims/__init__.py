@@ -69,15 +69,14 @@ from __future__ import annotations
 
 from .basis import basis_headline, basis_refined_vs_initial, basis_sensitivity_n
 from .catalog import CLAIMS
-from .context import Context
+from .context import BadArtifact, Context, MissingArtifact, NotRun
 from .le_critique import critic_learns, critique_diff, tether_rho
 from .rl import collapses, gain_margin, rl_accuracy, rl_diff, rl_gain, sharpening_context
 from .rule import (ABSENT, BOOT, BOOT_SEED, CONTRADICTED, DIRECTION_ONLY, DIRECTION_STATUSES, IN_CI,
                    INCONCLUSIVE, MAGNITUDE_FACTOR, NI_FRACTION, NO_PAPER, NOT_MEASURED, NOT_RUN, OPPOSITE,
                    PAPERS, POWER, PREMISE_ABSENT, PRESENT, REPRODUCED, STATUSES, UNCLEAR, UNTESTABLE, WITHIN,
-                   BadArtifact, Claim, Interval, Margin, MissingArtifact, NotRun, Premise, decide, detectable,
-                   group_bootstrap, magnitude, overall, premise_status, seed_interval,
-                   stratified_bootstrap_diff)
+                   Claim, Interval, Margin, Premise, decide, detectable, group_bootstrap, magnitude, overall,
+                   premise_status, seed_interval, stratified_bootstrap_diff)
 from .table import build_rows, claim_inputs, html_path, resolve_target, to_html, to_markdown, write_claims
 from .v0 import auc_margin, v0_auc, v0_auc_interval
 

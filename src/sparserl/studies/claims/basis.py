@@ -8,8 +8,8 @@ import pandas as pd
 
 from sparserl.core.stats import LEVEL, normal_quantile
 
-from .context import Context
-from .rule import BadArtifact, Interval, MissingArtifact, NotRun
+from .context import BadArtifact, Context, MissingArtifact, NotRun
+from .rule import Interval
 
 
 def basis_inputs(*names: str):

@@ -1,5 +1,5 @@
-"""The artifacts a claim measure reads, each read once (`Context`), and the trees of other start
-policies it pools.
+"""The artifacts a claim measure reads, each read once (`Context`), the trees of other start
+policies it pools, and the errors of reading them (`NotRun`, `MissingArtifact`, `BadArtifact`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,17 @@ import pandas as pd
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
 
-from .rule import BadArtifact, MissingArtifact
+
+class NotRun(Exception):
+    """The config does not make what the claim needs (the message says what)."""
+
+
+class MissingArtifact(FileNotFoundError):
+    """An artifact the config makes is not on disk (the message names it and the fix)."""
+
+
+class BadArtifact(ValueError):
+    """An artifact lacks a column a claim reads (the message names the file, the columns, the fix)."""
 
 
 @dataclass

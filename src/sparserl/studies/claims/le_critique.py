@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .context import Context
-from .rule import Interval, MissingArtifact, NotRun, Premise, seed_interval
+from .context import Context, MissingArtifact, NotRun
+from .rule import Interval, Premise, seed_interval
 
 
 def _critique_kind(method: str) -> str:

@@ -11,18 +11,8 @@ import pandas as pd
 from sparserl.core import hierarchical_bootstrap as hb
 from sparserl.core.paths import Paths
 
-from .context import Context, pooled_trees
-from .rule import (
-    BOOT,
-    BOOT_SEED,
-    BadArtifact,
-    Interval,
-    Margin,
-    MissingArtifact,
-    NotRun,
-    Premise,
-    seed_interval,
-)
+from .context import BadArtifact, Context, MissingArtifact, NotRun, pooled_trees
+from .rule import BOOT, BOOT_SEED, Interval, Margin, Premise, seed_interval
 
 
 def _rl_methods(cfg: dict, *methods: str) -> list:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from sparserl.core.stats import LEVEL, normal_quantile, t_interval, welch_interval
 
-if TYPE_CHECKING:  # the measures' argument; context.py imports this module
+if TYPE_CHECKING:  # the measures' argument (context.py imports nothing of this module)
     from .context import Context
 
 
@@ -34,18 +34,6 @@ BOOT = 2000
 BOOT_SEED = 0
 
 PAPERS = {"V0": "V0 (001)", "V0.5": "V0.5 (000)", "BASIS": "BASIS (004)", "Le Critique": "Le Critique (002)"}
-
-
-class NotRun(Exception):
-    """The config does not make what the claim needs (the message says what)."""
-
-
-class MissingArtifact(FileNotFoundError):
-    """An artifact the config makes is not on disk (the message names it and the fix)."""
-
-
-class BadArtifact(ValueError):
-    """An artifact lacks a column a claim reads (the message names the file, the columns, the fix)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .catalog import CLAIMS
-from .context import Context
+from .context import Context, MissingArtifact, NotRun
 from .rule import (
     ABSENT,
     INCONCLUSIVE,
@@ -23,8 +23,6 @@ from .rule import (
     UNCLEAR,
     Claim,
     Interval,
-    MissingArtifact,
-    NotRun,
     _paper_range,
     decide,
     detectable,

@@ -8,8 +8,8 @@ import pandas as pd
 
 from sparserl.core.paths import Paths
 
-from .context import Context
-from .rule import BOOT, Interval, Margin, NotRun, group_bootstrap, seed_interval
+from .context import Context, NotRun
+from .rule import BOOT, Interval, Margin, group_bootstrap, seed_interval
 
 
 def _v0_inputs(protocol: str):
