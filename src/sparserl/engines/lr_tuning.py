@@ -38,6 +38,7 @@ import pandas as pd
 from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths, RunPaths, rl_engine
+from sparserl.methods.run import Run, resolve_run
 # the choice a run reads lives below the engines (methods.run resolves a run with it)
 from sparserl.methods.lr_choice import (FAMILIES, REINFORCE_ESTIMATORS, base_lr, borrowed,  # noqa: F401
                                         chosen_path, lr_family, setting_of, settings, tuned_choice,
@@ -46,8 +47,6 @@ from sparserl.methods.lr_choice import (FAMILIES, REINFORCE_ESTIMATORS, base_lr,
 log = get_logger(__name__)
 
 VALIDATION = "validation"  # the split's name as a benchmark (evaluation.overrides.validation applies)
-# the settings of rl.lr_tuning that choose which tuning runs exist, not what one run does
-RUN_LIST_KEYS = ("enabled", "grid", "seeds", "validation_size")
 TABLE_COLUMNS = ("setting", "family", "method", "prompts_per_step", "rollouts_per_step", "lr", "steps",
                  "seeds", "validation_accuracy", "validation_accuracy_sd", "validation_accuracy_min",
                  "validation_accuracy_max", "eligible", "chosen", "lr_at_grid_edge", "steps_at_last_checkpoint")
@@ -112,9 +111,31 @@ def tuner(cfg: dict, setting: str) -> str:
     return methods[setting][0]
 
 
+def tuning_run(cfg: dict, setting: str, lr: float, seed: int | str) -> Run:
+    """A tuning run: the setting's method at `lr` (`tuning_config`), in tuning/<setting>/lr<lr>/seed<s>."""
+    return resolve_run(tuning_config(cfg, lr), tuner(cfg, setting), seed,
+                       root=Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}"), lr=lr)
+
+
 def run_paths(cfg: dict, setting: str, lr: float, seed: int | str) -> RunPaths:
-    return RunPaths(Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}"), tuner(cfg, setting),
-                    seed, engine="local")
+    return tuning_run(cfg, setting, lr, seed).paths
+
+
+# the settings of rl.lr_tuning that choose which tuning runs exist, not what one run does
+RUN_LIST_KEYS = ("enabled", "grid", "seeds", "validation_size")
+
+
+def rule_identity(cfg: dict, setting: str) -> dict:
+    """What rule lr_tune_run's key hashes, for the setting's runs at every rate (the rate is the
+    job's wildcard): the rl settings without the lists that choose which runs exist, the rollout
+    settings and the method (all a run's `Run.key` holds) and the evaluation that scores the
+    checkpoints. Its value is the one tuning jobs were keyed by before `Run`, so a tree mid-tuning
+    does not rerun; the trainer resumes a tuning run by its `Run.key`."""
+    from sparserl.methods.spec import load_method, run_settings
+    spec = load_method(tuner(cfg, setting))
+    rl = run_settings(cfg["rl"], spec)
+    rl["lr_tuning"] = {k: v for k, v in rl["lr_tuning"].items() if k not in RUN_LIST_KEYS}
+    return {"rl": rl, "rollout": cfg["rollout"], "evaluation": cfg["evaluation"], "method": spec.to_dict()}
 
 
 def validation_table(cfg: dict, setting: str, lr: float, seed: int | str) -> Path:
@@ -164,15 +185,6 @@ def tuning_configs(cfg: dict) -> dict[str, dict]:
         c = tuning_config(cfg, lr)
         out[config_hash(c)] = c
     return out
-
-
-def run_settings(cfg: dict, method) -> dict:
-    """What one tuning run's result depends on (its rule's key): the run's rl settings without
-    the lists that only choose which runs exist."""
-    from sparserl.methods.spec import run_settings as rl_run_settings
-    rl = rl_run_settings(cfg["rl"], method)
-    rl["lr_tuning"] = {k: v for k, v in rl["lr_tuning"].items() if k not in RUN_LIST_KEYS}
-    return rl
 
 
 def _norm(problem: str) -> str:
@@ -225,15 +237,15 @@ def tune_run(cfg: dict, setting: str, lr: float, seed: int, threads: int = 1) ->
     from sparserl.engines.local.trainer import Trainer
     from sparserl.evaluation.evaluate import evaluate_checkpoint
     from sparserl.grading.verifier import open_verifier
-    from sparserl.methods.spec import load_method, prompts_per_step
+    from sparserl.methods.spec import prompts_per_step
     s = check(cfg)
     if s is None:
         raise ConfigError("lr-tune-run: rl.lr_tuning.enabled is not true in the config")
     valid = validation_problems(cfg)  # before hours of training, not after
-    rp = run_paths(cfg, setting, lr, seed)
-    m = load_method(rp.method)
+    run = tuning_run(cfg, setting, lr, seed)
+    rp, m = run.paths, run.spec
     steps = checkpoint_steps(cfg, m)
-    trainer = Trainer(tuning_config(cfg, lr), rp.method, seed, threads=threads, run_paths=rp)
+    trainer = Trainer(tuning_config(cfg, lr), run, threads=threads)
     assert trainer.steps == steps[-1], (trainer.steps, steps)  # the steps the setting's RL runs train
     trainer.run()
     p = prompts_per_step(m, cfg["rl"]["rollouts_per_step"])

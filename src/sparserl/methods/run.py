@@ -38,12 +38,13 @@ class Run:
     lr_source: str  # "fixed" (rl.lr, or the rate given) or "tuned" (rl.lr_tuning's choice)
     steps: int | None  # None as lr
     prompts_per_step: int
-    snapshot_steps: tuple[int, ...]  # intermediate checkpoints kept: evaluated ones and the study's
-    study_steps: tuple[int, ...]  # of which the BASIS value study's (basis.study_checkpoints)
+    snapshot_steps: tuple[int, ...]  # intermediate checkpoints kept and evaluated (rl.eval_fractions)
+    study_steps: tuple[int, ...]  # more kept, not evaluated: the BASIS value study's (basis.study_checkpoints)
     paths: RunPaths
     inputs: tuple[str, ...]  # the files the run reads (its rule's input)
     identity: dict  # what `key` hashes
     key: str
+    experiment: str | None = None  # Le Critique's experiment (`resolve_critique_run`)
 
     @property
     def dir(self) -> Path:
@@ -113,14 +114,13 @@ def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None
         run_lr, source, steps = tuned_run(cfg, spec)
     # the BASIS value study reads rl/<method>/seed<s> only
     study = study_snapshot_steps(cfg, spec, seed) if root is None else []
-    snaps = sorted(set(snapshot_steps(rl, spec)) | set(study))
     engine = rl_engine(cfg)
     paths = (Paths(cfg).run(owner, seed) if root is None
              else RunPaths(Path(root), owner, seed, engine=engine))
     identity = run_identity(cfg, named, settings, study, seed if root is not None else None)
     return Run(spec=spec, method=method, seed=seed, owner=owner, settings=settings, lr=run_lr,
                lr_source=source, steps=steps, prompts_per_step=prompts_per_step(spec, rl["rollouts_per_step"]),
-               snapshot_steps=tuple(snaps), study_steps=tuple(study), paths=paths,
+               snapshot_steps=tuple(snapshot_steps(rl, spec)), study_steps=tuple(study), paths=paths,
                inputs=run_inputs(cfg, spec, tuned), identity=identity, key=config_hash(identity))
 
 
@@ -148,4 +148,4 @@ def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str) -> R
                lr_source="fixed", steps=int(rl["steps"]),
                prompts_per_step=prompts_per_step(spec, int(rl["rollouts_per_step"])), snapshot_steps=(),
                study_steps=(), paths=CP.run(exp, method, seed), inputs=(str(policy),), identity=identity,
-               key=config_hash(identity))
+               key=config_hash(identity), experiment=exp)
