@@ -120,14 +120,16 @@ def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node
 
 
 def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
-                   policy_path: str | None = None, config_paths: list | None = None) -> dict[str, Any]:
-    """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`)."""
+                   policy_path: str | None = None, config_paths: list | None = None,
+                   paths: RunPaths | None = None) -> dict[str, Any]:
+    """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`);
+    `paths`: the run's files (`methods.run.Run.paths`, absolute), else those under ``out_dir``'s parent."""
     rl = cfg["rl"]
     if method.sampler == "budget":
         raise ConfigError(f"method {method.name}: V0's budget allocation runs in the local trainer only; the "
                           "OpenRLHF engine has no budget samples generator yet (drop it from rl.methods at paper scale)")
     over = dict(rl.get("openrlhf") or {})
-    run = run_files(method, seed, out_dir)
+    run = paths or run_files(method, seed, out_dir)
     if policy_path is None:
         pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
         policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)
