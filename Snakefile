@@ -42,7 +42,7 @@ if CFG.get("rl"):
     for _name in CFG["rl"]["methods"]:
         try:
             _method = load_method(_name)
-        except ConfigError:  # not a method: its rule's command reports it (as common.smk's method_key)
+        except ConfigError:  # not a method: its rule's command reports it
             continue
         try:
             prompts_per_step(_method, CFG["rl"]["rollouts_per_step"])
@@ -58,7 +58,7 @@ try:  # a results folder that cannot be written: the one line that names it, wit
     CONFIGS = str(write_resolved(CFG, P.results / ".config"))
 except OSError as e:
     raise WorkflowError(str(e)) from None
-# the settings behind each rule's hash param (common.smk cfg_key, method_key), so that a rerun's
+# the settings behind each rule's hash param (common.smk cfg_key, run_key), so that a rerun's
 # reason names the changed keys ("rl.steps: 60 -> 20"), not two hashes
 KEYS_DIR = P.results / ".config" / "keys"
 try:

@@ -419,12 +419,13 @@ def test_snakemake_configfile_that_is_not_utf8_names_file_and_offset(repo, tmp_p
 def test_missing_start_policy_names_the_path_and_the_rule(repo, tmp_path):
     from sparserl.core.paths import Paths
     from sparserl.engines.local.trainer import Trainer
+    from sparserl.methods.run import resolve_run
     cfg = load_config([repo / "configs/tiny.yaml"], {"results_dir": str(tmp_path / "results")})
     path = Paths(cfg).policy("s")
     with pytest.raises(ConfigError, match=rf"{path}: the start policy 's' \(rl\.policy\) has no checkpoint "
                                           rf"there; build it first \(`snakemake --cores 2 {path}`, rule "
                                           r"pretrain_policy\)"):
-        Trainer(cfg, "grpo_g4", 0)
+        Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
 
 
 # --------------------------------------------------------------------------- a policy's weights

@@ -189,8 +189,9 @@ def toy_env(monkeypatch):
 
 def test_policy_never_sees_the_privileged_context(tmp_path, tiny_lm, repo, toy_env):
     from sparserl.engines.local.critique import CritiqueTrainer
+    from sparserl.methods.run import resolve_critique_run
     cfg = _cfg(tmp_path, tiny_lm, repo)
-    tr = CritiqueTrainer(cfg, "toy_k", "lc_pvf_answer", 0)
+    tr = CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_pvf_answer", 0))
     seen_policy, seen_critic = [], []
     # our Qwen3LM's log-probs read `hidden` (the head runs on response positions only)
     spy = "hidden" if hasattr(tr.model, "hidden") else "forward"
@@ -223,8 +224,9 @@ def test_policy_never_sees_the_privileged_context(tmp_path, tiny_lm, repo, toy_e
 
 def test_loo_group_context_holds_the_other_responses(tmp_path, tiny_lm, repo, toy_env):
     from sparserl.engines.local.critique import CritiqueTrainer
+    from sparserl.methods.run import resolve_critique_run
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_pvf_loo",))
-    tr = CritiqueTrainer(cfg, "toy_k", "lc_pvf_loo", 0)
+    tr = CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_pvf_loo", 0))
     problems, ep = tr._episodes(salt=0)
     seqs, starts = tr.critic_rows(problems, ep)
     j = 0
@@ -236,8 +238,9 @@ def test_loo_group_context_holds_the_other_responses(tmp_path, tiny_lm, repo, to
 
 def test_warmup_runs_its_value_updates_before_the_first_policy_update(tmp_path, tiny_lm, repo, toy_env):
     from sparserl.engines.local.critique import CritiqueTrainer
+    from sparserl.methods.run import resolve_critique_run
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_vf",))
-    tr = CritiqueTrainer(cfg, "toy_k", "lc_vf", 0)
+    tr = CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_vf", 0))
     before = {k: v.clone() for k, v in tr.model.state_dict().items()}
     tr.warmup()
     assert tr.critic.updates == 20 and tr.warmup_done == 20
@@ -246,8 +249,9 @@ def test_warmup_runs_its_value_updates_before_the_first_policy_update(tmp_path, 
 
 def test_multi_turn_rows_and_trajectories(tmp_path, tiny_lm, repo, toy_env):
     from sparserl.engines.local.critique import CritiqueTrainer, to_rows, to_trajectories
+    from sparserl.methods.run import resolve_critique_run
     cfg = _cfg(tmp_path, tiny_lm, repo, env_kind="toy_turns", methods=("lc_tether",))
-    tr = CritiqueTrainer(cfg, "toy_k", "lc_tether", 0)
+    tr = CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_tether", 0))
     problems, ep = tr._episodes(salt=0)
     assert len(ep.rewards) == 16 and np.all(np.diff(ep.traj) >= 0)
     turns = np.bincount(ep.traj, minlength=16)
@@ -266,14 +270,15 @@ def test_multi_turn_rows_and_trajectories(tmp_path, tiny_lm, repo, toy_env):
 
 def test_a_killed_run_resumes_to_the_same_metrics(tmp_path, tiny_lm, repo, toy_env):
     from sparserl.engines.local.critique import CritiqueTrainer, KilledForTest
+    from sparserl.methods.run import resolve_critique_run
     from sparserl.envs.world import CritiquePaths
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_tether",))
-    CritiqueTrainer(cfg, "toy_k", "lc_tether", 0).run()
+    CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_tether", 0)).run()
     rp = CritiquePaths(cfg).run("toy_k", "lc_tether", 0)
     full = pd.read_parquet(rp.metrics).drop(columns="wall_time_s")
     with pytest.raises(KilledForTest):
-        CritiqueTrainer(cfg, "toy_k", "lc_tether", 0).run(stop_after=2)
-    CritiqueTrainer(cfg, "toy_k", "lc_tether", 0).run()
+        CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_tether", 0)).run(stop_after=2)
+    CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_tether", 0)).run()
     again = pd.read_parquet(rp.metrics).drop(columns="wall_time_s")
     pd.testing.assert_frame_equal(full, again)
     # Tether's rho follows its EMA from rho_0 = 0: rho_k = .95 rho_{k-1} + .05 rhohat_k
@@ -310,10 +315,11 @@ def test_tiny_config_runs_every_figure_role(repo):
 def test_first_step_draws_the_same_prompts_for_every_method(tmp_path, tiny_lm, repo, toy_env):
     """The warm-up has its own prompt stream, so step 1 of Mean and of VF see the same batch."""
     from sparserl.engines.local.critique import CritiqueTrainer
+    from sparserl.methods.run import resolve_critique_run
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_mean", "lc_vf"))
     firsts = []
     for m in ("lc_mean", "lc_vf"):
-        tr = CritiqueTrainer(cfg, "toy_k", m, 0)
+        tr = CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", m, 0))
         if tr.critic is not None:
             tr.warmup()
         problems, ep = tr._episodes(salt=0)
@@ -326,6 +332,7 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     draws from those tables alone; F4's EV is the mean over the run's final value batches."""
     from sparserl.core.artifacts import write_json
     from sparserl.engines.local.critique import CritiqueTrainer
+    from sparserl.methods.run import resolve_critique_run
     from sparserl.envs.world import CritiquePaths
     from sparserl.figures import list_figures, make_figure
     from sparserl.studies.le_critique import write_runs_table
@@ -334,7 +341,7 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     cfg["critique"]["rl"]["steps"] = 3
     cfg["figures_dir"] = str(tmp_path / "figs")
     for m in methods:
-        CritiqueTrainer(cfg, "toy_k", m, 0).run()
+        CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", m, 0)).run()
     CP = CritiquePaths(cfg)
     write_json({"env": "toy", "heldout_reward": 0.25}, CP.start_eval("toy"))
     write_runs_table(cfg)

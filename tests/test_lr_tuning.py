@@ -15,6 +15,7 @@ from sparserl.core.config import ConfigError, load_config
 from sparserl.core.paths import Paths
 from sparserl.engines import lr_tuning as L
 from sparserl.engines.local.trainer import Trainer
+from sparserl.methods.run import resolve_run
 from sparserl.methods.spec import load_method
 from sparserl.tasks import procedural
 from sparserl.tasks.validation import make_validation
@@ -267,31 +268,32 @@ def _write_chosen(cfg, lr, steps, grid=None):
 
 
 def test_the_trainer_uses_the_chosen_lr_and_steps_when_enabled_and_rl_lr_when_not(world):
-    t = Trainer(world, "grpo_g4", 0)
+    t = Trainer(world, resolve_run(world, "grpo_g4", 0))
     assert (t.lr, t.lr_source, t.steps) == (1e-4, "fixed", 2) and t.opt.param_groups[0]["lr"] == 1e-4
     cfg = copy.deepcopy(world)
     cfg["rl"]["lr_tuning"] = copy.deepcopy(TUNING)
     with pytest.raises(ConfigError, match=r"lr\.json.*rule lr_tuning"):
-        Trainer(cfg, "grpo_g4", 0)
+        Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
     _write_chosen(cfg, 2e-4, 1)
-    t = Trainer(cfg, "grpo_g4", 0)
+    t = Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
     assert (t.lr, t.lr_source, t.steps) == (2e-4, "tuned", 1) and t.opt.param_groups[0]["lr"] == 2e-4
     # a setting the tuning left out keeps rl.lr and the horizon; a run elsewhere (V0's harvest) too
-    v = Trainer(cfg, "vanilla_g1", 0)
+    v = Trainer(cfg, resolve_run(cfg, "vanilla_g1", 0))
     assert (v.lr_source, v.lr, v.steps) == ("fixed", 1e-4, 2)
-    h = Trainer(cfg, "grpo_g4", 0, run_paths=Paths(cfg).run("harvest", 0))
+    h = Trainer(cfg, resolve_run(cfg, "grpo_g4", 0, root=Paths(cfg).stage("harvest")))
     assert (h.lr, h.steps) == (1e-4, 2)
     # a retuned rate is another run: its resume state does not carry over
-    key = t._key()
+    state = t.state_key()
     _write_chosen(cfg, 5e-5, 1)
-    assert Trainer(cfg, "grpo_g4", 0)._key() != key
+    retuned = Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
+    assert t.state_mismatch(state) is None and "lr 0.0002 -> 5e-05" in retuned.state_mismatch(state)
     cfg["rl"]["lr_tuning"]["grid"] = [5e-5, 1e-4]  # chosen on another grid: stale
     with pytest.raises(ConfigError, match="another grid"):
-        Trainer(cfg, "grpo_g4", 0)
+        Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
     cfg["rl"]["lr_tuning"]["grid"] = TUNING["grid"]
     _write_chosen(cfg, 5e-5, 3)  # past the horizon
     with pytest.raises(ConfigError, match="3 steps chosen"):
-        Trainer(cfg, "grpo_g4", 0)
+        Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
 
 
 def test_a_tree_with_lr_tuning_from_trains_the_first_trees_choice_and_tunes_nothing(world, tmp_path):

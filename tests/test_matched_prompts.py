@@ -58,16 +58,16 @@ def test_shipped_matched_prompt_methods_share_64_prompts():
 
 
 def test_new_keys_are_part_of_a_methods_identity_and_absent_keys_keep_old_hashes(methods, world, repo):
-    from sparserl.engines.local.trainer import Trainer
+    from sparserl.methods.run import resolve_run
     shipped = repo / "configs" / "methods"
     assert "prompts_per_step" not in load_method("grpo_g4", shipped).to_dict()
     assert "max_rollouts_per_step" not in load_method("v05_osla", shipped).to_dict()["osla"]
     methods("g2", "estimator: grpo\ngroup_size: 2\n" + LOSS)
-    k0 = Trainer(world, "g2", 0)._key()
+    k0 = resolve_run(world, "g2", 0).key
     methods("g2", "estimator: grpo\ngroup_size: 2\nprompts_per_step: 8\n" + LOSS)  # 16 / 2: same batch
-    k1 = Trainer(world, "g2", 0)._key()
+    k1 = resolve_run(world, "g2", 0).key
     methods("g2", "estimator: grpo\ngroup_size: 2\nprompts_per_step: 5\n" + LOSS)
-    assert len({k0, k1, Trainer(world, "g2", 0)._key()}) == 3  # the run reruns when the key changes
+    assert len({k0, k1, resolve_run(world, "g2", 0).key}) == 3  # the run reruns when the key changes
     m = load_method("g2")
     assert MethodSpec.from_dict(m.to_dict()) == m and m.to_dict()["prompts_per_step"] == 5
     methods("o", "estimator: v05_fusion\ngroup_size: 2\nprompts_per_step: 3\n"
@@ -156,8 +156,9 @@ def test_prompts_per_step_fixes_prompts_and_rollouts_grow_with_the_group(world, 
 
 def _osla_step(world, name):
     from sparserl.engines.local.trainer import Trainer
+    from sparserl.methods.run import resolve_run
     from sparserl.grading.verifier import open_verifier
-    t = Trainer(world, name, seed=0)
+    t = Trainer(world, resolve_run(world, name, 0))
     with open_verifier(world) as t._ver:
         info = {}
         s = t.sampler.sample(info)

@@ -14,6 +14,7 @@ from sparserl.core.artifacts import write_table
 from sparserl.core.config import ConfigError, load_config
 from sparserl.core.paths import Paths
 from sparserl.engines.local.trainer import KilledForTest, Trainer, train
+from sparserl.methods.run import resolve_run
 from sparserl.grading.verifier import open_verifier
 from sparserl.methods.spec import load_method
 from sparserl.tasks import procedural
@@ -87,13 +88,13 @@ def test_each_critic_method_trains_on_the_math_world(world, method, varied_rewar
 
 
 def test_the_scale_critic_lr_replaces_the_methods(world):
-    t = Trainer(world, "lc_math_vf_g8", 0)
+    t = Trainer(world, resolve_run(world, "lc_math_vf_g8", 0))
     assert load_method("lc_math_vf_g8").critic.lr == 1e-4 and t.m.critic.lr == 1e-3
     assert all(g["lr"] == 1e-3 for g in t.critic.opt.param_groups)
     cfg = copy.deepcopy(world)
     del cfg["rl"]["critic_lr"]
-    assert Trainer(cfg, "lc_math_vf_g8", 0).m.critic.lr == 1e-4
-    assert Trainer(world, "grpo_g8", 0).critic is None
+    assert Trainer(cfg, resolve_run(cfg, "lc_math_vf_g8", 0)).m.critic.lr == 1e-4
+    assert Trainer(world, resolve_run(world, "grpo_g8", 0)).critic is None
 
 
 def test_a_critic_with_another_sampler_is_refused(world, tmp_path, monkeypatch):
@@ -104,7 +105,7 @@ def test_a_critic_with_another_sampler_is_refused(world, tmp_path, monkeypatch):
     (d / "vf_dapo.yaml").write_text(text + "dynamic_sampling: {enabled: true}\n")
     monkeypatch.setattr(spec_mod, "METHODS_DIR", d)
     with pytest.raises(ConfigError, match="plain sampler"):
-        Trainer(world, "vf_dapo", 0)
+        Trainer(world, resolve_run(world, "vf_dapo", 0))
 
 
 def _one_step(t):
@@ -126,7 +127,7 @@ def _one_step(t):
 
 
 def test_the_policy_never_reads_the_reference_answer(world):
-    t = Trainer(world, "lc_math_pvf_answer_g8", 0)
+    t = Trainer(world, resolve_run(world, "lc_math_pvf_answer_g8", 0))
     sampled, adv, payload, policy_rows, critic_rows = _one_step(t)
     b, idx = sampled.batch, sampled.idx
     answers = t.pool["answer"].iloc[idx].astype(str).tolist()
@@ -149,7 +150,7 @@ def test_the_policy_never_reads_the_reference_answer(world):
 
 
 def test_the_loo_group_context_is_the_other_responses_of_the_prompt(world, varied_rewards):
-    t = Trainer(world, "lc_math_pvf_loo_g8", 0)
+    t = Trainer(world, resolve_run(world, "lc_math_pvf_loo_g8", 0))
     with open_verifier(t.cfg) as t._ver:
         sampled = t.sampler.sample({})
     b = sampled.batch
@@ -181,7 +182,7 @@ def test_critic_values_sit_at_the_policys_action_positions(world, method, monkey
     same state the policy's log-prob of token t is gathered at (prompt position P - 1 + t); the
     VF advantage of token t is R - V_t, on the row of the policy's token t."""
     import sparserl.engines.local.critic_loop as loop
-    t = Trainer(world, method, 0)
+    t = Trainer(world, resolve_run(world, method, 0))
     vocab = t.model.model.embed_tokens.num_embeddings  # the policy's vocabulary
     t.critic.model.body = _TokenValue(vocab)
     t.critic.model.head = torch.nn.Linear(vocab, 1)
@@ -215,8 +216,8 @@ def test_critic_values_sit_at_the_policys_action_positions(world, method, monkey
 def test_warmup_leaves_the_policy_and_the_prompt_stream_alone(world):
     """20 value updates before step 1, the policy untouched, and step 1 draws the prompts and
     rollouts GRPO G=8 draws (the warm-up has its own prompt stream)."""
-    t = Trainer(world, "lc_math_tether_g8", 0)
-    g = Trainer(world, "grpo_g8", 0)
+    t = Trainer(world, resolve_run(world, "lc_math_tether_g8", 0))
+    g = Trainer(world, resolve_run(world, "grpo_g8", 0))
     before = {k: v.clone() for k, v in t.model.state_dict().items()}
     with open_verifier(t.cfg) as t._ver:
         t.warmup()

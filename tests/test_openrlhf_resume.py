@@ -250,6 +250,7 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
         seen["rows"], seen["argv"] = rows.read_text(), argv
         raise SystemExit("stop before training")
     monkeypatch.setattr(launcher, "load_config", lambda paths: {"rl": {"policy": "m"}})
+    monkeypatch.setattr(launcher, "resolve_run", lambda *a, **k: SimpleNamespace(spec=load_method("grpo_g16"), paths=rp))
     monkeypatch.setattr(launcher, "openrlhf_argv", lambda *a, **k: ["--ckpt.load_enable"])
     monkeypatch.setattr(launcher, "parse_args", lambda argv: SimpleNamespace(
         ckpt=SimpleNamespace(load_enable=True, path=str(rp.checkpoints)), critic=SimpleNamespace(model_name_or_path=None)))

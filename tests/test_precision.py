@@ -10,6 +10,7 @@ from rl_worlds import rl_world
 from sparserl.core.config import ConfigError
 from sparserl.engines.local.losses import token_logprobs
 from sparserl.engines.local.trainer import Trainer, set_precision
+from sparserl.methods.run import resolve_run
 from sparserl.grading.verifier import open_verifier
 from sparserl.models.qwen3 import Qwen3LM
 
@@ -64,7 +65,7 @@ def test_bf16_is_refused_for_a_model_without_the_switch(tiny_lm):
 def _trainer(tmp_path, tiny_lm, repo, method="grpo_g4", **rl):
     cfg = rl_world(tmp_path, tiny_lm, repo)
     cfg["rl"].update(rl)
-    return cfg, Trainer(cfg, method, 0)
+    return cfg, Trainer(cfg, resolve_run(cfg, method, 0))
 
 
 def _one_update(cfg, t, batch=None):
@@ -216,4 +217,4 @@ def test_share_prompts_is_refused_for_a_model_without_it(tmp_path, tiny_lm, repo
     cfg["rl"]["share_prompts"] = True
     cfg["rollout"]["backend"] = "hf"
     with pytest.raises(ConfigError, match="rl.share_prompts"):
-        Trainer(cfg, "grpo_g4", 0)
+        Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))

@@ -13,6 +13,7 @@ from sparserl.core.paths import Paths
 from sparserl.engines.local.losses import aggregate, gpg_loss, gspo_loss, kl_k3, ppo_clip_loss, token_logprobs
 from sparserl.methods.spec import load_method, method_names, prompts_per_step
 from sparserl.engines.local.trainer import Trainer, overlong_penalty, train
+from sparserl.methods.run import resolve_run
 from sparserl.methods.sampling import Sampled
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import procedural
@@ -134,9 +135,9 @@ def test_every_method_loads_and_matches_the_rollout_budget():
 
 def test_the_math_trainer_trains_a_critic_for_a_critic_method(world):
     """Le Critique's critic methods run in rl.methods too (tests/test_math_critics.py)."""
-    t = Trainer(world, "lc_tether", seed=0)
+    t = Trainer(world, resolve_run(world, "lc_tether", 0))
     assert t.m.needs_critic and t.critic is not None and t.critic.batch_size == 16
-    assert Trainer(world, "grpo_g4", seed=0).critic is None
+    assert Trainer(world, resolve_run(world, "grpo_g4", 0)).critic is None
 
 
 # a trainer wired to a tiny world in tmp_path ------------------------------------------------
@@ -162,7 +163,7 @@ def test_each_method_advantages_are_the_registrys(world, name, monkeypatch):
     trained V0 this world has not built (tests/test_v0.py covers the real one)."""
     from sparserl.values.priors import ConstantPrior
     monkeypatch.setattr("sparserl.values.v0.prior.make_v0_prior", lambda *a, **k: ConstantPrior(0.5))
-    t = Trainer(world, name, seed=0)
+    t = Trainer(world, resolve_run(world, name, 0))
     idx = np.arange(6)
     batch = _fixed_batch(6, t.m.group_size)
     info = {}
@@ -196,7 +197,7 @@ def test_basis_beta_from_the_method_file_reaches_the_trainer(world, tmp_path, mo
                                    f"basis: {{kind: unb, calibrate_on: current, beta: {beta}}}")
     (d / "basis_beta.yaml").write_text(text)
     monkeypatch.setattr(spec_mod, "METHODS_DIR", d)
-    t = Trainer(world, "basis_beta", seed=0)
+    t = Trainer(world, resolve_run(world, "basis_beta", 0))
     idx = np.arange(6)
     batch = _fixed_batch(6, 1)
     adv = t.advantages(Sampled(idx, batch), {})
@@ -207,7 +208,7 @@ def test_basis_beta_from_the_method_file_reaches_the_trainer(world, tmp_path, mo
 
 
 def test_osla_sampling_respects_its_rules(world):
-    t = Trainer(world, "v05_osla", seed=0)
+    t = Trainer(world, resolve_run(world, "v05_osla", 0))
     from sparserl.grading.verifier import open_verifier
     with open_verifier(world) as t._ver:
         info = {}
@@ -223,7 +224,7 @@ def test_osla_sampling_respects_its_rules(world):
 
 
 def test_dynamic_sampling_keeps_mixed_groups(world):
-    t = Trainer(world, "dapo_g16", seed=0)
+    t = Trainer(world, resolve_run(world, "dapo_g16", 0))
     from sparserl.grading.verifier import open_verifier
     with open_verifier(world) as t._ver:
         info = {}
@@ -259,7 +260,7 @@ def test_resume_gives_the_same_metrics(world, method):
     from sparserl.core.artifacts import read_manifest
     counts = read_manifest(d / "metrics.parquet")["verifier"]  # grading timeouts are counted, not hidden
     assert counts["items"] > 0 and counts["timeouts"] == 0
-    steps = Trainer(cfg, method, 0).steps
+    steps = Trainer(cfg, resolve_run(cfg, method, 0)).steps
     assert len(a) == steps
     if steps >= 2:
         assert (d / "checkpoints").exists()
@@ -331,10 +332,10 @@ def test_run_lists_are_not_part_of_a_runs_identity(world):
     cfg = copy.deepcopy(world)
     cfg["rl"]["methods"] = list(cfg["rl"].get("methods") or []) + ["grpo_g8", "v05_osla"]
     cfg["rl"]["seeds"] = [0, 1, 2, 7]
-    assert Trainer(cfg, "grpo_g4", 0)._key() == Trainer(world, "grpo_g4", 0)._key()
+    assert resolve_run(cfg, "grpo_g4", 0).key == resolve_run(world, "grpo_g4", 0).key
     other = copy.deepcopy(world)
     other["rl"]["steps"] += 1  # a setting of the run itself still counts
-    assert Trainer(other, "grpo_g4", 0)._key() != Trainer(world, "grpo_g4", 0)._key()
+    assert resolve_run(other, "grpo_g4", 0).key != resolve_run(world, "grpo_g4", 0).key
     assert "methods" not in run_settings(cfg["rl"]) and "seeds" not in run_settings(cfg["rl"])
 
 
@@ -360,7 +361,7 @@ def test_a_nan_mid_run_stops_rl_train_at_that_step_and_keeps_the_last_finite_che
     st = torch.load(run.state, weights_only=False)
     assert st["step"] == 2 and all(torch.isfinite(v).all() for v in st["model"].values())
     assert not run.final.exists()
-    t = Trainer(world, "grpo_g4", 0)
+    t = Trainer(world, resolve_run(world, "grpo_g4", 0))
     assert t.try_resume() and t.step == 2
     assert all(torch.isfinite(p).all() for p in t.model.parameters())
 
@@ -429,7 +430,7 @@ def test_a_truncated_last_pt_resumes_from_the_previous_checkpoint(world):
     data = run.state.read_bytes()
     run.state.write_bytes(data[:len(data) // 2])
     logs: list[str] = []
-    t = Trainer(world, "grpo_g4", 0, log=logs.append)
+    t = Trainer(world, resolve_run(world, "grpo_g4", 0), log=logs.append)
     assert t.try_resume() and t.step == 2
     assert any(f"{run.state} is truncated or corrupt" in m and f"previous checkpoint {prev} (step 2)" in m
                for m in logs), logs
@@ -565,7 +566,7 @@ def test_length_sorted_micro_batches_give_the_one_pass_update(world, method):
     for mb in (256, 3):
         cfg = copy.deepcopy(world)
         cfg["rl"].update(micro_batch_size=mb, mini_batches=1)
-        t = Trainer(cfg, method, 0)
+        t = Trainer(cfg, resolve_run(cfg, method, 0))
         t.update(copy.deepcopy(batch), adv, {})
         weights.append({k: v.detach().clone() for k, v in t.model.named_parameters()})
     assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # two code paths ran
@@ -581,8 +582,10 @@ from sparserl.cli.clean import find_leftovers
 from sparserl.core.artifacts import (MANIFEST_SUFFIX, load_checkpoint, previous_checkpoint, read_manifest,
                                      read_table)
 from sparserl.engines.local.trainer import Trainer
+from sparserl.methods.run import resolve_run
 
-t = Trainer(json.loads(Path(sys.argv[1]).read_text()), "grpo_g4", 0)
+cfg = json.loads(Path(sys.argv[1]).read_text())
+t = Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
 last, run = t.state_file, t.dir
 prev = previous_checkpoint(last)
 

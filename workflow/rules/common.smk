@@ -1,4 +1,5 @@
 # Shared helpers for every stage: resources from the config, the list of final targets.
+import functools
 
 
 def R(group):
@@ -43,21 +44,30 @@ def cfg_key(*sections):
                          for s in sections}, KEYS_DIR)
 
 
-def method_key(w):
-    from sparserl.core.config import ConfigError, settings_key
-    from sparserl.methods.spec import load_method, run_settings, study_snapshot_steps
-    try:
-        spec = load_method(w.method)
-        method = spec.to_dict()
-    except ConfigError:  # not a method: the rule's own command reports it
-        spec, method = None, w.method
-    key = {"rl": run_settings(CFG["rl"], spec), "rollout": CFG["rollout"], "method": method}
-    # the run the BASIS value study reads keeps extra checkpoints (basis.study_checkpoints):
-    # asking for them reruns that run alone; every other run's key is unchanged
-    study = study_snapshot_steps(CFG, spec, w.seed) if spec is not None else []
-    if study:
-        key["study_snapshots"] = study
-    return settings_key(key, KEYS_DIR)
+def run_key(run):
+    """A run's key (methods.run.Run.key) as a rule's `params`: a change to what the run depends
+    on reruns it, and the trainer starts it over. Its settings are recorded under KEYS_DIR, so the
+    rerun's reason names the keys that changed (Snakefile)."""
+    from sparserl.core.config import settings_key
+    key = settings_key(run.identity, KEYS_DIR)
+    assert key == run.key, (key, run.key)
+    return key
+
+
+@functools.lru_cache(maxsize=None)
+def _rl_run(method, seed):
+    from sparserl.methods.run import resolve_run
+    # the tuned lr stays unread: the DAG keys a run before tuning/lr.json, its input, exists
+    run = resolve_run(CFG, method, seed, read_choice=False)
+    if run.owner != method:
+        raise WorkflowError(f"{P.run(method, seed).dir}: method {method} repeats {run.owner}'s spec, so its "
+                            f"run is {run.dir} (methods.spec.run_owners); ask for that one")
+    return run
+
+
+def rl_run(w):
+    """The RL run of a job's wildcards (method, seed): methods.run.resolve_run, once per job."""
+    return _rl_run(w.method, str(w.seed))
 
 
 def policy_input(ref):

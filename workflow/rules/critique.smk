@@ -33,14 +33,10 @@ if CRITIQUE and rl_engine(CFG) == "local":
         from sparserl.core.artifacts import config_hash
         return config_hash({p: CRITIQUE.get(p) for p in parts})
 
-    def critique_run_key(w):
-        from sparserl.core.artifacts import config_hash
-        from sparserl.envs.world import experiment
-        from sparserl.methods.spec import load_method
-        e = experiment(CFG, w.exp)
-        return config_hash({"rl": CRITIQUE["rl"], "env": CRITIQUE["envs"][e.env], "k": e.k,
-                            "method": load_method(w.method).to_dict(), "rollout": CFG["rollout"],
-                            **({"exp_rl": e.rl} if e.rl else {})})  # an experiment's own rl, if any
+    def critique_run(w):
+        """The run of a job's wildcards (exp, method, seed): methods.run.resolve_critique_run."""
+        from sparserl.methods.run import resolve_critique_run
+        return resolve_critique_run(CFG, w.exp, w.method, w.seed)
 
     rule critique_world:
         output:
@@ -89,7 +85,7 @@ if CRITIQUE and rl_engine(CFG) == "local":
 
     rule critique_train:
         input:
-            str(CP.policy()),
+            lambda w: list(critique_run(w).inputs),  # policy c
         output:
             metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),
             summary=str(CP.run("{exp}", "{method}", "{seed}").dir / "summary.json"),
@@ -98,7 +94,7 @@ if CRITIQUE and rl_engine(CFG) == "local":
             method="[^/]+",
             seed=r"\d+",
         params:
-            key=critique_run_key,
+            key=lambda w: run_key(critique_run(w)),
         log:
             str(P.stage("logs", "critique", "{exp}_{method}_seed{seed}.log")),
         threads: T("rl")
@@ -164,13 +160,10 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
                                             for e in critique_experiments(CFG) if e.env == w.env],
                             "rollout": CFG["rollout"]})
 
-    def critique_run_key(w):
-        from sparserl.core.artifacts import config_hash
-        from sparserl.envs.world import experiment, experiment_rl
-        from sparserl.methods.spec import load_method
-        e = experiment(CFG, w.exp)
-        return config_hash({"rl": experiment_rl(CFG, w.exp), "env": CRITIQUE["envs"][e.env], "k": e.k,
-                            "method": load_method(w.method).to_dict(), "policy": str(CP.policy(w.exp))})
+    def critique_run(w):
+        """The run of a job's wildcards (exp, method, seed): methods.run.resolve_critique_run."""
+        from sparserl.methods.run import resolve_critique_run
+        return resolve_critique_run(CFG, w.exp, w.method, w.seed)
 
     def critique_models(env, exps):
         """The hub policies these experiments start from (fetch_models' copies) and the env's
@@ -197,7 +190,8 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
     rule critique_train:
         # Ray on the SLURM allocation, then OpenRLHF with the env's reward function or agent
         input:
-            lambda w: critique_models(CP_EXPERIMENT_ENV[w.exp], [w.exp]),
+            # the run's start policy (a hub model's local copy) and the env's hand-placed files
+            lambda w: list(critique_run(w).inputs) + hand_placed(f"critique.envs.{CP_EXPERIMENT_ENV[w.exp]}"),
         output:
             metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),
             summary=str(CP.run("{exp}", "{method}", "{seed}").dir / "summary.json"),
@@ -206,7 +200,7 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
             method="[^/]+",
             seed=r"\d+",
         params:
-            key=critique_run_key,
+            key=lambda w: run_key(critique_run(w)),
         log:
             str(P.stage("logs", "critique", "{exp}_{method}_seed{seed}.log")),
         threads: T("rl")

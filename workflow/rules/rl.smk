@@ -17,21 +17,16 @@ if RL:
                      .replace("{seed}", "{wildcards.seed}"))
 
     def rl_inputs(w):
-        from sparserl.methods.spec import load_method
-        ins = policy_input(RL_POLICY) + [str(P.train_pool())]
-        m = load_method(w.method)
-        if m.needs_reference_cache:
-            ins.append(str(P.reference_cache(RL_POLICY)))
-        if m.needs_v0_model:  # V0 as the prior: trained on the harvest (workflow/rules/values.smk)
-            ins += [str(P.v0_prior_model()), V0_POOL_EMBEDDINGS]
-        return ins
+        """What the run reads (methods.run.run_inputs): the start policy, the pool, the reference
+        cache, V0 and the pool's embeddings (workflow/rules/values.smk), rl.lr_tuning's chosen
+        rates (workflow/rules/tuning.smk)."""
+        return list(rl_run(w).inputs)
 
     if rl_engine(CFG) == "local":
 
         rule rl_train:
             input:
                 rl_inputs,
-                tuned_lr=lr_tuning_inputs,  # rl.lr_tuning's chosen rates (workflow/rules/tuning.smk)
             output:
                 metrics=str(RUN.metrics),
                 rollouts=str(RUN.rollouts),
@@ -40,7 +35,7 @@ if RL:
                 method="[A-Za-z0-9_]+",
                 seed="[0-9]+",
             params:
-                key=method_key,
+                key=lambda w: run_key(rl_run(w)),
             log:
                 str(P.stage("logs", "rl_{method}_seed{seed}.log")),
             threads: T("rl")
@@ -66,7 +61,7 @@ if RL:
                 method="[A-Za-z0-9_]+",
                 seed="[0-9]+",
             params:
-                key=method_key,
+                key=lambda w: run_key(rl_run(w)),
             log:
                 str(P.stage("logs", "rl_{method}_seed{seed}.log")),
             threads: T("rl")

@@ -18,29 +18,27 @@ if CFG.get("rl"):
         raise WorkflowError(f"config error: {_files}: {e}")
 
 
-def lr_tuning_inputs(wildcards=None):
-    """The tuned rates an RL run reads (rule rl_train's input), when rl.lr_tuning is enabled: this
-    tree's, or rl.lr_tuning.from's (another tree's choice; no rule here makes it)."""
-    return [str(_lrt.chosen_path(CFG))] if LR_TUNING else []
-
-
 if LR_TUNING and not _lrt.borrowed(CFG):
-    from types import SimpleNamespace
-
     LR_SETTINGS = _lrt.setting_methods(CFG)  # setting -> its methods; the first trains its tuning
 
-    def lr_tune_inputs(w):
-        """A tuning run reads what its method's RL run reads (rl_inputs), the split, and what the
-        split is checked against (engines.lr_tuning.guard_validation)."""
-        return (rl_inputs(SimpleNamespace(method=_lrt.tuner(CFG, w.setting))) + [str(P.validation_split())]
-                + [str(P.train_pool()), str(P.pretrain_corpus())] + [str(P.benchmark(b)) for b in BENCHMARKS])
+    @functools.lru_cache(maxsize=None)
+    def _lr_tune_run(setting, lr, seed):
+        return _lrt.tuning_run(CFG, setting, _lrt.grid_lr(CFG, lr), seed)
+
+    def lr_tune_run_of(w):
+        """The tuning run of a job's wildcards (setting, lr, seed): engines.lr_tuning.tuning_run."""
+        return _lr_tune_run(w.setting, w.lr, str(w.seed))
 
     def lr_tune_key(w):
+        """The setting's runs (all each one's Run.key holds) and their scoring: engines.lr_tuning.rule_identity."""
         from sparserl.core.config import settings_key
-        from sparserl.methods.spec import load_method
-        spec = load_method(_lrt.tuner(CFG, w.setting))
-        return settings_key({"rl": _lrt.run_settings(CFG, spec), "rollout": CFG["rollout"],
-                             "evaluation": CFG["evaluation"], "method": spec.to_dict()}, KEYS_DIR)
+        return settings_key(_lrt.rule_identity(CFG, w.setting), KEYS_DIR)
+
+    def lr_tune_inputs(w):
+        """A tuning run reads what the run reads (Run.inputs), the split, and what the split is
+        checked against (engines.lr_tuning.guard_validation)."""
+        return (list(lr_tune_run_of(w).inputs) + [str(P.validation_split())]
+                + [str(P.train_pool()), str(P.pretrain_corpus())] + [str(P.benchmark(b)) for b in BENCHMARKS])
 
     rule make_validation:
         input:

@@ -76,17 +76,23 @@ if V0_HARVEST is not None:
 
     V0_POLICIES = harvest_settings(CFG)["policies"]
 
+    @functools.lru_cache(maxsize=None)
+    def v0_harvest_run_of(policy):
+        """Policy's harvest run (engines.harvest_settings.harvest_run: methods.run.resolve_run)."""
+        from sparserl.engines.harvest_settings import harvest_run
+        return harvest_run(CFG, policy)
+
     rule v0_harvest_run:
         input:
-            policy=lambda w: policy_input(w.policy),
-            pool=str(P.train_pool()),
+            # the policy it starts from, the pool (and what else its method reads)
+            lambda w: list(v0_harvest_run_of(w.policy).inputs),
         output:
             final=directory(str(P.harvest_run("{policy}") / "final")),
             rollouts=str(P.harvest_run("{policy}") / "rollouts.parquet"),
         wildcard_constraints:
             policy="[^/@]+",
         params:
-            key=cfg_key("v0", "rl", "rollout"),
+            key=lambda w: run_key(v0_harvest_run_of(w.policy)),
         # the DAG's longest chain: run when ready, the critique runs fill the cores around it
         priority: 5
         log:

@@ -527,10 +527,20 @@ def explain_key_change(before: Iterable[str], now: Iterable[str], folder: str | 
     old, new = load(before), load(now)
     if old is None or new is None:
         return None
+    return "config keys changed: " + _changed(old, new)
+
+
+def settings_diff(old: dict, new: dict) -> str:
+    """The leaves that differ between two settings mappings ("rollout.max_new_tokens: 32 -> 16")."""
+    return "changed: " + _changed(dict(_leaves(json.loads(json.dumps(old, default=str)))),
+                                  dict(_leaves(json.loads(json.dumps(new, default=str)))))
+
+
+def _changed(old: dict, new: dict) -> str:
     unset = "<unset>"
     changed = [f"{k}: {json.dumps(old.get(k, unset), default=str)} -> {json.dumps(new.get(k, unset), default=str)}"
                for k in sorted(set(old) | set(new)) if old.get(k, unset) != new.get(k, unset)]
-    return "config keys changed: " + ("; ".join(changed) if changed else "none (same settings)")
+    return "; ".join(changed) if changed else "none (same settings)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,8 +33,8 @@ from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.engines.harvest_settings import (DEFAULTS, checkpoint_steps, harvest_config,  # noqa: F401
-                                               harvest_run_paths, harvest_settings)
-from sparserl.methods.spec import load_method, total_steps
+                                               harvest_run, harvest_run_paths, harvest_settings)
+from sparserl.methods.spec import total_steps
 
 _log = get_logger(__name__)
 COLUMNS = ["model", "step", "samples", "query_id", "problem", "value", "n", "split", "benchmark", "domain"]
@@ -42,14 +42,14 @@ def run_harvest(cfg: dict, policy: str, threads: int = 1) -> RunPaths:
     """Step 1: policy's GRPO run with its checkpoints (resumable, as every RL run)."""
     h = harvest_settings(cfg)
     hcfg = harvest_config(cfg, policy)
-    rp = harvest_run_paths(cfg, policy)
-    m = load_method(h["method"])
+    run = harvest_run(cfg, policy)
+    rp, m = run.paths, run.spec
     if total_steps(hcfg["rl"], m) != h["steps"]:
         raise ConfigError(f"v0.harvest.method {h['method']} sets its own steps; the harvest needs "
                           f"{h['steps']} (pick a method without `steps`)")
     if rp.engine == "local":
-        from sparserl.engines.local.trainer import train
-        train(hcfg, h["method"], h["seed"], threads=threads, run_paths=rp)
+        from sparserl.engines.local.trainer import Trainer
+        Trainer(hcfg, run, threads=threads).run()
     else:
         from sparserl.core.artifacts import atomic_write_text
         from sparserl.engines.openrlhf.launcher import run

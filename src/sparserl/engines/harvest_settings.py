@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 
 from sparserl.core.config import ConfigError
-from sparserl.core.paths import Paths, RunPaths, rl_engine
+from sparserl.core.paths import Paths, RunPaths
+from sparserl.methods.run import Run
 
 DEFAULTS = {"policies": None, "method": "grpo_g16", "seed": 0, "steps": None, "rollouts_per_step": None,
             "checkpoint_samples": 1024, "k": 10, "temperature": 1.0, "top_p": 1.0, "shards": 1}
@@ -61,6 +62,13 @@ def harvest_config(cfg: dict, policy: str) -> dict:
     return out
 
 
-def harvest_run_paths(cfg: dict, policy: str) -> RunPaths:
+def harvest_run(cfg: dict, policy: str) -> Run:
+    """Policy's harvest run: v0.harvest's method and seed under `harvest_config`, in
+    values/harvest/runs/<policy>, at that config's rl.lr (no tuned rate)."""
+    from sparserl.methods.run import resolve_run
     h = harvest_settings(cfg)
-    return RunPaths(Paths(cfg).harvest_run(policy), h["method"], h["seed"], engine=rl_engine(cfg))
+    return resolve_run(harvest_config(cfg, policy), h["method"], h["seed"], root=Paths(cfg).harvest_run(policy))
+
+
+def harvest_run_paths(cfg: dict, policy: str) -> RunPaths:
+    return harvest_run(cfg, policy).paths

@@ -30,7 +30,6 @@ row per checkpoint scored).
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 import numpy as np
@@ -39,51 +38,18 @@ import pandas as pd
 from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths, RunPaths, rl_engine
+from sparserl.methods.run import Run, resolve_run
+# the choice a run reads lives below the engines (methods.run resolves a run with it)
+from sparserl.methods.lr_choice import (FAMILIES, REINFORCE_ESTIMATORS, base_lr, borrowed,  # noqa: F401
+                                        chosen_path, lr_family, setting_of, settings, tuned_choice,
+                                        tuned_lr, tuned_run, tuned_steps)
 
 log = get_logger(__name__)
 
-FAMILIES = ("grpo", "rloo", "dapo", "gspo", "gpg", "reinforce", "basis", "v05", "critic")
-REINFORCE_ESTIMATORS = ("vanilla", "reinforce_pp", "negative_only")  # one rollout, no group baseline
 VALIDATION = "validation"  # the split's name as a benchmark (evaluation.overrides.validation applies)
-# the settings of rl.lr_tuning that choose which tuning runs exist, not what one run does
-RUN_LIST_KEYS = ("enabled", "grid", "seeds", "validation_size")
 TABLE_COLUMNS = ("setting", "family", "method", "prompts_per_step", "rollouts_per_step", "lr", "steps",
                  "seeds", "validation_accuracy", "validation_accuracy_sd", "validation_accuracy_min",
                  "validation_accuracy_max", "eligible", "chosen", "lr_at_grid_edge", "steps_at_last_checkpoint")
-
-
-def lr_family(m) -> str:
-    """The family of method spec `m` (one of FAMILIES): the first part of its batch setting."""
-    if m.needs_critic:
-        return "critic"
-    if "reference" in m.needs:
-        return "basis"
-    if "prior" in m.needs or m.osla is not None:
-        return "v05"
-    if m.estimator in REINFORCE_ESTIMATORS:
-        return "reinforce"
-    if m.dynamic_sampling.enabled:
-        return "dapo"
-    if m.loss.type in ("gspo", "gpg"):
-        return m.loss.type
-    if m.estimator == "gpg":
-        return "gpg"
-    return "rloo" if m.estimator == "rloo" else "grpo"
-
-
-def setting_of(m, rl: dict) -> str:
-    """The batch setting of method spec `m` under the scale's `rl` settings, as a label: family,
-    prompts per step, rollouts per step (prompts x group size: OSLA's k_init, DAPO's pre-filter
-    draw) and the steps its runs train, e.g. grpo_p32_r256_s100 for GRPO G=8 at 256 rollouts."""
-    from sparserl.methods.spec import prompts_per_step, total_steps
-    p = prompts_per_step(m, rl["rollouts_per_step"])
-    return f"{lr_family(m)}_p{p}_r{p * m.group_size}_s{total_steps(rl, m)}"
-
-
-def settings(cfg: dict) -> dict | None:
-    """`rl.lr_tuning` when it is enabled (the schema requires its keys then), else None."""
-    s = (cfg.get("rl") or {}).get("lr_tuning") or {}
-    return s if s.get("enabled") else None
 
 
 def lr_label(lr: float) -> str:
@@ -145,9 +111,31 @@ def tuner(cfg: dict, setting: str) -> str:
     return methods[setting][0]
 
 
+def tuning_run(cfg: dict, setting: str, lr: float, seed: int | str) -> Run:
+    """A tuning run: the setting's method at `lr` (`tuning_config`), in tuning/<setting>/lr<lr>/seed<s>."""
+    return resolve_run(tuning_config(cfg, lr), tuner(cfg, setting), seed,
+                       root=Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}"), lr=lr)
+
+
 def run_paths(cfg: dict, setting: str, lr: float, seed: int | str) -> RunPaths:
-    return RunPaths(Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}"), tuner(cfg, setting),
-                    seed, engine="local")
+    return tuning_run(cfg, setting, lr, seed).paths
+
+
+# the settings of rl.lr_tuning that choose which tuning runs exist, not what one run does
+RUN_LIST_KEYS = ("enabled", "grid", "seeds", "validation_size")
+
+
+def rule_identity(cfg: dict, setting: str) -> dict:
+    """What rule lr_tune_run's key hashes, for the setting's runs at every rate (the rate is the
+    job's wildcard): the rl settings without the lists that choose which runs exist, the rollout
+    settings and the method (all a run's `Run.key` holds) and the evaluation that scores the
+    checkpoints. Its value is the one tuning jobs were keyed by before `Run`, so a tree mid-tuning
+    does not rerun; the trainer resumes a tuning run by its `Run.key`."""
+    from sparserl.methods.spec import load_method, run_settings
+    spec = load_method(tuner(cfg, setting))
+    rl = run_settings(cfg["rl"], spec)
+    rl["lr_tuning"] = {k: v for k, v in rl["lr_tuning"].items() if k not in RUN_LIST_KEYS}
+    return {"rl": rl, "rollout": cfg["rollout"], "evaluation": cfg["evaluation"], "method": spec.to_dict()}
 
 
 def validation_table(cfg: dict, setting: str, lr: float, seed: int | str) -> Path:
@@ -197,15 +185,6 @@ def tuning_configs(cfg: dict) -> dict[str, dict]:
         c = tuning_config(cfg, lr)
         out[config_hash(c)] = c
     return out
-
-
-def run_settings(cfg: dict, method) -> dict:
-    """What one tuning run's result depends on (its rule's key): the run's rl settings without
-    the lists that only choose which runs exist."""
-    from sparserl.methods.spec import run_settings as rl_run_settings
-    rl = rl_run_settings(cfg["rl"], method)
-    rl["lr_tuning"] = {k: v for k, v in rl["lr_tuning"].items() if k not in RUN_LIST_KEYS}
-    return rl
 
 
 def _norm(problem: str) -> str:
@@ -258,15 +237,15 @@ def tune_run(cfg: dict, setting: str, lr: float, seed: int, threads: int = 1) ->
     from sparserl.engines.local.trainer import Trainer
     from sparserl.evaluation.evaluate import evaluate_checkpoint
     from sparserl.grading.verifier import open_verifier
-    from sparserl.methods.spec import load_method, prompts_per_step
+    from sparserl.methods.spec import prompts_per_step
     s = check(cfg)
     if s is None:
         raise ConfigError("lr-tune-run: rl.lr_tuning.enabled is not true in the config")
     valid = validation_problems(cfg)  # before hours of training, not after
-    rp = run_paths(cfg, setting, lr, seed)
-    m = load_method(rp.method)
+    run = tuning_run(cfg, setting, lr, seed)
+    rp, m = run.paths, run.spec
     steps = checkpoint_steps(cfg, m)
-    trainer = Trainer(tuning_config(cfg, lr), rp.method, seed, threads=threads, run_paths=rp)
+    trainer = Trainer(tuning_config(cfg, lr), run, threads=threads)
     assert trainer.steps == steps[-1], (trainer.steps, steps)  # the steps the setting's RL runs train
     trainer.run()
     p = prompts_per_step(m, cfg["rl"]["rollouts_per_step"])
@@ -394,73 +373,3 @@ def select(cfg: dict) -> dict:
         log.info(f"{st}: lr {r['lr']:.3g}, {int(r['steps'])} steps ({r['method']}, validation "
                  f"{r['validation_accuracy']:.3f} +- {r['validation_accuracy_sd']:.3f}){edge}")
     return out
-
-
-def borrowed(cfg: dict) -> Path | None:
-    """`rl.lr_tuning.from` ({scale} filled in) when this tree reads another tree's chosen rates
-    instead of tuning (enabled and set), else None."""
-    s = settings(cfg)
-    return Path(str(s["from"]).replace("{scale}", cfg["scale"])) if s and s.get("from") else None
-
-
-def chosen_path(cfg: dict) -> Path:
-    """The chosen rates the runs read: `rl.lr_tuning.from`, else this tree's tuning/lr.json."""
-    return borrowed(cfg) or Paths(cfg).tuning("lr.json")
-
-
-def tuned_choice(cfg: dict, method) -> dict | None:
-    """The rule's choice for `method`'s setting ({lr, steps, ...} of tuning/lr.json, or of
-    `rl.lr_tuning.from`), None when rl.lr_tuning is off or the setting was not tuned (a method
-    outside rl.methods; a warning)."""
-    s = settings(cfg)
-    if s is None:
-        return None
-    path = chosen_path(cfg)
-    if not path.is_file():
-        if borrowed(cfg):
-            raise ConfigError(f"{path}: rl.lr_tuning.from names the first tree's chosen rates, which are missing; "
-                              f"build them there first (`snakemake --cores 2 {path} --configfile "
-                              f"configs/{cfg['scale']}.yaml`)")
-        raise ConfigError(f"{path}: rl.lr_tuning is enabled but the tuned learning rates are missing; "
-                          f"build them first (`snakemake --cores 2 {path}`, rule lr_tuning) or set "
-                          "rl.lr_tuning.enabled: false")
-    data = json.loads(path.read_text())
-    grid = [float(x) for x in s["grid"]]
-    if "settings" not in data or not np.allclose(sorted(data.get("grid", [])), sorted(grid), rtol=1e-12, atol=0) \
-            or len(data["grid"]) != len(grid):
-        raise ConfigError(f"{path}: chosen on another grid ({data.get('grid')}) than rl.lr_tuning.grid "
-                          f"{grid}; rerun the tuning (rule lr_tuning)")
-    st = setting_of(method, cfg["rl"])
-    entry = data["settings"].get(st)
-    if entry is None:
-        log.warning(f"method {method.name!r}: its setting {st!r} has no tuned lr in {path} (not in "
-                    f"rl.methods); it trains with rl.lr = {base_lr(cfg)}")
-    return entry
-
-
-def base_lr(cfg: dict) -> float:
-    """rl.lr: the rate of every run when rl.lr_tuning is off, and of runs outside the tuning."""
-    return float(cfg["rl"].get("lr", 1e-4))
-
-
-def tuned_lr(cfg: dict, method) -> tuple[float, str]:
-    """(lr, source) a run of `method` trains with: its setting's rate chosen by
-    `validation_argmax` and "tuned" when rl.lr_tuning is enabled, else rl.lr and "fixed"."""
-    entry = tuned_choice(cfg, method)
-    if entry is None:
-        return base_lr(cfg), "fixed"
-    return float(entry["lr"]), "tuned"
-
-
-def tuned_steps(cfg: dict, method) -> int:
-    """The steps a run of `method` trains: its setting's steps chosen by `validation_argmax` when
-    rl.lr_tuning is enabled, else (and for a setting left untuned) the horizon `total_steps`."""
-    from sparserl.methods.spec import total_steps
-    n = total_steps(cfg["rl"], method)
-    entry = tuned_choice(cfg, method)
-    if entry is None:
-        return n
-    if not 1 <= int(entry["steps"]) <= n:
-        raise ConfigError(f"{chosen_path(cfg)}: {entry['steps']} steps chosen for "
-                          f"{setting_of(method, cfg['rl'])}, past its {n}; rerun the tuning (rule lr_tuning)")
-    return int(entry["steps"])

@@ -15,6 +15,7 @@ from sparserl.core.paths import Paths, RunPaths
 from sparserl.core.runlog import EVAL_SUFFIX, RunLog
 from sparserl.core.stats import t_interval
 from sparserl.engines.lr_tuning import tuned_steps
+from sparserl.methods.run import resolve_run
 from sparserl.methods.spec import load_method, method_run, snapshot_steps
 from sparserl.tasks.procedural import in_distribution
 
@@ -23,12 +24,11 @@ log = get_logger(__name__)
 
 def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]:
     """(label, dir) of the run's intermediate checkpoints (those its config asks for) and the
-    final one, in training order; wherever the run's engine saved them (`Paths.run`)."""
-    run = Paths(cfg).run(method, seed)
-    spec = load_method(method)
-    steps = snapshot_steps(cfg["rl"], spec)
+    final one, in training order; wherever the run's engine saved them (`methods.run.Run.paths`)."""
+    rec = resolve_run(cfg, method, seed, read_choice=False)
+    run, steps = rec.paths, rec.snapshot_steps
     # OpenRLHF counts a critic's W warm-up steps: policy step s is its global step s + W
-    offset = openrlhf_step_offset(spec) if run.engine == "openrlhf" else 0
+    offset = openrlhf_step_offset(rec.spec) if run.engine == "openrlhf" else 0
     out = [(run.checkpoint_label(s), run.checkpoint(s + offset)) for s in steps] + [("final", run.final)]
     missing = [str(c) for _, c in out if not c.is_dir()]
     if missing:
@@ -46,7 +46,7 @@ def openrlhf_step_offset(method) -> int:
 
 
 def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.DataFrame:
-    run = Paths(cfg).run(method, seed)
+    run = resolve_run(cfg, method, seed, read_choice=False).paths
     tables = []
     with open_verifier(cfg) as ver:  # one set of grading workers for every checkpoint
         for label, ck in run_checkpoints(cfg, method, seed):
@@ -71,7 +71,7 @@ def log_evaluation(cfg: dict, method: str, seed: int, ev: pd.DataFrame) -> None:
     """The evaluation into the run's TensorBoard folder (and W&B when enabled), at each
     checkpoint's training step: `eval/accuracy` (the mean over benchmarks, as the runs table's
     eval_accuracy_final) and `eval/accuracy/<benchmark>`. A rerun replaces the earlier ones."""
-    run = Paths(cfg).run(method, seed)
+    run = resolve_run(cfg, method, seed, read_choice=False).paths
     steps = checkpoint_steps(cfg, method)
     with RunLog(cfg, run.tensorboard, f"{method}/seed{seed}", suffix=EVAL_SUFFIX, log=log.info) as tb:
         for label, d in ev.groupby("checkpoint", sort=False):

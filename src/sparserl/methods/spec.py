@@ -423,6 +423,14 @@ def run_settings(rl: dict, method: "MethodSpec | None" = None) -> dict:
     return out
 
 
+def with_critic_lr(method: MethodSpec, rl: dict) -> MethodSpec:
+    """The method with the scale's critic lr (`rl.critic_lr`; Le Critique: `critique.rl.critic_lr`)
+    in place of its `critic.lr`; a method without a critic is returned as it is."""
+    if method.critic is None or "critic_lr" not in rl:
+        return method
+    return dataclasses.replace(method, critic=dataclasses.replace(method.critic, lr=float(rl["critic_lr"])))
+
+
 def total_steps(rl: dict, method: MethodSpec) -> int:
     """RL steps of a method (BASIS's grid entries train for a fraction of them)."""
     n = rl["steps"] * float(method.steps_factor)

@@ -27,6 +27,7 @@ from sparserl.engines.local.adamw import AdamW
 from sparserl.estimators.gae import gae, terminal_rewards
 from sparserl.estimators.tether import explained_variance
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
+from sparserl.methods.spec import with_critic_lr  # noqa: F401  (the trainers import it from here)
 from sparserl.values.critic import Critic
 from sparserl.values.critic_inputs import privileged_context
 
@@ -34,15 +35,6 @@ from sparserl.values.critic_inputs import privileged_context
 # draws the same prompts for every method of a seed, critic or not
 WARMUP_STREAM = 0x3A4
 WARMUP_SALT = 500_000  # generation seeds of warm-up batch j: the trainer's seed formula + 500_000 + j
-
-
-def with_critic_lr(method, rl: dict):
-    """The method with the scale's critic lr (`rl.critic_lr`; Le Critique: `critique.rl.critic_lr`)
-    in place of its `critic.lr`; a method without a critic is returned as it is."""
-    if method.critic is None or "critic_lr" not in rl:
-        return method
-    import dataclasses
-    return dataclasses.replace(method, critic=dataclasses.replace(method.critic, lr=float(rl["critic_lr"])))
 
 
 def make_critic(model, method, pad_id: int, seed: int, rl: dict) -> Critic:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sparserl.core.artifacts import atomic_write_text, config_hash, manifest_path, write_table
+from sparserl.core.artifacts import atomic_write_text, manifest_path, write_table
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.runlog import flatten
 from sparserl.engines.local.adamw import AdamW
@@ -34,9 +34,9 @@ from sparserl.engines.local.critic_loop import (critic_rows, evaluate_critic, ma
                                                 to_trajectories, with_critic_lr)
 from sparserl.engines.local.trainer import Trainer, load_policy
 from sparserl.envs import make_env
-from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl
+from sparserl.envs.world import CritiquePaths, critique_cfg, experiment
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages
-from sparserl.methods.spec import load_method, prompts_per_step
+from sparserl.methods.run import Run, resolve_critique_run
 from sparserl.rollout import SamplingParams, make_live_backend
 from sparserl.rollout.base import RolloutBatch
 
@@ -107,17 +107,17 @@ class CritiqueTrainer(Trainer):
     (`Trainer.update`: loss, mini-batches, grad clip) and the critic loop both share
     (`critic_loop.CriticLoop`: warm-up, replay pushes and updates); the envs' episodes are this loop's."""
 
-    def __init__(self, cfg: dict, exp: str, method: str, seed: int, threads: int = 1, log=_log.info):
+    def __init__(self, cfg: dict, run: Run, threads: int = 1, log=_log.info):
+        """Train `run` (`methods.run.resolve_critique_run`: the method with the experiment's K and
+        the scale's critic lr, its settings, folder and key) under `cfg`."""
         torch.set_num_threads(threads)
-        self.cfg, self.seed, self.log = cfg, int(seed), log
+        self.cfg, self.record, self.seed, self.log = cfg, run, run.seed, log
         c = critique_cfg(cfg)
-        self.exp = experiment(cfg, exp)
-        self.rl = experiment_rl(cfg, exp)  # critique.rl with the experiment's own overrides
-        base = load_method(method)
-        self.m = dataclasses.replace(base, group_size=self.exp.k)  # K comes from the experiment
-        self.m = with_critic_lr(self.m, self.rl)  # the scale's critic lr
+        self.exp = experiment(cfg, run.experiment)
+        self.rl = run.settings  # critique.rl with the experiment's own overrides
+        self.m = run.spec
         self.CP = CritiquePaths(cfg)
-        self.run_paths = self.CP.run(exp, method, seed)
+        self.run_paths = run.paths
         self.dir = self.run_paths.dir
         env_spec = c["envs"][self.exp.env]
         self.env = make_env(env_spec["kind"], env_spec, cfg["seed"])
@@ -126,13 +126,14 @@ class CritiqueTrainer(Trainer):
         self.model, self.tok = load_policy(str(self.CP.policy()), "cpu")
         self.ref_model = None
         self.backend = make_live_backend(cfg, self.model, self.tok)
-        self.steps = int(self.rl["steps"])
+        self.steps = run.steps
         # the same whole-groups rule as the math trainer: never a silently smaller budget
-        self.n_prompts = prompts_per_step(self.m, int(self.rl["rollouts_per_step"]))
+        self.n_prompts = run.prompts_per_step
         self.max_new = int(self.rl["max_new_tokens"])
         self.params = sampling_params(self.rl)
         self.response_length = self.max_new * self.env.max_turns  # a trajectory's longest
-        self.opt = AdamW(self.model.parameters(), lr=float(self.rl["lr"]), weight_decay=0.0)
+        self.lr = run.lr
+        self.opt = AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0)
         self.rng = np.random.default_rng(self.seed)
         self.step = 0
         self.metrics: list[dict] = []
@@ -142,16 +143,12 @@ class CritiqueTrainer(Trainer):
             self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
         self.warmup_done = 0
 
-    # checkpoints ---------------------------------------------------------------------------
-    def _key(self) -> str:
-        return config_hash({"rl": self.rl, "env": critique_cfg(self.cfg)["envs"][self.exp.env], "k": self.exp.k,
-                            "method": self.m.to_dict(), "seed": self.seed, "policy": str(self.CP.policy())})
-
+    # checkpoints (keyed by `state_key`: the run's key and lr) --------------------------------
     def save_state(self) -> None:
         from sparserl.core.artifacts import save_checkpoint  # atomic; keeps ckpt/prev.pt (Trainer.read_state)
         save_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
                          "rng": self.rng.bit_generator.state, "step": self.step, "metrics": self.metrics,
-                         "calibration": self.calibration, **self.critic_state(), "key": self._key()},
+                         "calibration": self.calibration, **self.critic_state(), **self.state_key()},
                         self.state_file)
         self.write_metrics()
 
@@ -312,4 +309,6 @@ def _pool_reward(env, backend, rl: dict) -> float:
 
 
 def train(cfg: dict, exp: str, method: str, seed: int, threads: int = 1, stop_after: int | None = None):
-    return CritiqueTrainer(cfg, exp, method, seed, threads=threads).run(stop_after=stop_after)
+    """Le Critique's run of `method` on experiment `exp` at `seed`, trained or resumed."""
+    run = resolve_critique_run(cfg, exp, method, seed)
+    return CritiqueTrainer(cfg, run, threads=threads).run(stop_after=stop_after)

@@ -23,9 +23,11 @@ prompt stream before step 1; their rollouts are counted in `critic_warmup_rollou
 
 State (model, optimiser, RNG, support buffer, BASIS's preceding batch, the critic and its replay,
 metrics) is checkpointed every `rl.checkpoint_every` steps; a killed run resumes from it and gives
-the same metrics. A NaN or infinite loss, gradient norm or weight stops the run at that step
-(`NonFiniteError`, before the optimiser step or save that would spread it), so the last checkpoint
-stays finite; `SPARSERL_TEST_INJECT_NAN_AT_STEP=k` (tests only) makes step k's loss NaN.
+the same metrics. The state holds the run's key (`methods.run.Run.key`, the key of the rule that
+trains it) and lr: a state of another key or lr (a setting changed since the kill) is not resumed,
+the run starts over and logs which settings changed. A NaN or infinite loss, gradient norm or
+weight stops the run at that step (`NonFiniteError`, before the optimiser step or save that would
+spread it), so the last checkpoint stays finite; `SPARSERL_TEST_INJECT_NAN_AT_STEP=k` (tests only) makes step k's loss NaN.
 """
 from __future__ import annotations
 
@@ -41,21 +43,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from sparserl.core.artifacts import config_hash, manifest_path, read_table, write_table
-from sparserl.core.config import rl_max_new_tokens
+from sparserl.core.artifacts import manifest_path, read_table, write_table
+from sparserl.core.config import ConfigError, rl_max_new_tokens, settings_diff
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths
 from sparserl.core.runlog import RunLog, flatten
 from sparserl.engines.local.adamw import AdamW
 from sparserl.engines.local.critic_loop import (CriticLoop, critic_rows, evaluate_critic, make_critic,
-                                                token_values, with_critic_lr)
+                                                token_values)
 from sparserl.engines.local.losses import LOSSES, kl_k3, token_logprobs
-from sparserl.engines.lr_tuning import tuned_lr, tuned_steps
 from sparserl.grading.verifier import open_verifier
 from sparserl.methods.sampling import Sampled, make_sampler
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages, flatten_info
-from sparserl.methods.spec import (load_method, prompts_per_step, run_settings, snapshot_steps,
-                                   study_snapshot_steps, total_steps)
+from sparserl.methods.run import Run
+from sparserl.methods.spec import run_settings
 from sparserl.rollout import SamplingParams, make_live_backend, rollout
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import format_prompt
@@ -148,26 +149,26 @@ def require_checkpoint(cfg: dict, ref: str, path: str) -> None:
 
 class Trainer(CriticLoop):
     share_prompts = False  # rl.share_prompts; Le Critique's trainer (critique.py) builds its own and keeps it off
-    def __init__(self, cfg: dict, method_name: str, seed: int, threads: int = 1, log=_log.info,
-                 run_paths=None):
+    def __init__(self, cfg: dict, run: Run, threads: int = 1, log=_log.info):
+        """Train `run` (`methods.run.resolve_run`: its method, seed, folder, lr, steps, snapshot
+        steps and key) under `cfg`, the config it was resolved from."""
         torch.set_num_threads(threads)
-        self.cfg, self.seed, self.log = cfg, seed, log
+        if run.lr is None:
+            raise ValueError(f"{run.dir}: the run was resolved without its tuned lr (read_choice=False); "
+                             "resolve it with resolve_run(cfg, method, seed) to train it")
+        self.cfg, self.record, self.seed, self.log = cfg, run, run.seed, log
         self.rl = cfg["rl"]
-        self.m = with_critic_lr(load_method(method_name), self.rl)  # the scale's critic lr
+        self.m = run.spec  # the scale's critic lr in place
         if self.m.needs_critic and self.m.sampler != "plain":
-            from sparserl.core.config import ConfigError
-            raise ConfigError(f"method {method_name!r}: a critic trains with the plain sampler only (got "
+            raise ConfigError(f"method {self.m.name!r}: a critic trains with the plain sampler only (got "
                               f"{self.m.sampler!r}); drop osla / budget / dynamic_sampling from "
-                              f"configs/methods/{method_name}.yaml")
+                              f"configs/methods/{self.m.name}.yaml")
         self.P = Paths(cfg)
-        # run_paths: where the run lives, if not rl/<method>/seed<s> (V0's harvest runs)
-        self.run_paths = run_paths or self.P.run(method_name, seed)
-        # checkpoints the BASIS value study reads (basis.study_checkpoints), of rl/<method>/seed<s> only
-        self.study_steps = study_snapshot_steps(cfg, self.m, seed) if run_paths is None else []
+        self.run_paths = run.paths
         self.dir = self.run_paths.dir
         policy_path = str(self.P.policy(self.rl["policy"]))
         require_checkpoint(cfg, self.rl["policy"], policy_path)
-        torch.manual_seed(seed)
+        torch.manual_seed(self.seed)
         self.model, self.tok = load_policy(policy_path, cfg["rollout"]["backend"])
         self.ref_model = None
         if self.m.kl_coef > 0:
@@ -182,18 +183,16 @@ class Trainer(CriticLoop):
         self.pool_ids = self.pool["id"].to_numpy()
         self.prompts = [format_prompt(cfg, p, self.tok) for p in self.pool["problem"]]
         # the steps rl.lr_tuning's validation rule chose for the method's setting, else the horizon
-        self.steps = tuned_steps(cfg, self.m) if run_paths is None else total_steps(self.rl, self.m)
-        self.n_prompts = prompts_per_step(self.m, self.rl["rollouts_per_step"])
+        self.steps = run.steps
+        self.n_prompts = run.prompts_per_step
         self.params = SamplingParams(temperature=self.rl.get("temperature", 1.0), top_p=1.0,
                                      max_new_tokens=rl_max_new_tokens(cfg))
-        # rl.lr, or the method family's tuned lr (rl.lr_tuning); runs elsewhere (V0's harvest, the
-        # tuning's own) train at their config's rl.lr
-        self.lr, self.lr_source = (tuned_lr(cfg, self.m) if run_paths is None
-                                   else (float(self.rl.get("lr", 1e-4)), "fixed"))
+        # rl.lr, or the method family's tuned lr (rl.lr_tuning), or the rate the run was given
+        self.lr, self.lr_source = run.lr, run.lr_source
         # torch.optim's arithmetic, without its 1.45 s import of torch._dynamo (adamw.py)
         self.opt = AdamW(self.model.parameters(), lr=self.lr,
                          weight_decay=self.rl.get("weight_decay", 0.0))
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(self.seed)
         self.step = 0
         self.metrics: list[dict] = []
         self.harvest: list[dict] = []  # one row per trained rollout (rollouts.parquet)
@@ -225,16 +224,23 @@ class Trainer(CriticLoop):
     def state_file(self) -> Path:
         return self.run_paths.state
 
-    def _key(self) -> str:
-        key = {"rl": run_settings(self.rl, self.m), "method": self.m.to_dict(), "seed": self.seed,
-               "policy": str(self.P.policy(self.rl["policy"]))}
-        # a resumed run must not have passed a study snapshot it was not asked for yet; only the
-        # study's run carries the key, so every other run's state stays valid
-        if self.study_steps:
-            key["study_snapshots"] = self.study_steps
-        if self.lr_source == "tuned":  # a retuned lr starts over; a fixed one is rl.lr, in the key
-            key["lr"] = self.lr
-        return config_hash(key)
+    def state_key(self) -> dict:
+        """What a resume state must match: the run's key (`Run.key`: its settings, rollout
+        settings and spec) and its lr (a tuned one is no part of the key: a retuned rate starts
+        over), with the settings the key hashes, to name what changed."""
+        return {"key": self.record.key, "lr": self.lr, "identity": self.record.identity}
+
+    def state_mismatch(self, st: dict) -> str | None:
+        """Why resume state `st` is not this run's (None: it is)."""
+        if st.get("key") == self.record.key and st.get("lr", self.lr) == self.lr:
+            return None
+        if st.get("key") != self.record.key:
+            old = st.get("identity")
+            what = (settings_diff(old, self.record.identity) if isinstance(old, dict)
+                    else f"key {st.get('key')} -> {self.record.key}")
+        else:
+            what = f"lr {st.get('lr')} -> {self.lr}"
+        return f"belongs to another setting of the run ({what})"
 
     def save_state(self) -> None:
         """The resume state, atomically (a failed write names its cause and leaves no temp file);
@@ -244,7 +250,7 @@ class Trainer(CriticLoop):
                          "rng": self.rng.bit_generator.state, "step": self.step,
                          "metrics": self.metrics, "harvest": self.harvest, "support": list(self.support.pairs),
                          "calibration": self.calibration, **self.critic_state(),
-                         "warmup_rollouts": self.warmup_rollouts, "key": self._key()}, self.state_file)
+                         "warmup_rollouts": self.warmup_rollouts, **self.state_key()}, self.state_file)
         self.write_metrics()
 
     def read_state(self, tag: str = "rl") -> dict | None:
@@ -256,8 +262,9 @@ class Trainer(CriticLoop):
         st = load_checkpoint(self.state_file, what=f"the run {self.dir}", log=lambda m: self.log(f"[{tag}] {m}"))
         if st is None:
             return None
-        if st.get("key") != self._key():
-            self.log(f"[{tag}] {self.state_file} belongs to another setting; starting over")
+        why = self.state_mismatch(st)
+        if why is not None:
+            self.log(f"[{tag}] {self.state_file} {why}; starting over")
             return None
         self.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["opt"])
@@ -489,7 +496,7 @@ class Trainer(CriticLoop):
         self._saved_step = self.step  # the resumed state's step (0: none)
         every = self.rl.get("checkpoint_every", 10)
         # evaluated snapshots, and those the BASIS value study reads (saving reads the model only)
-        snaps = set(snapshot_steps(self.rl, self.m)) | set(self.study_steps)
+        snaps = set(self.record.snapshot_steps) | set(self.record.study_steps)
         total_rollouts = int(sum(r["rollouts_generated"] for r in self.metrics))
         ov = self.m.overlong
         tb = self.open_runlog()
@@ -572,5 +579,7 @@ class Trainer(CriticLoop):
 
 
 def train(cfg: dict, method: str, seed: int, threads: int = 1, stop_after: int | None = None,
-          log=_log.info, run_paths=None) -> Path:
-    return Trainer(cfg, method, seed, threads=threads, log=log, run_paths=run_paths).run(stop_after=stop_after)
+          log=_log.info) -> Path:
+    """The RL run of `method` at `seed` (rl/<owner>/seed<s>, `resolve_run`), trained or resumed."""
+    from sparserl.methods.run import resolve_run
+    return Trainer(cfg, resolve_run(cfg, method, seed), threads=threads, log=log).run(stop_after=stop_after)

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import functools
 import importlib
 import json
@@ -88,23 +87,17 @@ def settings(cfg: dict, exp: str) -> dict:
 
 def run_method(cfg: dict, exp: str, method_name: str):
     """The method spec of a run: group size = the experiment's K (as the local engine), the
-    scale's critic lr (`critique.rl.critic_lr`) when set."""
-    from sparserl.envs.world import experiment
-    from sparserl.methods.spec import load_method
-    e = experiment(cfg, exp)
-    m = dataclasses.replace(load_method(method_name), group_size=e.k)
-    lr = settings(cfg, exp).get("critic_lr")
-    if m.critic is not None and lr is not None:
-        m = dataclasses.replace(m, critic=dataclasses.replace(m.critic, lr=float(lr)))
-    return m
+    scale's critic lr (`critique.rl.critic_lr`) when set (`methods.run.resolve_critique_run`)."""
+    from sparserl.methods.run import resolve_critique_run
+    return resolve_critique_run(cfg, exp, method_name, 0).spec
 
 
 def run_paths(cfg: dict, exp: str, method: str, seed: int):
     """The run's files: `CritiquePaths.run` (metrics.parquet, summary.json, final/) with the
     OpenRLHF engine's working files under openrlhf/ (absolute: Ray workers have another cwd)."""
     from sparserl.core.paths import RunPaths
-    from sparserl.envs.world import CritiquePaths
-    rp = CritiquePaths(cfg).run(exp, method, seed)
+    from sparserl.methods.run import resolve_critique_run
+    rp = resolve_critique_run(cfg, exp, method, seed).paths
     return RunPaths(Path(rp.dir).absolute(), method, seed, engine="openrlhf")
 
 

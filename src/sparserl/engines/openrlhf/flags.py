@@ -141,15 +141,17 @@ def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node
 
 def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
                    policy_path: str | None = None, config_paths: list | None = None,
-                   resume_every: int | None = None) -> dict[str, Any]:
+                   resume_every: int | None = None, paths: RunPaths | None = None) -> dict[str, Any]:
     """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`);
-    `resume_every`: a critic run's save cadence (default `sizing.rl_resume_save_steps`)."""
+    `resume_every`: the save cadence (default: the config's ckpt.save_steps, else at cluster scale or
+    with a critic `sizing.rl_resume_save_steps`); `paths`: the run's files (`methods.run.Run.paths`,
+    absolute), else those under ``out_dir``'s parent."""
     rl = cfg["rl"]
     if method.sampler == "budget":
         raise ConfigError(f"method {method.name}: V0's budget allocation runs in the local trainer only; the "
                           "OpenRLHF engine has no budget samples generator yet (drop it from rl.methods at paper scale)")
     over = dict(rl.get("openrlhf") or {})
-    run = run_files(method, seed, out_dir)
+    run = paths or run_files(method, seed, out_dir)
     if policy_path is None:
         pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
         policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)

@@ -14,12 +14,12 @@ from typing import Iterable
 from sparserl.core.artifacts import write_json, write_table
 from sparserl.core.config import ConfigError, load_config
 from sparserl.engines.openrlhf import OPENRLHF_VERSION, cpu_shims, slurm
-from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_argv, run_files
+from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_argv
 from sparserl.engines.openrlhf.metrics import harvested_rollouts, metrics_from_tensorboard
 from sparserl.engines.openrlhf.parser import parse_args
 from sparserl.engines.openrlhf.patches import init_ray, install_patches
 from sparserl.engines.openrlhf.placement import plan_from_args
-from sparserl.methods.spec import load_method
+from sparserl.methods.run import resolve_run
 
 
 def launch(argv: list[str], *, address: str | None = None, extra_env: dict | None = None):
@@ -165,9 +165,11 @@ def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str |
     cfg = load_config(config_paths)
     if "rl" not in cfg:
         raise ConfigError("the config has no 'rl' section")
-    method = load_method(method_name)
-    run_paths = run_files(method, seed, out_dir)
-    argv = openrlhf_argv(cfg, method, seed, out_dir, config_paths=config_paths)
+    # the run in --out's parent (rl/<method>/seed<s>, or V0's harvest folder), absolute: Ray
+    # workers do not share the driver's cwd; the spec with the scale's critic lr (rl.critic_lr)
+    run = resolve_run(cfg, method_name, seed, root=Path(out_dir).absolute().parent)
+    method, run_paths = run.spec, run.paths
+    argv = openrlhf_argv(cfg, method, seed, out_dir, config_paths=config_paths, paths=run_paths)
     args = parse_args(argv)  # OpenRLHF's own checks fail here, before any GPU work
     if dry_run:
         return argv

@@ -1,0 +1,151 @@
+"""One RL run, resolved once: a frozen `Run` that the DAG's rules, the trainers and the engines'
+launchers take instead of re-deriving the run from (config, method name, seed).
+
+`resolve_run(cfg, method, seed)` is an RL run of the scale (results/<scale>/rl/<owner>/seed<s>);
+`root` places a run elsewhere (the lr tuning's runs, V0's harvest runs), `lr` fixes its rate
+(a tuning grid point). `resolve_critique_run` is one of Le Critique's runs.
+
+`run.key` is the run's one identity hash: everything its result depends on besides its input
+files (the rl settings without the run lists, the rollout settings, the method spec, the BASIS
+value study's extra checkpoints). The rule that trains the run has it as its param, so a change
+reruns the job, and the trainer stores it in its resume state and starts over on another. The
+tuned lr (rl.lr_tuning) is no part of it: the DAG keys a run before tuning/lr.json exists, and
+that file is the run's input; the trainer checks the lr it resumes by value.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparserl.core.artifacts import config_hash
+from sparserl.core.paths import Paths, RunPaths, rl_engine
+from sparserl.methods.lr_choice import base_lr, chosen_path, tuned_run
+from sparserl.methods.lr_choice import settings as tuning_settings
+from sparserl.methods.spec import (MethodSpec, load_method, prompts_per_step, run_owners, run_settings,
+                                   snapshot_steps, study_snapshot_steps, total_steps, with_critic_lr)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run: what trains, where, from which files, under which key."""
+    spec: MethodSpec  # the method trained (its owner's spec; Le Critique: K from the experiment)
+    method: str  # the name asked for
+    seed: int
+    owner: str  # the method whose folder holds the run (`run_owners`: a repeated spec trains once)
+    settings: dict  # the run's rl settings (`run_settings`: no run lists)
+    lr: float | None  # None: tuned, not read yet (`resolve_run(read_choice=False)`)
+    lr_source: str  # "fixed" (rl.lr, or the rate given) or "tuned" (rl.lr_tuning's choice)
+    steps: int | None  # None as lr
+    prompts_per_step: int
+    snapshot_steps: tuple[int, ...]  # intermediate checkpoints kept and evaluated (rl.eval_fractions)
+    study_steps: tuple[int, ...]  # more kept, not evaluated: the BASIS value study's (basis.study_checkpoints)
+    paths: RunPaths
+    inputs: tuple[str, ...]  # the files the run reads (its rule's input)
+    identity: dict  # what `key` hashes
+    key: str
+    experiment: str | None = None  # Le Critique's experiment (`resolve_critique_run`)
+
+    @property
+    def dir(self) -> Path:
+        return self.paths.dir
+
+
+def run_identity(cfg: dict, spec: MethodSpec, settings: dict, study: list[int], seed: int | None) -> dict:
+    """The settings `Run.key` hashes: `spec` as its file says (a scale's critic lr is in
+    `settings`). `seed`: only for a run whose folder need not name it (`root`)."""
+    out = {"rl": settings, "rollout": cfg["rollout"], "method": spec.to_dict()}
+    # the run the BASIS value study reads keeps extra checkpoints: asking for them reruns that
+    # run alone; every other run's key is unchanged
+    if study:
+        out["study_snapshots"] = list(study)
+    if seed is not None:
+        out["seed"] = int(seed)
+    return out
+
+
+def run_inputs(cfg: dict, spec: MethodSpec, tuned: bool) -> tuple[str, ...]:
+    """The files a run of `spec` reads: the start policy, the pool, the reference cache (BASIS,
+    the oracle prior), V0 and the pool's embeddings (the 'v0' prior) and the tuned rates."""
+    P = Paths(cfg)
+    policy = cfg["rl"]["policy"]
+    ins = [str(P.policy(policy)), str(P.train_pool())]
+    if spec.needs_reference_cache:
+        ins.append(str(P.reference_cache(policy)))
+    if spec.needs_v0_model:  # trained on the harvest (workflow/rules/values.smk)
+        from sparserl.values.v0.settings import v0_settings
+        ins += [str(P.v0_prior_model()), str(P.v0_pool_embeddings(v0_settings(cfg)["embedder"]["kind"]))]
+    if tuned:
+        ins.append(str(chosen_path(cfg)))
+    return tuple(ins)
+
+
+def owner_of(cfg: dict, method: str) -> str:
+    """The method whose run holds `method`'s: the first of rl.methods with its spec (`run_owners`),
+    or `method` itself when it is not listed."""
+    rl = cfg["rl"]
+    if method not in rl.get("methods", []):
+        return method
+    return run_owners(rl["methods"], rl.get("rollouts_per_step")).get(method, method)
+
+
+def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None = None,
+                lr: float | None = None, read_choice: bool = True) -> Run:
+    """The run of `method` at `seed` under `cfg`. `root`: its folder when it lives elsewhere than
+    rl/<owner>/seed<s> (the tuning's, V0's harvest's; it then trains `method` itself, at the
+    config's horizon, and the key holds the seed). `lr`: a fixed rate (a tuning grid point), else
+    rl.lr, or rl.lr_tuning's choice for the method's setting. `read_choice` False leaves a tuned
+    lr and steps unread (None): the DAG keys a run before tuning/lr.json exists."""
+    rl = cfg["rl"]
+    seed = int(seed)
+    owner = method if root is not None else owner_of(cfg, method)
+    named = load_method(owner)
+    spec = with_critic_lr(named, rl)  # the scale's critic lr (rl.critic_lr, in `settings` too)
+    settings = run_settings(rl, spec)
+    tuned = root is None and lr is None and tuning_settings(cfg) is not None
+    if lr is not None:
+        settings = {**settings, "lr": float(lr)}
+        run_lr, source, steps = float(lr), "fixed", total_steps(rl, spec)
+    elif not tuned:
+        run_lr, source, steps = base_lr(cfg), "fixed", total_steps(rl, spec)
+    elif not read_choice:
+        run_lr, source, steps = None, "tuned", None
+    else:
+        run_lr, source, steps = tuned_run(cfg, spec)
+    # the BASIS value study reads rl/<method>/seed<s> only
+    study = study_snapshot_steps(cfg, spec, seed) if root is None else []
+    engine = rl_engine(cfg)
+    paths = (Paths(cfg).run(owner, seed) if root is None
+             else RunPaths(Path(root), owner, seed, engine=engine))
+    identity = run_identity(cfg, named, settings, study, seed if root is not None else None)
+    return Run(spec=spec, method=method, seed=seed, owner=owner, settings=settings, lr=run_lr,
+               lr_source=source, steps=steps, prompts_per_step=prompts_per_step(spec, rl["rollouts_per_step"]),
+               snapshot_steps=tuple(snapshot_steps(rl, spec)), study_steps=tuple(study), paths=paths,
+               inputs=run_inputs(cfg, spec, tuned), identity=identity, key=config_hash(identity))
+
+
+def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str) -> Run:
+    """One of Le Critique's runs (experiment x method x seed; `engines.local.critique`, and
+    `engines.openrlhf.envs` at paper scale): the method with the experiment's K and the scale's
+    critic lr, trained on the experiment's rl settings (critique.rl with its own overrides). Its
+    key is the one each engine's DAG has keyed these runs by."""
+    from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl
+    seed = int(seed)
+    e = experiment(cfg, exp)
+    rl = experiment_rl(cfg, exp)
+    base = load_method(method)
+    spec = with_critic_lr(dataclasses.replace(base, group_size=e.k), rl)  # K comes from the experiment
+    c = critique_cfg(cfg)
+    CP = CritiquePaths(cfg)
+    if rl_engine(cfg) == "local":
+        identity = {"rl": c["rl"], "env": c["envs"][e.env], "k": e.k, "method": base.to_dict(),
+                    "rollout": cfg["rollout"], **({"exp_rl": e.rl} if e.rl else {})}  # an experiment's own rl
+        policy = CP.policy()
+    else:
+        policy = CP.policy(exp)
+        identity = {"rl": rl, "env": c["envs"][e.env], "k": e.k, "method": base.to_dict(), "policy": str(policy)}
+    return Run(spec=spec, method=method, seed=seed, owner=method, settings=rl, lr=float(rl["lr"]),
+               lr_source="fixed", steps=int(rl["steps"]),
+               prompts_per_step=prompts_per_step(spec, int(rl["rollouts_per_step"])), snapshot_steps=(),
+               study_steps=(), paths=CP.run(exp, method, seed), inputs=(str(policy),), identity=identity,
+               key=config_hash(identity), experiment=exp)
