@@ -288,6 +288,56 @@ def test_a_killed_run_resumes_to_the_same_metrics(tmp_path, tiny_lm, repo, toy_e
     assert s["warmup_updates"] == 20 and 0 <= s["heldout_reward"] <= 1
 
 
+def test_critique_trainer_is_built_by_trainers_construction(tmp_path, tiny_lm, repo, toy_env, monkeypatch):
+    """CritiqueTrainer runs `Trainer.__init__` (a change there reaches both loops) and ends in the
+    state its own recipe gave: torch seeded, policy c, AdamW without decay at the run's lr, the
+    numpy stream untouched by construction, the critic's head from the run's seed."""
+    from sparserl.engines.local.critic_loop import make_critic
+    from sparserl.engines.local.critique import CritiqueTrainer
+    from sparserl.engines.local.trainer import Trainer, load_policy
+    from sparserl.envs.world import CritiquePaths
+    from sparserl.methods.run import resolve_critique_run
+    cfg = _cfg(tmp_path, tiny_lm, repo, env_kind="toy_turns", methods=("lc_vf",))
+    run = resolve_critique_run(cfg, "toy_k", "lc_vf", 0)
+    built = []
+    load_models = Trainer.load_models
+    monkeypatch.setattr(Trainer, "load_models", lambda self, *a: (built.append(a), load_models(self, *a))[1])
+    tr = CritiqueTrainer(cfg, run)
+    assert built == [(str(CritiquePaths(cfg).policy()), "cpu")]
+    torch.manual_seed(0)
+    model, tok = load_policy(str(CritiquePaths(cfg).policy()), "cpu")
+    critic = make_critic(model, run.spec, tok.pad_token_id, 0, run.settings)
+    for (n, a), b in zip(model.state_dict().items(), tr.model.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, msg=n)
+    for (n, a), b in zip(critic.model.state_dict().items(), tr.critic.model.state_dict().values()):
+        torch.testing.assert_close(b, a, rtol=0, atol=0, msg=n)
+    assert tr.rng.bit_generator.state == np.random.default_rng(0).bit_generator.state
+    assert [(g["lr"], g["weight_decay"]) for g in tr.opt.param_groups] == [(1e-4, 0.0)] * len(tr.opt.param_groups)
+    assert tr.ref_model is None and tr.response_length == 4 * 2  # max_new_tokens x the env's turns
+    assert (tr.steps, tr.n_prompts, tr.step, tr.warmup_done) == (4, 4, 0, 0)
+
+
+def test_a_critique_method_with_a_kl_coef_trains_against_the_start_policy(tmp_path, tiny_lm, repo, toy_env):
+    """`kl_coef` > 0: the KL reference (a frozen copy of policy c) is built as the math trainer
+    builds it, and the policy update adds its KL term (main's CritiqueTrainer dropped it)."""
+    import dataclasses
+    from sparserl.engines.local.critique import CritiqueTrainer
+    from sparserl.methods.run import resolve_critique_run
+    cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_mean",))
+    run = resolve_critique_run(cfg, "toy_k", "lc_mean", 0)
+    tr = CritiqueTrainer(cfg, dataclasses.replace(run, spec=dataclasses.replace(run.spec, kl_coef=0.1)))
+    assert tr.ref_model is not None and not tr.ref_model.training
+    for a, b in zip(tr.model.parameters(), tr.ref_model.parameters()):
+        assert torch.equal(a, b) and a is not b
+    problems, ep = tr._episodes(salt=0)
+    adv, _ = tr.evaluate_batch(problems, ep, {})
+    info = {}
+    tr.update(ep.rows, adv, info)
+    # two mini-batches: the second is scored after the first moved the policy off the reference
+    assert info["kl"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(tr.model.parameters(), tr.ref_model.parameters()))
+
+
 def test_critic_spec_errors():
     from sparserl.methods.spec import MethodSpec
     with pytest.raises(ConfigError, match="add a 'critic'"):

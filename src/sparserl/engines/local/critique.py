@@ -7,7 +7,8 @@
         values of every response token          (the critic as it is now: evaluate before train)
         advantages from the methods layer       (trajectory level: Mean, VF/Pvf GAE, Tether, EVPO)
         push the batch into the critic's replay, one value update
-        policy update                           (the math trainer's `Trainer.update`, token advantages)
+        policy update                           (the math trainer's `Trainer.update`, token advantages;
+                                                 a KL term to policy c where the method sets kl_coef)
     held-out reward of the final policy
 
 A multi-turn episode trains as one row per turn (the turn's observation is its prompt); its
@@ -24,19 +25,17 @@ import time
 
 import numpy as np
 import pandas as pd
-import torch
 
 from sparserl.core.artifacts import atomic_write_text, manifest_path, write_table
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.runlog import flatten
-from sparserl.engines.local.adamw import AdamW
 from sparserl.engines.local.critic_loop import (critic_rows, evaluate_critic, make_critic, to_rows,  # noqa: F401
                                                 to_trajectories, with_critic_lr)
 from sparserl.engines.local.trainer import Trainer, load_policy
 from sparserl.envs import make_env
 from sparserl.envs.world import CritiquePaths, critique_cfg, experiment
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages
-from sparserl.methods.run import Run, resolve_critique_run
+from sparserl.methods.run import resolve_critique_run
 from sparserl.rollout import SamplingParams, make_live_backend
 from sparserl.rollout.base import RolloutBatch
 
@@ -105,43 +104,34 @@ def _take_rows(b: RolloutBatch, order) -> RolloutBatch:
 class CritiqueTrainer(Trainer):
     """One Le Critique run (experiment x method x seed). Reuses the math trainer's policy update
     (`Trainer.update`: loss, mini-batches, grad clip) and the critic loop both share
-    (`critic_loop.CriticLoop`: warm-up, replay pushes and updates); the envs' episodes are this loop's."""
+    (`critic_loop.CriticLoop`: warm-up, replay pushes and updates); the envs' episodes are this loop's.
+    It is built by `Trainer.__init__` from `methods.run.resolve_critique_run`'s run (the method with
+    the experiment's K and the scale's critic lr, its settings, folder and key), in the same order,
+    through the hooks below: the experiment, its env and problems."""
 
-    def __init__(self, cfg: dict, run: Run, threads: int = 1, log=_log.info):
-        """Train `run` (`methods.run.resolve_critique_run`: the method with the experiment's K and
-        the scale's critic lr, its settings, folder and key) under `cfg`."""
-        torch.set_num_threads(threads)
-        self.cfg, self.record, self.seed, self.log = cfg, run, run.seed, log
-        c = critique_cfg(cfg)
-        self.exp = experiment(cfg, run.experiment)
-        self.rl = run.settings  # critique.rl with the experiment's own overrides
-        self.m = run.spec
-        self.CP = CritiquePaths(cfg)
-        self.run_paths = run.paths
-        self.dir = self.run_paths.dir
+    # construction hooks (`Trainer.__init__`) -------------------------------------------------
+    def setup_task(self) -> tuple[str, str]:
+        """The experiment, its settings (critique.rl with its own overrides), its env and the env's
+        training problems; the start policy c, on the CPU engine."""
+        c = critique_cfg(self.cfg)
+        self.exp = experiment(self.cfg, self.record.experiment)
+        self.rl = self.record.settings
+        self.CP = CritiquePaths(self.cfg)
         env_spec = c["envs"][self.exp.env]
-        self.env = make_env(env_spec["kind"], env_spec, cfg["seed"])
+        self.env = make_env(env_spec["kind"], env_spec, self.cfg["seed"])
         self.pool = self.env.problems("rl", int(self.rl["pool"]))
-        torch.manual_seed(self.seed)
-        self.model, self.tok = load_policy(str(self.CP.policy()), "cpu")
-        self.ref_model = None
-        self.backend = make_live_backend(cfg, self.model, self.tok)
-        self.steps = run.steps
-        # the same whole-groups rule as the math trainer: never a silently smaller budget
-        self.n_prompts = run.prompts_per_step
+        return str(self.CP.policy()), "cpu"
+
+    def setup_generation(self) -> None:
         self.max_new = int(self.rl["max_new_tokens"])
         self.params = sampling_params(self.rl)
         self.response_length = self.max_new * self.env.max_turns  # a trajectory's longest
-        self.lr = run.lr
-        self.opt = AdamW(self.model.parameters(), lr=self.lr, weight_decay=0.0)
-        self.rng = np.random.default_rng(self.seed)
-        self.step = 0
-        self.metrics: list[dict] = []
-        self.calibration = CalibrationState()
-        self.critic = None
-        if self.m.needs_critic:
-            self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
-        self.warmup_done = 0
+
+    def weight_decay(self) -> float:
+        return 0.0  # critique.rl has no weight_decay: AdamW without decay, as the critic's
+
+    def setup_sampler(self) -> None:
+        """Nothing: this loop draws its problems itself (`_episodes`)."""
 
     # checkpoints (keyed by `state_key`: the run's key and lr) --------------------------------
     def save_state(self) -> None:

@@ -148,56 +148,95 @@ def require_checkpoint(cfg: dict, ref: str, path: str) -> None:
 
 
 class Trainer(CriticLoop):
-    share_prompts = False  # rl.share_prompts; Le Critique's trainer (critique.py) builds its own and keeps it off
+    share_prompts = False  # rl.share_prompts, set by `load_models` (critique.rl has no such key: off)
     def __init__(self, cfg: dict, run: Run, threads: int = 1, log=_log.info):
         """Train `run` (`methods.run.resolve_run`: its method, seed, folder, lr, steps, snapshot
-        steps and key) under `cfg`, the config it was resolved from."""
+        steps and key) under `cfg`, the config it was resolved from.
+
+        Every local trainer builds in this order, which is the order of its torch and numpy draws
+        (a run's outputs depend on it): the run's record, `setup_task` (settings, checks, the start
+        policy's folder; no draws), `load_models` (torch seeded, policy, KL reference, live backend),
+        `setup_generation`, the optimiser, the numpy stream, `setup_sampler` (what draws from it),
+        the critic. A trainer of another loop (`critique.CritiqueTrainer`) overrides the hooks."""
         torch.set_num_threads(threads)
         if run.lr is None:
             raise ValueError(f"{run.dir}: the run was resolved without its tuned lr (read_choice=False); "
                              "resolve it with resolve_run(cfg, method, seed) to train it")
         self.cfg, self.record, self.seed, self.log = cfg, run, run.seed, log
-        self.rl = cfg["rl"]
         self.m = run.spec  # the scale's critic lr in place
+        self.run_paths = run.paths
+        self.dir = self.run_paths.dir
+        # the steps rl.lr_tuning's validation rule chose for the method's setting, else the horizon
+        self.steps = run.steps
+        self.n_prompts = run.prompts_per_step
+        # rl.lr, or the method family's tuned lr (rl.lr_tuning), or the rate the run was given
+        self.lr, self.lr_source = run.lr, run.lr_source
+        self.load_models(*self.setup_task())
+        self.setup_generation()
+        # torch.optim's arithmetic, without its 1.45 s import of torch._dynamo (adamw.py)
+        self.opt = AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay())
+        self.rng = np.random.default_rng(self.seed)
+        self.step = 0
+        self.metrics: list[dict] = []
+        self.calibration = CalibrationState()
+        self.setup_sampler()
+        # Le Critique's critic (token-level estimators): a copy of the start policy, new head
+        self.critic = None
+        if self.m.needs_critic:
+            self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
+        if self.rl.get("compile"):  # after the critic's copy of the policy, which compiles its own
+            compile_layers(self.model, self.ref_model, *([self.critic.model.body] if self.critic else []))
+        self.warmup_done = 0
+
+    # construction hooks (`__init__`) ---------------------------------------------------------
+    def setup_task(self) -> tuple[str, str]:
+        """The run's settings (`self.rl`) and checks before anything loads; returns the start
+        policy's folder and the rollout backend that loads it."""
+        cfg = self.cfg
+        self.rl = cfg["rl"]
         if self.m.needs_critic and self.m.sampler != "plain":
             raise ConfigError(f"method {self.m.name!r}: a critic trains with the plain sampler only (got "
                               f"{self.m.sampler!r}); drop osla / budget / dynamic_sampling from "
                               f"configs/methods/{self.m.name}.yaml")
         self.P = Paths(cfg)
-        self.run_paths = run.paths
-        self.dir = self.run_paths.dir
         policy_path = str(self.P.policy(self.rl["policy"]))
         require_checkpoint(cfg, self.rl["policy"], policy_path)
+        return policy_path, cfg["rollout"]["backend"]
+
+    def load_models(self, policy_path: str, backend: str) -> None:
+        """Torch seeded with the run's seed, then the policy, its KL reference (kl_coef > 0),
+        `rl.precision` and `rl.share_prompts`, and the live rollout backend over the policy."""
         torch.manual_seed(self.seed)
-        self.model, self.tok = load_policy(policy_path, cfg["rollout"]["backend"])
+        self.model, self.tok = load_policy(policy_path, backend)
         self.ref_model = None
         if self.m.kl_coef > 0:
-            self.ref_model = load_policy(policy_path, cfg["rollout"]["backend"])[0].eval()
+            self.ref_model = load_policy(policy_path, backend)[0].eval()
         set_precision(self.rl, self.model, self.ref_model)
         # rl.share_prompts: a micro-batch's rows of one prompt share one pass over it (our Qwen3LM)
         self.share_prompts = bool(self.rl.get("share_prompts", False))
         if self.share_prompts:
             _our_qwen3("rl.share_prompts", (self.model,))
-        self.backend = make_live_backend(cfg, self.model, self.tok)
+        self.backend = make_live_backend(self.cfg, self.model, self.tok)
+
+    def setup_generation(self) -> None:
+        """What needs the tokenizer: the pool's prompts, the sampling parameters, the response
+        length GAE's lambda "auto" and Tether's buckets read."""
         self.pool = read_table(self.P.train_pool())
         self.pool_ids = self.pool["id"].to_numpy()
-        self.prompts = [format_prompt(cfg, p, self.tok) for p in self.pool["problem"]]
-        # the steps rl.lr_tuning's validation rule chose for the method's setting, else the horizon
-        self.steps = run.steps
-        self.n_prompts = run.prompts_per_step
+        self.prompts = [format_prompt(self.cfg, p, self.tok) for p in self.pool["problem"]]
         self.params = SamplingParams(temperature=self.rl.get("temperature", 1.0), top_p=1.0,
-                                     max_new_tokens=rl_max_new_tokens(cfg))
-        # rl.lr, or the method family's tuned lr (rl.lr_tuning), or the rate the run was given
-        self.lr, self.lr_source = run.lr, run.lr_source
-        # torch.optim's arithmetic, without its 1.45 s import of torch._dynamo (adamw.py)
-        self.opt = AdamW(self.model.parameters(), lr=self.lr,
-                         weight_decay=self.rl.get("weight_decay", 0.0))
-        self.rng = np.random.default_rng(self.seed)
-        self.step = 0
-        self.metrics: list[dict] = []
+                                     max_new_tokens=rl_max_new_tokens(self.cfg))
+        self.response_length = self.params.max_new_tokens  # GAE's lambda "auto", Tether's buckets
+
+    def weight_decay(self) -> float:
+        """The policy optimiser's AdamW weight decay."""
+        return self.rl.get("weight_decay", 0.0)
+
+    def setup_sampler(self) -> None:
+        """After the numpy stream: the per-rollout rows, the support buffer, the reference cache,
+        the prior and the method's sampler (the buffer and the sampler draw from `self.rng`)."""
         self.harvest: list[dict] = []  # one row per trained rollout (rollouts.parquet)
         self.support = SupportBuffer(self.m.support.size, self.m.support.context, self.rng)
-        self.calibration = CalibrationState()
         reference = read_table(self.P.reference_cache(self.rl["policy"])) if self.m.needs_reference_cache else None
         self.cached_phat = None if reference is None else \
             dict(zip(reference["prompt_id"], reference["phat"].astype(float)))
@@ -209,14 +248,6 @@ class Trainer(CriticLoop):
         self._ver = None
         self.sampler = make_sampler(self.m, generate=self._gen, rng=self.rng, pool_ids=self.pool_ids,
                                     prompts=self.prompts, n_prompts=self.n_prompts, prior_fn=self.prior)
-        # Le Critique's critic (token-level estimators): a copy of the start policy, new head
-        self.critic = None
-        if self.m.needs_critic:
-            self.critic = make_critic(self.model, self.m, self.tok.pad_token_id, self.seed, self.rl)
-        self.response_length = self.params.max_new_tokens  # GAE's lambda "auto", Tether's buckets
-        if self.rl.get("compile"):  # after the critic's copy of the policy, which compiles its own
-            compile_layers(self.model, self.ref_model, *([self.critic.model.body] if self.critic else []))
-        self.warmup_done = 0
         self.warmup_rollouts = 0
 
     # checkpoints -----------------------------------------------------------------------------
