@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sparserl.core.config import section_setting
 from sparserl.core.artifacts import atomic_write_text, manifest_path, write_table
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.runlog import flatten
@@ -224,7 +225,7 @@ class CritiqueTrainer(Trainer):
             return self._run(tb, stop_after)
 
     def _run(self, tb, stop_after: int | None):
-        every = int(self.rl.get("checkpoint_every", 10))
+        every = int(section_setting(self.rl, "$defs", "trainer", "checkpoint_every"))
         bar = progress(self.steps, f"critique {self.exp.name} {self.m.name} s{self.seed}", logger=_log,
                        every=5, initial=self.step)
         self.model.eval()
@@ -275,7 +276,7 @@ class KilledForTest(RuntimeError):
 
 def sampling_params(rl: dict) -> SamplingParams:
     """The rollouts' sampling, in training and in evaluation: T from `rl.temperature`, no nucleus."""
-    return SamplingParams(temperature=float(rl.get("temperature", 1.0)), top_p=1.0,
+    return SamplingParams(temperature=float(section_setting(rl, "$defs", "trainer", "temperature")), top_p=1.0,
                           max_new_tokens=int(rl["max_new_tokens"]))
 
 
