@@ -18,7 +18,7 @@ from sparserl.core.config import load_config
 from sparserl.core.paths import Paths
 from sparserl.estimators import basis_value
 from sparserl.methods.spec import load_method, snapshot_steps, study_snapshot_steps
-from sparserl.studies import DEFAULTS, StudyPaths, load_study_data
+from sparserl.studies import StudyPaths, load_study_data, settings
 from sparserl.studies import basis_checkpoints as bc
 from sparserl.studies import basis_value as bv
 
@@ -87,7 +87,7 @@ def write_pair(ref_path, oracle_path, p_ref, p_oracle, n_ref=64, n_oracle=256, s
 
 
 def _settings(**kw):
-    s = copy.deepcopy(DEFAULTS["value"])
+    s = settings({})["value"]
     s.update({"repeats": 60, "bootstrap": 50, **kw})
     return s
 

@@ -233,8 +233,30 @@ def test_config_show_names_where_each_value_came_from(tmp_path, capsys):
     assert where["rl.steps"] == "--config rl.steps=7" and value["rl.steps"] == 7 == cfg["rl"]["steps"]
     assert where["rl.policy"] == str(repo / "configs/tiny.yaml")
     assert where["results_dir"] == "default"
+    # a schema default the config leaves unset is listed, marked default, once; a set key once too
+    assert "micro_batch_size" not in cfg["rl"] and (value["rl.micro_batch_size"], where["rl.micro_batch_size"]) == (
+        256, "default")
+    assert (value["basis.oracle_n"], where["basis.oracle_n"]) == (cfg["basis"]["oracle_n"], str(repo / "configs/tiny.yaml"))
+    keys = [k for k, _, _ in rows]
+    assert len(keys) == len(set(keys))
+    assert where["critique.rl.checkpoint_every"] == "default"  # through critique.rl's allOf $ref
     assert main(["config", "show", "--config", str(repo / "configs/tiny.yaml"), "--key", "rl.lr"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("rl.lr ") and "configs/tiny.yaml]" in out and "rl.steps" not in out
     with pytest.raises(SystemExit, match="give key=value"):
         origins([str(repo / "configs/tiny.yaml")], ["rl.steps"])
+
+
+def test_load_layers_is_what_load_config_merges(tmp_path):
+    """load_config merges load_layers' layers: the schema's FILLED_KEYS defaults first (named
+    `default`), then each file; config show reads the same layers, so it cannot drift from it."""
+    from sparserl.core.config import DEFAULT_LAYER, FILLED_KEYS, load_layers, merge_layers
+    repo = Path(__file__).resolve().parents[1]
+    over = tmp_path / "over.yaml"
+    over.write_text("threads: 1\n")
+    layers = load_layers([repo / "configs/tiny.yaml", over], {"rl.steps": "3"}, command_line=True)
+    assert [n for n, _ in layers][:3] == [DEFAULT_LAYER, str(repo / "configs/tiny.yaml"), str(over)]
+    assert set(layers[0][1]) == set(FILLED_KEYS)
+    cfg = merge_layers(layers)
+    assert cfg["threads"] == 1 and cfg["rl"]["steps"] == 3
+    assert load_config([repo / "configs/tiny.yaml", over]) == merge_layers(load_layers([repo / "configs/tiny.yaml", over]))

@@ -12,7 +12,7 @@ import yaml
 
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.estimators import shrinkage_fusion
-from sparserl.studies import DEFAULTS, StudyData, load_study_data, settings
+from sparserl.studies import StudyData, load_study_data, settings
 from sparserl.studies import basis_value as bv
 from sparserl.studies import v05_stats as vs
 
@@ -50,7 +50,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def raw(data):
-    s = DEFAULTS["value"]
+    s = settings({})["value"]
     return bv.simulate(data, B=64, repeats=300, G=8, eps=1e-6, grid=bv.beta_grid(16), inactive="zero", n_ref=None,
                        seed=0, difficulty_edges=s["difficulty_edges"])
 
@@ -130,7 +130,7 @@ def test_sensitivity_rows_and_skips(data):
 
 
 def test_summary_headline(raw):
-    out = bv.summary(raw, DEFAULTS["value"] | {"bootstrap": 100}, 0)
+    out = bv.summary(raw, settings({})["value"] | {"bootstrap": 100}, 0)
     h = out["headline"]
     assert h["basis_vs_reinforce_pp_pct"]["pct_change"] < -70 and h["basis_vs_reinforce_pp_pct"]["se"] > 0
     assert "basis_vs_grpo_g8_pct" in h and h["paper_claim_vs_reinforce_pp_pct"] == -69.0

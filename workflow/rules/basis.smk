@@ -2,11 +2,13 @@
 # Each cache is one parquet (prompt_id, n, successes, phat, rewards, lengths); inspect it with
 # `python -m sparserl show <path>`. Snakemake rebuilds it only when its policy or pool changes.
 
+from sparserl.core.config import setting
+
 BASIS = CFG.get("basis", {})
 # The cache's prompts split over `basis.reference_shards` jobs (paper: 32; the arithmetic is in
 # sparserl.engines.sizing): job k rolls out the mc-values shards si with si % K == k under the
 # same seeds, and reference_cache joins them. One shard (tiny, small): one job, as before.
-REF_SHARDS = int(BASIS.get("reference_shards", 1))
+REF_SHARDS = int(setting(CFG, "basis", "reference_shards"))
 
 if REF_SHARDS > 1:
 
@@ -20,7 +22,7 @@ if REF_SHARDS > 1:
             policy="[^/]+",
             shard="[0-9]+",
         params:
-            n=BASIS.get("reference_n", 64),
+            n=setting(CFG, "basis", "reference_n"),
         log:
             str(P.stage("logs", "reference_cache_{policy}_{shard}.log")),
         threads: T("rollout")
@@ -39,7 +41,7 @@ if REF_SHARDS > 1:
         wildcard_constraints:
             policy="[^/]+",
         params:
-            n=BASIS.get("reference_n", 64),
+            n=setting(CFG, "basis", "reference_n"),
         log:
             str(P.stage("logs", "reference_cache_{policy}.log")),
         resources:
@@ -59,7 +61,7 @@ else:
         wildcard_constraints:
             policy="[^/]+",
         params:
-            n=BASIS.get("reference_n", 64),
+            n=setting(CFG, "basis", "reference_n"),
         log:
             str(P.stage("logs", "reference_cache_{policy}.log")),
         threads: T("rollout")
@@ -81,7 +83,7 @@ rule oracle_values:
     wildcard_constraints:
         policy="[^/]+",
     params:
-        n=BASIS.get("oracle_n", 256),
+        n=setting(CFG, "basis", "oracle_n"),
     log:
         str(P.stage("logs", "oracle_values_{policy}.log")),
     threads: T("rollout")
@@ -112,7 +114,7 @@ if STUDY_CKPTS:
         wildcard_constraints:
             label="|".join(c.label for c in STUDY_CKPTS),
         params:
-            n=BASIS.get("oracle_n", 256),
+            n=setting(CFG, "basis", "oracle_n"),
         log:
             str(P.stage("logs", "checkpoint_oracle_{label}.log")),
         threads: T("rollout")

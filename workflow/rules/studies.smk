@@ -3,7 +3,7 @@
 # the study figures are registered in sparserl.figures.studies and get their rules in figures.smk.
 #   snakemake --cores 2 studies                                    # every study figure + summary
 #   snakemake --cores 2 paper_figures/tiny/basis/f3a_mse_by_method.png # one figure
-# Settings: config `basis.study` (defaults in sparserl.studies.DEFAULTS).
+# Settings: config `basis.study` (defaults in the schema, $defs/study).
 # The BASIS value study runs as the paper does (basis.study_checkpoints): early / middle / late
 # checkpoints of one RL run (tiny: grpo_g8 seed 0, so `studies` waits on that run), each with its
 # oracle (basis.smk's checkpoint_oracle), the start policy's reference cache as the reference. Rule

@@ -175,6 +175,7 @@ def cmd_checkpoint_oracle(args):
     from sparserl.core.artifacts import read_table
     from sparserl.core.paths import Paths
     from sparserl.studies.basis_checkpoints import study_prompt_ids
+    from sparserl.core.config import setting
     from sparserl.values.mcvalues import mc_values
     cfg = _cfg(args)
     ck = _checkpoint(cfg, args.checkpoint)
@@ -183,7 +184,7 @@ def cmd_checkpoint_oracle(args):
                          f"{ck.seed} that basis.study_checkpoints asks for. The run keeps it when trained with "
                          f"this config; retrain it: `snakemake --cores 2 -f {ck.run_dir}/metrics.parquet`")
     ids = study_prompt_ids(cfg, read_table(Paths(cfg).train_pool())["id"])
-    n = args.n or int((cfg.get("basis") or {}).get("oracle_n", 256))
+    n = args.n or int(setting(cfg, "basis", "oracle_n"))
     mc_values(cfg, f"{ck.method}/seed{ck.seed}/{ck.label}", n, args.out or ck.oracle, threads=args.threads,
               seed_offset=args.seed_offset, policy_path=ck.path, prompt_ids=ids)
 

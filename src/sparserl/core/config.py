@@ -10,7 +10,7 @@ import functools
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import jsonschema
 import yaml
@@ -18,7 +18,10 @@ import yaml
 from sparserl.core.paths import snapshot_tag
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
-DEFAULTS = {"results_dir": "results", "figures_dir": "paper_figures", "threads": 2}
+# Top-level settings whose schema defaults load_config writes into the cfg: every resolved config
+# has carried them since before the schema held defaults, so its hash (artifact keys, the resolved
+# config's file name) includes them. Every other default is read through `setting`, never merged in.
+FILLED_KEYS = ("results_dir", "figures_dir", "threads")
 
 
 class ConfigError(ValueError):
@@ -26,7 +29,17 @@ class ConfigError(ValueError):
 
 
 def load_schema() -> dict:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+    return copy.deepcopy(_schema())
+
+
+@functools.lru_cache(maxsize=1)
+def _schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())  # parsing takes ~0.1 s: once a process
+
+
+def filled_defaults() -> dict:
+    """The schema defaults of FILLED_KEYS, the base layer of every merge."""
+    return {k: schema_default(k) for k in FILLED_KEYS}
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -289,7 +302,8 @@ def _check_cluster(cfg: dict, layers) -> None:
             raise ConfigError(f"{where}: {key}.openrlhf vllm.num_engines x vllm.tensor_parallel_size = {engines} x "
                               f"{tp} but the colocated job has {nodes * gpn} GPUs; set vllm.num_engines to "
                               f"{nodes * gpn // tp}")
-        rollouts, mini = rl.get("rollouts_per_step"), int(rl.get("mini_batches", 1))
+        rollouts = rl.get("rollouts_per_step")
+        mini = int(section_setting(rl, "$defs", "trainer", "mini_batches"))
         micro = int(over["train.micro_batch_size"])
         if rollouts and (int(rollouts) // mini) % (micro * nodes * gpn):
             raise ConfigError(f"{where}: {key}.rollouts_per_step / mini_batches = {rollouts} / {mini} is not a "
@@ -314,25 +328,133 @@ def v0_actor_settings(over: dict) -> dict:
 SEMANTIC_CHECKS: list = []
 
 
+def _schema_node(keys: tuple) -> dict | None:
+    """The schema of a key path; a path starting "$defs", NAME starts at that definition (the
+    method files' schema is `$defs/method`)."""
+    root = _schema()
+    if keys[:1] == ("$defs",):
+        return _schema_at(root, keys[2:], start=root["$defs"].get(keys[1]) if len(keys) > 1 else None)
+    return _schema_at(root, keys)
+
+
 @functools.lru_cache(maxsize=None)
+def _default(keys: tuple):
+    node = _schema_node(keys)
+    if node is None or "default" not in node:
+        raise KeyError(f"{SCHEMA_PATH}: no default for {'.'.join(map(str, keys))}; give it a `default:` "
+                       "and a `description:` there")
+    return node["default"]
+
+
 def schema_default(*keys: str):
     """The schema's `default` of the setting at a key path (e.g. "evaluation", "start_k"): where a
-    setting's default lives, so code and documentation read the same number."""
-    node = _schema_at(load_schema(), keys)
-    if node is None or "default" not in node:
-        raise KeyError(f"{SCHEMA_PATH}: no default for {'.'.join(keys)}")
-    return node["default"]
+    setting's default lives, so code and documentation read the same number. KeyError naming
+    the path where the schema has none."""
+    return copy.deepcopy(_default(tuple(keys)))
+
+
+@functools.lru_cache(maxsize=None)
+def _defaults(keys: tuple) -> dict:
+    node = _schema_node(keys)
+    if node is None:
+        raise KeyError(f"{SCHEMA_PATH}: no setting {'.'.join(map(str, keys))}")
+    out = {}
+    for k, sub in node.get("properties", {}).items():
+        sub = _resolve_ref(sub, _schema())
+        if "default" in sub:
+            out[k] = sub["default"]
+        elif sub.get("type") == "object" and sub.get("properties"):
+            nested = _defaults(tuple(keys) + (k,))
+            if nested:
+                out[k] = nested
+    return out
+
+
+def schema_defaults(*keys: str) -> dict:
+    """Every default under the mapping at a key path, nested as the config nests it (a
+    sub-mapping appears where it holds a default); keys without a default are left out."""
+    return copy.deepcopy(_defaults(tuple(keys)))
+
+
+def with_defaults(section: dict | None, *keys: str) -> dict:
+    """A config section (e.g. cfg["v0"]["harvest"]) over its schema defaults: a settings dict
+    for code that reads a whole section. Never written back into the cfg (hashes)."""
+    return deep_merge(schema_defaults(*keys), section or {})
+
+
+def schema_default_by(case: str, *keys: str):
+    """A default that depends on another setting, from the schema's `default_by_<name>` mapping
+    at a key path (rollout.batch_size by backend, a method's loss clip by loss type); KeyError
+    naming the path and the case the mapping lacks."""
+    node = _schema_node(tuple(keys)) or {}
+    table = next((v for k, v in node.items() if k.startswith("default_by_")), None)
+    if not isinstance(table, dict) or case not in table:
+        raise KeyError(f"{SCHEMA_PATH}: no default for {'.'.join(keys)} when it depends on {case!r}")
+    return copy.deepcopy(table[case])
+
+
+def section_setting(section: Mapping | None, *keys: str):
+    """`section[keys[-1]]`, else the schema default at `keys`: for a mapping that is part of the
+    config but not at its root (a sampling protocol, an env's spec, a trainer's rl settings)."""
+    if isinstance(section, Mapping) and keys[-1] in section:
+        return section[keys[-1]]
+    return schema_default(*keys)
+
+
+def default_leaves(cfg: dict) -> Iterator[tuple[tuple, Any]]:
+    """(key path, default) of every schema default that applies to cfg: the properties with a
+    `default` under the root, through $ref and allOf / oneOf / anyOf, and under the names cfg
+    gives a mapping of additionalProperties (policies.<name>, critique.envs.<name>)."""
+    root = _schema()
+
+    def walk(node: Any, keys: tuple, here: Any) -> Iterator[tuple[tuple, Any]]:
+        node = _resolve_ref(node, root)
+        if not isinstance(node, dict):
+            return
+        if "default" in node:
+            yield keys, node["default"]
+            return
+        branches = [node] + [_resolve_ref(b, root) for b in
+                             node.get("allOf", []) + node.get("oneOf", []) + node.get("anyOf", [])]
+        props: dict = {}
+        for b in branches:
+            props.update(b.get("properties", {}) if isinstance(b, dict) else {})
+        for k, sub in props.items():
+            yield from walk(sub, keys + (k,), here.get(k) if isinstance(here, dict) else None)
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict) and isinstance(here, dict):
+            for k in here:
+                if k not in props:
+                    yield from walk(extra, keys + (k,), here[k])
+
+    yield from walk(root, (), cfg)
+
+
+_UNSET = object()
+
+
+def setting(cfg: dict | None, *keys: str):
+    """The cfg's value at a key path (e.g. setting(cfg, "basis", "reference_n")), else the
+    schema's default there; KeyError naming the path where the cfg lacks it and the schema has
+    no default. A value the cfg sets, null included, wins."""
+    node: Any = cfg
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            node = _UNSET
+            break
+        node = node[k]
+    return schema_default(*keys) if node is _UNSET else node
 
 
 def start_samples(cfg: dict) -> int:
     """Samples a problem of the RL start policy's benchmark evaluation (`evaluation.start_k`)."""
-    return int(cfg["evaluation"].get("start_k", schema_default("evaluation", "start_k")))
+    return int(setting(cfg, "evaluation", "start_k"))
 
 
 def start_seed(cfg: dict) -> int:
     """The start policies' pre-training seed (`pretrain.start_seed`): the `start` every per-problem
     evaluation records and the head-to-head's bootstrap resamples."""
-    return int((cfg.get("pretrain") or {}).get("start_seed", schema_default("pretrain", "start_seed")))
+    return int(setting(cfg, "pretrain", "start_seed"))
 
 
 def rollout_max_new_tokens(cfg: dict) -> int:
@@ -345,17 +467,35 @@ def rl_max_new_tokens(cfg: dict) -> int:
     return int((cfg.get("rl") or {}).get("max_new_tokens") or rollout_max_new_tokens(cfg))
 
 
-def load_config(paths: str | Path | Iterable[str | Path], overrides: dict | None = None) -> dict:
-    """Merge config files in order (later wins), apply defaults, validate."""
+DEFAULT_LAYER = "default"  # the name of the schema defaults' layer (`load_layers`, `config show`)
+
+
+def load_layers(paths: str | Path | Iterable[str | Path], overrides: dict | None = None,
+                command_line: bool = False) -> list[tuple[str, dict]]:
+    """The layers load_config merges, in order: (DEFAULT_LAYER, the FILLED_KEYS defaults), each
+    file (named by its path), then the overrides: one layer named "<command-line --config>", or
+    with `command_line` one layer per entry, typed by the schema (`override_layers`)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    layers = [(str(p), _read(Path(p))) for p in paths]
-    if overrides:
+    layers = [(DEFAULT_LAYER, filled_defaults())] + [(str(p), _read(Path(p))) for p in paths]
+    if command_line:
+        layers += override_layers(overrides)
+    elif overrides:
         layers.append(("<command-line --config>", overrides))
-    cfg: dict = copy.deepcopy(DEFAULTS)
+    return layers
+
+
+def merge_layers(layers: list[tuple[str, dict]]) -> dict:
+    """Merge layers in order (later wins) and validate, blaming the layer that set a bad key."""
+    cfg: dict = {}
     for _, data in layers:
         cfg = deep_merge(cfg, data)
     return validate(cfg, layers)
+
+
+def load_config(paths: str | Path | Iterable[str | Path], overrides: dict | None = None) -> dict:
+    """Merge config files in order (later wins) over the FILLED_KEYS defaults, validate."""
+    return merge_layers(load_layers(paths, overrides))
 
 
 def write_resolved(cfg: dict, folder: str | Path) -> Path:
@@ -382,14 +522,18 @@ def _resolve_ref(node: Any, root: dict) -> Any:
     return node
 
 
-def _schema_at(root: dict, keys: tuple) -> dict | None:
+def _schema_at(root: dict, keys: tuple, start: dict | None = None) -> dict | None:
     """The schema of the value at a key path (through $ref, properties, additionalProperties,
-    items and the branches of oneOf / anyOf); None where the schema has no such key."""
-    node: Any = root
+    items and the branches of oneOf / anyOf / allOf) from `start` (default: the root); None where
+    the schema has no such key."""
+    node: Any = root if start is None else start
+    if node is None:
+        return None
     for k in keys:
         node = _resolve_ref(node, root)
         found = None
-        for branch in [node] + [_resolve_ref(b, root) for b in node.get("oneOf", []) + node.get("anyOf", [])]:
+        for branch in [node] + [_resolve_ref(b, root) for b in
+                                node.get("oneOf", []) + node.get("anyOf", []) + node.get("allOf", [])]:
             if isinstance(k, int):
                 found = branch.get("items")
             elif k in branch.get("properties", {}):
@@ -474,7 +618,7 @@ def _get(data: Any, dotted: str, missing: Any = None) -> Any:
 
 def describe_overrides(overrides: dict | None, configfiles: Iterable[str | Path]) -> str:
     """One line: every `--config` setting with its typed value and the value it replaces."""
-    base: dict = copy.deepcopy(DEFAULTS)
+    base: dict = filled_defaults()
     for p in configfiles:
         base = deep_merge(base, _read(Path(p)))
     unset = object()
@@ -492,7 +636,8 @@ def from_snakemake(config: dict, configfiles: Iterable[str | Path], overrides: d
     `--config` entry (`overrides`: Snakemake's `workflow.config_settings.config`), whose string
     values are typed by the schema and whose dotted keys (`rl.steps=20`) are nested."""
     layers = [(str(p), _read(Path(p))) for p in configfiles]
-    cfg = deep_merge(DEFAULTS, {k: v for k, v in dict(config).items() if not (isinstance(k, str) and "." in k)})
+    cfg = deep_merge(filled_defaults(),
+                     {k: v for k, v in dict(config).items() if not (isinstance(k, str) and "." in k)})
     cmd = override_layers(overrides)
     for _, data in cmd:  # the typed values replace the strings Snakemake merged into `config`
         cfg = deep_merge(cfg, data)

@@ -195,7 +195,8 @@ class Paths:
         rl, basis = self.cfg.get("rl") or {}, self.cfg.get("basis") or {}
         if rl.get("policy") != name or not basis:
             return None
-        if basis.get("reference_n", 64) < self.cfg.get("passrate", {}).get("samples", 16):
+        from sparserl.core.config import setting  # core.config imports this module
+        if setting(self.cfg, "basis", "reference_n") < setting(self.cfg, "passrate", "samples"):
             return None
         return self.reference_cache(name)
 

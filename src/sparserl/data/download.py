@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from sparserl.core.config import setting
 from sparserl.core.artifacts import write_table
 from sparserl.data.benchmarks import (
     BENCHMARKS, TRAIN_SETS, check_golds, load_benchmark, normalise_records,
@@ -92,8 +93,9 @@ def fetch_dataset(name: str, out_path: str | os.PathLike, local_path=None, *, cf
         source = f"hub:{HUB_SOURCES[name]['path']}[{HUB_SOURCES[name]['split']}]"
     # Garbled golds are graded by string match: say which, where the run's data is recorded.
     # The config's verifier settings apply: a gold that times out twice names verifier.timeout_s.
-    ver = (cfg.get("verifier") or {}) if isinstance(cfg, dict) else {}
-    garbled = check_golds(df, workers=ver.get("workers", 2), timeout_s=ver.get("timeout_s", 10.0))
+    ver = cfg if isinstance(cfg, dict) else {}
+    garbled = check_golds(df, workers=setting(ver, "verifier", "workers"),
+                          timeout_s=setting(ver, "verifier", "timeout_s"))
     info = dict(df.attrs.get("load_info", {}))
     _say(name, info, garbled)
     df.attrs = {}  # the manifest carries it; keep the parquet metadata plain

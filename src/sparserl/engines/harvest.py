@@ -32,7 +32,7 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths, RunPaths
-from sparserl.engines.harvest_settings import (DEFAULTS, checkpoint_steps, harvest_config,  # noqa: F401
+from sparserl.engines.harvest_settings import (checkpoint_steps, harvest_config,  # noqa: F401
                                                harvest_run, harvest_run_paths, harvest_settings)
 from sparserl.methods.spec import total_steps
 

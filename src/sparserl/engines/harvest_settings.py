@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import copy
 
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, with_defaults
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.methods.run import Run
 
-DEFAULTS = {"policies": None, "method": "grpo_g16", "seed": 0, "steps": None, "rollouts_per_step": None,
-            "checkpoint_samples": 1024, "k": 10, "temperature": 1.0, "top_p": 1.0, "shards": 1}
-
 
 def harvest_settings(cfg: dict) -> dict:
-    """`v0.harvest` over DEFAULTS; policies default to every policy of the config, steps and
+    """`v0.harvest` over its schema defaults; policies default to every policy of the config, steps and
     rollouts per step to the RL section's."""
-    h = {**DEFAULTS, **((cfg.get("v0") or {}).get("harvest") or {})}
+    h = with_defaults((cfg.get("v0") or {}).get("harvest"), "v0", "harvest")
     rl = cfg.get("rl") or {}
     h["policies"] = list(h["policies"] or cfg["policies"])
     h["steps"] = int(h["steps"] or rl.get("steps") or 0)

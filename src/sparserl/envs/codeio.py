@@ -25,7 +25,8 @@ Two sources (`spec["source"]`):
   direction: that integer must equal the reference output. Input direction: it must parse with
   ast.literal_eval as an int (so "07" is malformed) and the reference program, run in the
   sandbox, must return the target.
-  Knobs: templates, x_max, const_max, mod_range, input_fraction, max_prompt_chars (DEFAULTS).
+  Knobs: templates, x_max, const_max, mod_range, input_fraction, max_prompt_chars (defaults:
+  the schema's $defs/env_codeio).
 * "reasoning_gym" (paper scale): reasoning-gym 0.1.25's bundled CodeIO data (codeio.jsonl.gz,
   3002 entries: task_description, input_output_spec, code_sample with `main_solution`,
   input_generator with `generate_inputs(rng)`). reasoning-gym's own `__getitem__` exec's that
@@ -58,6 +59,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from sparserl.core.config import schema_defaults
 from sparserl.envs.base import SIDES, Env, Problem, side_of
 from sparserl.envs.sandbox import Call, Limits, SandboxUnavailable, run_jobs, strong_isolation
 
@@ -78,24 +80,6 @@ TEMPLATES: dict[str, _Template] = {
     "xor": _Template("x^{a}", lambda x, a, b, c, m: x ^ a),
     "digits": _Template("x%{m}+x//{m}", lambda x, a, b, c, m: x % m + x // m),
     "minmax": _Template("max(x,{a})-min(x,{b})", lambda x, a, b, c, m: max(x, a) - min(x, b)),
-}
-
-DEFAULTS = {
-    "source": "procedural",
-    "input_fraction": 0.5,  # share of input-direction problems
-    # tiny scale
-    "templates": ["affine_mod", "square_mod", "branch", "xor"],
-    "x_max": 9,  # inputs 0..x_max (input direction: the reference is the smallest feasible x there)
-    "const_max": 9,  # constants a, b, c in 1..const_max
-    "mod_range": [3, 10],  # m in this range (inclusive)
-    "max_prompt_chars": 40,
-    "demo_pool": 2000,  # distinct pre-training problems the demonstrations sample from
-    # paper scale
-    "difficulty": None,  # reasoning-gym's difficulty filter (None: all entries)
-    # both
-    "split_by": None,  # "problem" or "program"; None: "problem" (procedural), "program" (reasoning_gym)
-    "time_limit_s": None,  # per sandboxed call; None: 1 s procedural, 5 s reasoning_gym
-    "memory_mb": None,  # sandbox RLIMIT_AS; None: 256 procedural, 1024 reasoning_gym
 }
 
 _LEAD_INT = re.compile(r"\s*([+-]?\d{1,18})(?!\d|\.\d)")  # "3.5" is not 3
@@ -123,7 +107,8 @@ class CodeIOEnv(Env):
 
     def __init__(self, spec: dict, seed: int = 0):
         super().__init__(spec, seed)
-        cfg = {**DEFAULTS, **{k: v for k, v in self.spec.items() if k in DEFAULTS}}
+        defaults = schema_defaults("$defs", "env_codeio")
+        cfg = {**defaults, **{k: v for k, v in self.spec.items() if k in defaults}}
         self.source = str(cfg["source"])
         if self.source not in ("procedural", "reasoning_gym"):
             raise _err("source", f"unknown source {self.source!r}; use 'procedural' or 'reasoning_gym'")

@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from sparserl.core.config import section_setting
 from sparserl.envs.base import SIDES, Env, Problem, side_of
 
 DEFAULT_HEADER = ("import Mathlib\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
@@ -275,15 +276,19 @@ class MiniF2FEnv(Env):
 
     def __init__(self, spec: dict, seed: int = 0):
         super().__init__(spec, seed)
-        self.max_attempts = int(self.spec.get("max_attempts", 3))
+        self.max_attempts = int(self._setting("max_attempts"))
         if self.max_attempts < 1:
             raise ValueError("critique.envs.minif2f.max_attempts: must be >= 1 (the paper uses 3)")
         self.max_turns = self.max_attempts
-        self.feedback_chars = int(self.spec.get("feedback_chars", 1500))
+        self.feedback_chars = int(self._setting("feedback_chars"))
         self.prompt_template = self.spec.get("prompt_template", PROMPT)
         self.feedback_template = self.spec.get("feedback_template", FEEDBACK)
         self.rows = self._load()
         self._repl: LeanREPL | None = None
+
+    def _setting(self, key: str):
+        """The spec's value, else the schema's default ($defs/env_minif2f)."""
+        return section_setting(self.spec, "$defs", "env_minif2f", key)
 
     def _load(self) -> list[dict]:
         path = self.spec.get("data")
@@ -349,9 +354,9 @@ class MiniF2FEnv(Env):
                 raise ValueError("critique.envs.minif2f.repl_cmd: not set; set it to the Lean REPL "
                                  'command, e.g. ["lake", "exe", "repl"], and project_dir to its project')
             self._repl = LeanREPL(cmd, cwd=self.spec.get("project_dir"),
-                                  timeout_s=float(self.spec.get("timeout_s", 120.0)),
-                                  header_timeout_s=float(self.spec.get("header_timeout_s", 600.0)),
-                                  crash_retries=int(self.spec.get("crash_retries", 1)))
+                                  timeout_s=float(self._setting("timeout_s")),
+                                  header_timeout_s=float(self._setting("header_timeout_s")),
+                                  crash_retries=int(self._setting("crash_retries")))
         return self._repl
 
     # episode ------------------------------------------------------------------------------

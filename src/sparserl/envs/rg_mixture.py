@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from sparserl.core.config import schema_default, section_setting
 from sparserl.envs.base import SIDES, Env, Problem, side_of
 
 # [our choice] the tiny default: four generators outside the math pool whose problems render in
@@ -158,7 +159,8 @@ class RGMixtureEnv(Env):
                 raise ValueError(f"{where}: each task needs a mapping with 'generator' (and name, "
                                  "weight, params), e.g. {name: gcd, generator: gcd, weight: 1}")
             t = {"name": str(t.get("name", t["generator"])), "generator": str(t["generator"]),
-                 "weight": float(t.get("weight", 1.0)), "params": dict(t.get("params") or {})}
+                 "weight": float(t.get("weight", schema_default("$defs", "env_rg_mixture", "task_weight"))),
+                 "params": dict(t.get("params") or {})}
             if t["name"] in names:
                 raise ValueError(f"{where}: task name {t['name']!r} is used twice; names must be unique")
             names.add(t["name"])
@@ -272,7 +274,7 @@ class RGMixtureEnv(Env):
     def demonstrations(self, n: int, noise: float, rng: np.random.Generator) -> list[tuple[str, str]]:
         """n (prompt, target) rows: a task by weight, then one of its pre-training-side problems
         (pool `demo_pool` problems in all, default 4096); a share `noise` of targets wrong."""
-        pool = self.problems("pretrain", int(self.spec.get("demo_pool", 4096)))
+        pool = self.problems("pretrain", int(section_setting(self.spec, "$defs", "env_rg_mixture", "demo_pool")))
         by_task: dict[str, list[Problem]] = {}
         for p in pool:
             by_task.setdefault(p.meta["task"], []).append(p)

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from sparserl.core.config import section_setting
 from sparserl.envs.base import Env, Problem, side_of
 
 SOURCES = ("procedural", "reasoning_gym")
@@ -213,7 +214,7 @@ class SudokuEnv(Env):
             raise ValueError(f"critique.envs.sudoku.source: {self.source!r} is not one of "
                              f"{', '.join(SOURCES)}")
         rg = self.source == "reasoning_gym"
-        self.n = 9 if rg else int(self.spec.get("size", 4))
+        self.n = 9 if rg else int(section_setting(self.spec, "$defs", "env_sudoku", "size"))
         _box(self.n)
         if rg and "size" in self.spec and int(self.spec["size"]) != 9:
             raise ValueError("critique.envs.sudoku.size: reasoning-gym's sudoku is 9x9; drop size "
@@ -307,7 +308,7 @@ class SudokuEnv(Env):
         """n (observation, move) rows from solution traces of pre-training-side puzzles (a pool
         of `demo_pool` puzzles, default 2048, drawn with repetition; each trace in a new random
         order of its blanks); a share `noise` of moves has a wrong value for the right cell."""
-        pool = self.problems("pretrain", int(self.spec.get("demo_pool", 2048)))
+        pool = self.problems("pretrain", int(section_setting(self.spec, "$defs", "env_sudoku", "demo_pool")))
         if not pool:
             raise ValueError("sudoku.demonstrations: no pre-training-side puzzles; lower "
                              "critique.envs.sudoku.split's eval + rl below 1")

@@ -14,6 +14,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from sparserl.core.config import section_setting
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.envs import make_env
 
@@ -54,7 +55,7 @@ def build_corpus(cfg: dict) -> pd.DataFrame:
     size, noise = int(c["corpus"]["size"]), float(c["corpus"]["noise"])
     rng = np.random.default_rng((cfg["seed"], 0xC0))
     names = list(c["envs"])
-    w = np.array([float(c["envs"][n].get("corpus_weight", 1.0)) for n in names])
+    w = np.array([float(section_setting(c["envs"][n], "critique", "envs", n, "corpus_weight")) for n in names])
     counts = np.floor(size * w / w.sum()).astype(int)
     rows = []
     for name, n in zip(names, counts):

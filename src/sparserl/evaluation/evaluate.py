@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_manifest, read_table, write_json, write_table
-from sparserl.core.config import rollout_max_new_tokens, start_samples, start_seed
+from sparserl.core.config import rollout_max_new_tokens, section_setting, setting, start_samples, start_seed
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.evaluation.pass_at_k import pass_at_k, pass_at_k_curve
@@ -79,10 +79,10 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
     read off the reference cache when the policy has one (`Paths.passrate_cache`), else rolled out."""
     P = Paths(cfg)
     pool = read_table(P.train_pool())
-    pr = cfg.get("passrate", {})
-    params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
+    params = SamplingParams(temperature=setting(cfg, "passrate", "temperature"),
+                            top_p=setting(cfg, "passrate", "top_p"),
                             max_new_tokens=rollout_max_new_tokens(cfg))
-    samples = pr.get("samples", 16)
+    samples = setting(cfg, "passrate", "samples")
     cache = P.passrate_cache(ref)
     if cache is not None:
         p, mean_tokens = _rates_from_cache(cache, pool, samples)
@@ -100,7 +100,7 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
         timeouts = ver.timeout_counts()
     by_level = pd.DataFrame({"source": pool["source"], "p": p}).groupby("source")["p"].mean()
     out = {
-        "policy": ref, "samples_per_prompt": int(pr.get("samples", 16)),
+        "policy": ref, "samples_per_prompt": int(setting(cfg, "passrate", "samples")),
         "temperature": params.temperature, "top_p": params.top_p, "prompts": len(pool),
         "mean_pass_rate": float(p.mean()),
         "frac_mixed": float(((p > 0) & (p < 1)).mean()),
@@ -200,7 +200,8 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     rows, per_problem = [], []
     tables = benchmarks if benchmarks is not None else {b: read_table(P.benchmark(b)) for b in P.benchmark_names()}
     benches = [(b, df, protocol_for(cfg, b)) for b, df in tables.items()]
-    ks = [1 if spec.get("protocol") == "greedy" else spec.get("k", 16) for _, _, spec in benches]
+    ks = [1 if spec.get("protocol") == "greedy" else section_setting(spec, "$defs", "sampling", "k")
+          for _, _, spec in benches]
     # samples drawn a problem: the protocol's k, or more for the start policy (same estimands)
     ns = [k if spec.get("protocol") == "greedy" else max(k, int(samples or 0)) for k, (_, _, spec) in zip(ks, benches)]
     # one greedy rollout per problem of each sampled benchmark (a greedy protocol already is one)
@@ -210,8 +211,8 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     with rollout_progress(backend, total, f"evaluate {label}", log):
         for bi, ((bench, df, spec), k, n_draw) in enumerate(zip(benches, ks, ns)):
             greedy = spec.get("protocol") == "greedy"
-            params = SamplingParams(temperature=spec.get("temperature", 1.0),
-                                    top_p=spec.get("top_p", 1.0), greedy=greedy,
+            params = SamplingParams(temperature=section_setting(spec, "$defs", "sampling", "temperature"),
+                                    top_p=section_setting(spec, "$defs", "sampling", "top_p"), greedy=greedy,
                                     max_new_tokens=rollout_max_new_tokens(cfg))
             batch = rollout(backend, _prompts(cfg, df, backend), list(df["answer"]), n_draw, params,
                             cfg["seed"] + 7 * bi, ver)

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_json
-from sparserl.core.config import rollout_max_new_tokens
+from sparserl.core.config import rollout_max_new_tokens, section_setting, setting
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.evaluation.evaluate import per_prompt_rates, protocol_for
@@ -115,10 +115,9 @@ def policy_room(cfg: dict, ref: str, threads: int = 1, model: str | None = None)
     checkpoint dir `model`, labelled `ref`) on the pool and every benchmark; `room` = greedy -
     sampled."""
     P = Paths(cfg)
-    w = cfg.get("world", {})
-    k = int(w.get("samples", 8))
+    k = int(setting(cfg, "world", "samples"))
     pool = read_table(P.train_pool())
-    cap = int(w.get("max_pool", 1024))
+    cap = int(setting(cfg, "world", "max_pool"))
     if len(pool) > cap:  # paper-scale pools: a fixed random subset
         pool = pool.sample(n=cap, random_state=cfg["seed"]).reset_index(drop=True)
     sets = [("rl_pool", pool, None)] + [(b, read_table(P.benchmark(b)), protocol_for(cfg, b))
@@ -139,8 +138,8 @@ def policy_room(cfg: dict, ref: str, threads: int = 1, model: str | None = None)
             if name != "rl_pool":
                 held_sets[name] = (df, g_rates)
             if spec is not None and spec.get("protocol") != "greedy":
-                ep = SamplingParams(temperature=spec.get("temperature", 1.0),
-                                    top_p=spec.get("top_p", 1.0), max_new_tokens=T)
+                ep = SamplingParams(temperature=section_setting(spec, "$defs", "sampling", "temperature"),
+                                    top_p=section_setting(spec, "$defs", "sampling", "top_p"), max_new_tokens=T)
                 # the sampled score's settings already: the same number, not a second estimate
                 same = (ep.temperature, ep.top_p) == (sampled.temperature, sampled.top_p)
                 row["eval_protocol"] = s if same else _accuracy(backend, cfg, df, ep, k, seed + 2, ver)[0]

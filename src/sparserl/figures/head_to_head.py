@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table
+from sparserl.core.config import setting
 from sparserl.core.paths import Paths
 from sparserl.figures.registry import FigureError, pyplot, register_figure
 from sparserl.figures.style import family, method_color
@@ -309,7 +310,7 @@ def _read_sharpening(cfg: dict, tables: list[Path]) -> dict:
 
 def _pass_name(cfg: dict) -> str:
     """pass@k's name from the evaluation protocol's k (mean@16 -> pass@16)."""
-    return f"pass@{int((cfg.get('evaluation') or {}).get('default', {}).get('k', 16))}"
+    return f"pass@{int(setting(cfg, 'evaluation', 'default', 'k'))}"
 
 
 def _sharpening_frame(data) -> pd.DataFrame:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sparserl.core.config import setting
 from sparserl.core.paths import Paths
 from sparserl.figures.registry import FigureError, pyplot, read_single, register_figure
 
@@ -29,7 +30,7 @@ def _read(cfg: dict, tables) -> dict:
         raise FigureError(f"{tables[0]} has no {', '.join(missing)} column; rerun rule evaluate "
                           f"(`sparserl evaluate --policy {cfg['rl']['policy']}`)")
     from sparserl.evaluation.pass_at_k import OVERALL
-    k = int((cfg.get("evaluation") or {}).get("default", {}).get("k", 16))
+    k = int(setting(cfg, "evaluation", "default", "k"))
     return {"df": df, "policy": cfg["rl"]["policy"], "overall": OVERALL, "protocol_k": k}
 
 

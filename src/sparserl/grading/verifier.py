@@ -42,6 +42,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from sparserl.core.config import setting
 from sparserl.grading import golds as G
 
 # Bounds for extraction; answers in the paper benchmarks are far below these.
@@ -680,9 +681,8 @@ def score_reasoning_gym(dataset_name: str, answer_text: str | None, entry: dict)
 
 def open_verifier(cfg: dict):
     """A `Verifier` with the config's `verifier` settings (workers, timeout_s), as a context manager."""
-    v = cfg.get("verifier", {})
-    return Verifier(workers=v.get("workers", 2), timeout_s=v.get("timeout_s", 5.0),
-                    max_timeout_share=v.get("max_timeout_share", 0.01))
+    return Verifier(workers=setting(cfg, "verifier", "workers"), timeout_s=setting(cfg, "verifier", "timeout_s"),
+                    max_timeout_share=setting(cfg, "verifier", "max_timeout_share"))
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, setting
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 
@@ -98,7 +98,7 @@ def tuned_choice(cfg: dict, method) -> dict | None:
 
 def base_lr(cfg: dict) -> float:
     """rl.lr: the rate of every run when rl.lr_tuning is off, and of runs outside the tuning."""
-    return float(cfg["rl"].get("lr", 1e-4))
+    return float(setting(cfg, "rl", "lr"))
 
 
 def tuned_run(cfg: dict, method) -> tuple[float, str, int]:

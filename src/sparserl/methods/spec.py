@@ -26,84 +26,36 @@ from typing import Any
 
 import jsonschema
 
-from sparserl.core.config import ConfigError, nonfinite_message, nonfinite_numbers, read_yaml
-from sparserl.estimators.osla import C_PAPER, GLOBAL_STOP_PAPER, K_STEP_PAPER
+from sparserl.core.config import (ConfigError, load_schema, nonfinite_message, nonfinite_numbers, read_yaml,
+                                  schema_default, schema_default_by, section_setting)
 
 METHODS_DIR = Path(__file__).resolve().parents[3] / "configs" / "methods"
 
 MAX_STEPS = 2 ** 31 - 1  # a run's step count must fit an int32 (checkpoint names, TensorBoard steps)
-# V0.5's OSLA defaults (V0.5 paper Section 4.1.3): cost c per rollout and the batch's global stop
-OSLA_C, OSLA_K_STEP, OSLA_GLOBAL_STOP = C_PAPER, K_STEP_PAPER, GLOBAL_STOP_PAPER
-SUPPORT_SIZE = 512  # V0.5: the 512 most recent (prompt, reward) pairs ...
-SUPPORT_CONTEXT = 256  # ... of which 256 are the prior's context each step
-CLIP = {"ppo_clip": (0.2, 0.2), "gspo": (3e-4, 4e-4), "gpg": (None, None)}  # (low, high) defaults
 SAMPLERS = ("plain", "dynamic_sampling", "osla", "budget")
 
-_loss = {
-    "type": "object", "additionalProperties": False, "required": ["type"],
-    "properties": {
-        "type": {"enum": ["ppo_clip", "gspo", "gpg"]},
-        "clip_low": {"type": "number", "minimum": 0},
-        "clip_high": {"type": "number", "minimum": 0},
-        "agg": {"enum": ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]},
-    },
-}
-METHOD_SCHEMA = {
-    "type": "object", "additionalProperties": False,
-    "required": ["estimator", "group_size", "loss"],
-    "properties": {
-        "estimator": {"type": "string"},
-        "group_size": {"type": "integer", "minimum": 1},
-        "loss": _loss,
-        "kl_coef": {"type": "number", "minimum": 0},
-        "steps_factor": {"type": "number", "exclusiveMinimum": 0},
-        "prompts_per_step": {"type": "integer", "minimum": 1},
-        "dynamic_sampling": {"type": "object", "additionalProperties": False, "properties": {
-            "enabled": {"type": "boolean"}, "gen_batch_factor": {"type": "number", "minimum": 1}}},
-        "overlong": {"type": "object", "additionalProperties": False, "properties": {
-            "enabled": {"type": "boolean"},
-            "buffer_fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-            "penalty": {"type": "number", "minimum": 0}}},
-        "osla": {"type": "object", "additionalProperties": False,
-                 "required": ["k_init"], "properties": {
-                     "k_init": {"type": "integer", "minimum": 1},
-                     "k_step": {"type": "integer", "minimum": 1},
-                     "c": {"type": "number", "exclusiveMinimum": 0},
-                     "k_max": {"type": "integer", "minimum": 1},
-                     "global_stop": {"type": "number", "minimum": 0, "maximum": 1},
-                     "pad_multiple": {"type": "integer", "minimum": 1},
-                     "max_rollouts_per_step": {"type": "integer", "minimum": 1}}},
-        "prior": {"type": "object", "additionalProperties": False, "required": ["kind"], "properties": {
-            "kind": {"type": "string"}, "p": {"type": "number", "minimum": 0, "maximum": 1},
-            "offset": {"type": "number", "minimum": 0}, "pseudo_count": {"type": "number", "minimum": 0}}},
-        "budget": {"type": "object", "additionalProperties": False, "properties": {
-            "b_min": {"type": "integer", "minimum": 0}, "b_max": {"type": "integer", "minimum": 2}}},
-        "support_buffer": {"type": "object", "additionalProperties": False, "properties": {
-            "size": {"type": "integer", "minimum": 1},
-            "context": {"type": "integer", "minimum": 1}}},
-        "basis": {"type": "object", "additionalProperties": False, "properties": {
-            "kind": {"enum": ["unb", "vop", "rvg"]},
-            "calibrate_on": {"enum": ["current", "previous"]},
-            "inactive": {"enum": ["zero", "vhat", "formula"]},
-            "beta": {"type": ["number", "string"]}}},
-        "critic": {"type": "object", "additionalProperties": False, "properties": {
-            "privileged": {"enum": ["none", "answer", "loo_group"]},
-            "lam_gae": {"type": ["number", "string"]},
-            "lam_target": {"type": "number", "minimum": 0, "maximum": 1},
-            "warmup_updates": {"type": "integer", "minimum": 0},
-            "replay_reuse": {"type": "integer", "minimum": 1},
-            "lr": {"type": "number", "exclusiveMinimum": 0},
-            "updates_per_step": {"type": "integer", "minimum": 1}}},
-    },
-}
 
+def _d(*keys: str):
+    """A method file's default: `$defs/method` of the config schema (core/config.schema.yaml),
+    the one home of every method setting's default and its description."""
+    return schema_default("$defs", "method", *keys)
+
+
+@functools.lru_cache(maxsize=1)
+def method_schema() -> dict:
+    """The JSON Schema a method file is validated against: `$defs/method`, with the $defs it uses."""
+    root = load_schema()
+    return {**root["$defs"]["method"], "$defs": root["$defs"]}
+
+
+OSLA_C = _d("osla", "c")  # V0.5's cost per rollout (V0.5 Section 4.1.3)
 
 @dataclass(frozen=True)
 class LossSpec:
     type: str
     clip_low: float | None = None
     clip_high: float | None = None
-    agg: str = "seq_mean_token_mean"
+    agg: str = _d("loss", "agg")
 
     def options(self) -> dict:
         """Keyword options of the local trainer's loss function (`engines.local.losses.LOSSES`)."""
@@ -117,23 +69,23 @@ class LossSpec:
 class OslaSpec:
     """V0.5's sequential OSLA allocation (arXiv 2603.10848, Theorem 3.6 and Section 4.1.3)."""
     k_init: int
-    k_step: int = OSLA_K_STEP
-    c: float = OSLA_C
-    k_max: int = 0  # 0: floor(1 / sqrt(c)), resolved on load
-    global_stop: float = OSLA_GLOBAL_STOP
-    pad_multiple: int | None = None
+    k_step: int = _d("osla", "k_step")
+    c: float = _d("osla", "c")
+    k_max: int = _d("osla", "k_max")  # 0: floor(1 / sqrt(c)), resolved on load
+    global_stop: float = _d("osla", "global_stop")
+    pad_multiple: int | None = _d("osla", "pad_multiple")
     # [our choice, not the paper's] a cap on a step's rollouts, round 0 included, so OSLA can be
     # compared at the fixed-k methods' rollout budget (`osla_sampler.run_osla`'s max_rollouts)
-    max_rollouts_per_step: int | None = None
+    max_rollouts_per_step: int | None = _d("osla", "max_rollouts_per_step")
 
 
 @dataclass(frozen=True)
 class PriorSpec:
     """Which prior (`sparserl.values.priors`) V0.5 fuses with: kind and its options."""
     kind: str
-    p: float = 0.5  # constant prior
-    offset: float = 0.0  # oracle prior: known offset delta on the V = 2p - 1 scale
-    pseudo_count: float = 0.0  # oracle prior: Beta(a, a) pseudo-count on the reference counts
+    p: float = _d("prior", "p")  # constant prior
+    offset: float = _d("prior", "offset")  # oracle prior: known offset delta on the V = 2p - 1 scale
+    pseudo_count: float = _d("prior", "pseudo_count")  # oracle prior: Beta(a, a) pseudo-count
 
     @property
     def static(self) -> bool:
@@ -144,37 +96,37 @@ class PriorSpec:
 
 @dataclass(frozen=True)
 class SupportSpec:
-    size: int = SUPPORT_SIZE
-    context: int = SUPPORT_CONTEXT
+    size: int = _d("support_buffer", "size")  # V0.5: the 512 most recent (prompt, reward) pairs ...
+    context: int = _d("support_buffer", "context")  # ... of which 256 are the prior's context
 
 
 @dataclass(frozen=True)
 class DynamicSamplingSpec:
-    enabled: bool = False
-    gen_batch_factor: float = 3.0
+    enabled: bool = _d("dynamic_sampling", "enabled")
+    gen_batch_factor: float = _d("dynamic_sampling", "gen_batch_factor")
 
 
 @dataclass(frozen=True)
 class BudgetSpec:
     """V0's dynamic budget allocation (V0 §5): per step, rollouts per prompt B_i maximise
     sum_i U(B_i, p_i) under the step's total (`estimators.budget.allocate_budget`), p_i from the prior."""
-    b_min: int = 0
-    b_max: int = 32
+    b_min: int = _d("budget", "b_min")
+    b_max: int = _d("budget", "b_max")
 
 
 @dataclass(frozen=True)
 class OverlongSpec:
-    enabled: bool = False
-    buffer_fraction: float = 0.25
-    penalty: float = 1.0
+    enabled: bool = _d("overlong", "enabled")
+    buffer_fraction: float = _d("overlong", "buffer_fraction")
+    penalty: float = _d("overlong", "penalty")
 
 
 @dataclass(frozen=True)
 class BasisSpec:
-    kind: str | None = None
-    calibrate_on: str = "current"
-    inactive: str = "zero"
-    beta: float | str | None = None  # a number, "inf", or None / "calibrate" (grid search)
+    kind: str | None = _d("basis", "kind")
+    calibrate_on: str = _d("basis", "calibrate_on")
+    inactive: str = _d("basis", "inactive")
+    beta: float | str | None = _d("basis", "beta")  # a number, "inf", or None / "calibrate" (grid search)
 
     def fixed_beta(self) -> float | None:
         """The fixed beta, or None when beta is calibrated on the batch."""
@@ -202,13 +154,13 @@ class CriticSpec:
 
     lam_gae / lam_target: Monte Carlo (1.0) by default; lam_gae "auto" is 0.4^(1/L) with L the
     run's response length (the paper's 0.999888 = 0.4^(1/8192), Section 7.2)."""
-    privileged: str = "none"  # none (VF) | answer | loo_group (Pvf), `values.critic_inputs`
-    lam_gae: float | str = 1.0
-    lam_target: float = 1.0
-    warmup_updates: int = 20
-    replay_reuse: int = 2
-    lr: float = 1e-4  # [our choice] tiny: the policy's RL lr; the paper's table is lost (Table 2)
-    updates_per_step: int = 1
+    privileged: str = _d("critic", "privileged")  # none (VF) | answer | loo_group (Pvf), `values.critic_inputs`
+    lam_gae: float | str = _d("critic", "lam_gae")
+    lam_target: float = _d("critic", "lam_target")
+    warmup_updates: int = _d("critic", "warmup_updates")
+    replay_reuse: int = _d("critic", "replay_reuse")
+    lr: float = _d("critic", "lr")  # [our choice] tiny: the policy's RL lr; the paper's table is lost (Table 2)
+    updates_per_step: int = _d("critic", "updates_per_step")
 
     def gae_lambda(self, response_length: int) -> float:
         """lam_gae as a number: "auto" -> 0.4 ** (1 / response_length)."""
@@ -228,8 +180,8 @@ class MethodSpec:
     estimator: str
     group_size: int
     loss: LossSpec
-    kl_coef: float = 0.0
-    steps_factor: float = 1.0
+    kl_coef: float = _d("kl_coef")
+    steps_factor: float = _d("steps_factor")
     prompts_per_step: int | None = None  # matched-prompts protocol; None: rollouts_per_step / group_size
     dynamic_sampling: DynamicSamplingSpec = field(default_factory=DynamicSamplingSpec)
     overlong: OverlongSpec = field(default_factory=OverlongSpec)
@@ -313,16 +265,16 @@ def _build(name: str, raw: dict) -> MethodSpec:
         return None if v is None else cls(**v)
 
     loss = dict(raw["loss"])
-    lo, hi = CLIP[loss["type"]]
-    loss.setdefault("clip_low", lo)
-    loss.setdefault("clip_high", hi)
+    for k in ("clip_low", "clip_high"):  # PPO's, GSPO's or none (GPG), by loss type
+        loss.setdefault(k, schema_default_by(loss["type"], "$defs", "method", "loss", k))
     osla = sub(OslaSpec, "osla")
     if osla is not None and not osla.k_max:
         from sparserl.estimators import osla_k_max
         osla = dataclasses.replace(osla, k_max=osla_k_max(osla.c))
     return MethodSpec(
         name=name, estimator=raw["estimator"], group_size=int(raw["group_size"]), loss=LossSpec(**loss),
-        kl_coef=float(raw.get("kl_coef", 0.0)), steps_factor=float(raw.get("steps_factor", 1.0)),
+        kl_coef=float(raw.get("kl_coef", _d("kl_coef"))),
+        steps_factor=float(raw.get("steps_factor", _d("steps_factor"))),
         prompts_per_step=None if raw.get("prompts_per_step") is None else int(raw["prompts_per_step"]),
         dynamic_sampling=sub(DynamicSamplingSpec, "dynamic_sampling") or DynamicSamplingSpec(),
         overlong=sub(OverlongSpec, "overlong") or OverlongSpec(), osla=osla, prior=sub(PriorSpec, "prior"),
@@ -346,7 +298,7 @@ def load_method(name: str, methods_dir: Path | None = None) -> MethodSpec:
                           f"got {type(raw).__name__}")
     for keys, value in nonfinite_numbers(raw):  # JSON Schema's minimum lets NaN through
         raise ConfigError(nonfinite_message(str(path), keys, value))
-    errs = sorted(jsonschema.Draft202012Validator(METHOD_SCHEMA).iter_errors(raw),
+    errs = sorted(jsonschema.Draft202012Validator(method_schema()).iter_errors(raw),
                   key=lambda e: len(e.absolute_path))
     if errs:
         e = errs[0]
@@ -381,7 +333,7 @@ def check_method(m: MethodSpec, where: Any = "<method>") -> MethodSpec:
         m.basis.fixed_beta()  # a bad beta fails here, not mid-run
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}; fix it in that file") from None
-    osla_cap_error(m, m.prompts_per_step, where)  # prompts_per_step itself: METHOD_SCHEMA (a positive integer)
+    osla_cap_error(m, m.prompts_per_step, where)  # prompts_per_step itself: method_schema() (a positive integer)
     if m.osla is not None and m.osla.k_max < m.osla.k_init:
         raise ConfigError(f"{where}: osla: k_max {m.osla.k_max} (floor(1 / sqrt(c)) unless set) is below "
                           f"k_init {m.osla.k_init}; lower osla.c or raise osla.k_max")
@@ -510,7 +462,7 @@ def study_snapshot_steps(cfg: dict, method: MethodSpec, seed: int | str) -> list
     change. `method` is the run trained (the owner of basis.study_checkpoints.method, `run_owners`)."""
     sc = (cfg.get("basis") or {}).get("study_checkpoints")
     rl = cfg.get("rl")
-    if not sc or not rl or int(sc.get("seed", 0)) != int(seed):
+    if not sc or not rl or int(section_setting(sc, "basis", "study_checkpoints", "seed")) != int(seed):
         return []
     if sc["method"] != method.name:
         # the studied name may repeat this run's spec; run_owners (30 method files) only then:

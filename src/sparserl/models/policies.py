@@ -19,7 +19,7 @@ import torch
 
 from sparserl.core.artifacts import (atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint,
                                      write_manifest)
-from sparserl.core.config import start_seed
+from sparserl.core.config import setting, start_seed
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths, snapshot_tag
 from sparserl.tasks import corpus_targets, format_prompt
@@ -157,7 +157,7 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
     paths = Paths(cfg)
     pol = cfg["policies"][name]
     pt = cfg.get("pretrain", {})
-    steps, bs = pol["steps"], pt.get("batch_size", 128)
+    steps, bs = pol["steps"], setting(cfg, "pretrain", "batch_size")
     max_length = cfg["tokenizer"]["max_length"]
     tokenizer = AutoTokenizer.from_pretrained(str(paths.tokenizer()))
     corpus = pd.read_parquet(paths.pretrain_corpus())
@@ -182,8 +182,8 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
             model.matmul_dtype = torch.bfloat16
         if compiled:
             model.compile_layers()
-    opt = torch.optim.AdamW(model.parameters(), lr=pol["lr"], weight_decay=pt.get("weight_decay", 0.01))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(pt.get("warmup_steps", 30), steps))
+    opt = torch.optim.AdamW(model.parameters(), lr=pol["lr"], weight_decay=setting(cfg, "pretrain", "weight_decay"))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(setting(cfg, "pretrain", "warmup_steps"), steps))
     gen = torch.Generator().manual_seed(seed)
     state_dir = paths.pretrain_state(name)
     state_file = state_dir / "last.pt"
@@ -204,8 +204,8 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
             start, history = st["step"], st["history"]
             log(f"[pretrain {name}] resumed at step {start}/{steps}")
 
-    every = pt.get("checkpoint_every", 100)
-    chunks = pt.get("length_chunks", 1)
+    every = setting(cfg, "pretrain", "checkpoint_every")
+    chunks = setting(cfg, "pretrain", "length_chunks")
     n = ids.shape[0]
     model.train()
     t0 = time.time()

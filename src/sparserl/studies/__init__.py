@@ -20,12 +20,11 @@ cached list, so every estimator is measured against the exact mean of the popula
 (finite-population variance factor (N - G)/(N - 1), 0.97 for G = 8 of 256). BASIS's reference
 pass rates come from the other cache (n = 64 of basis.study_reference, an earlier checkpoint).
 
-Settings live in the config under `basis.study` (free-form); `settings(cfg)` merges them over
-`DEFAULTS` (the paper's values).
+Settings live in the config under `basis.study`; `settings(cfg)` merges them over their
+defaults in the schema ($defs/study: the paper's values).
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,47 +32,8 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table
-from sparserl.core.config import deep_merge
+from sparserl.core.config import with_defaults
 from sparserl.core.paths import Paths
-
-DEFAULTS: dict = {
-    "seed": None,                    # None: the config's top-level seed
-    "value": {  # BASIS value study (BASIS Section 5.1, Appendix A)
-        "B": 64,
-        "repeats": 500,              # batches (Appendix A: 500 for the heterogeneity bins)
-        "G": 8,                      # rollouts per prompt of GRPO / RLOO
-        "eps": 1.0e-6,               # active-set threshold
-        "reference_n": None,         # None: every cached reference rollout (64)
-        "beta_grid_size": 16,        # 16 log-spaced betas in [1e-2, 1e2] plus inf (default_beta_grid)
-        "inactive": "zero",          # basis_refine's treatment of prompts outside the active set (trainer default)
-        "heterogeneity_bins": 5,
-        "difficulty_edges": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
-        "bootstrap": 1000,           # paired bootstrap resamples of batches for the relative MSE
-        "sensitivity_repeats": 200,
-        "sensitivity": {
-            "eps": [1.0e-8, 1.0e-6, 1.0e-4, 1.0e-2],
-            "n": [8, 16, 32, 64],
-            "B": [16, 32, 64, 128, 256],
-            "grid": [1, 4, 8, 16, 32, 64],
-        },
-    },
-    "v05": {  # V0.5 statistics (shrinkage fusion + OSLA)
-        "B": 64,
-        "repeats": 32,               # OSLA batches per (prior, c)
-        "ks": [1, 2, 4, 8, 16],
-        "offsets": [0.0, 0.1, 0.3, 0.5, 0.7],   # delta on the V = 2p - 1 scale
-        "offset_sign": "random",
-        "constant_priors": [0.5, "pool_mean"],
-        "reference_prior": True,     # also the stale reference checkpoint's pass rates as a prior
-        "cs": [0.01, 0.005, 0.0039, 0.002, 0.001],
-        "c": 0.0039,
-        "k_init": 4,
-        "k_step": 2,
-        "global_stop": 0.25,
-        "pad_multiple": 32,
-        "difficulty_edges": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
-    },
-}
 
 BASIS_TABLES = ("mse_by_method", "mse_by_heterogeneity", "mse_by_difficulty", "zero_one_rate")
 BASIS_SENSITIVITY = ("eps", "n", "B", "grid")
@@ -81,14 +41,13 @@ V05_RUN_TABLES = ("budget_by_offset", "c_sweep", "stopping_hist")
 
 
 def settings(cfg: dict) -> dict:
-    """`DEFAULTS` with the config's `basis.study` merged over it."""
-    over = (cfg.get("basis") or {}).get("study") or {}
-    return deep_merge(copy.deepcopy(DEFAULTS), over)
+    """The config's `basis.study` merged over its schema defaults."""
+    return with_defaults((cfg.get("basis") or {}).get("study"), "basis", "study")
 
 
 def study_seed(cfg: dict) -> int:
     seed = settings(cfg).get("seed")
-    return int(cfg.get("seed", 0) if seed is None else seed)
+    return int(cfg["seed"] if seed is None else seed)
 
 
 def study_refs(cfg: dict) -> tuple[str, str] | None:

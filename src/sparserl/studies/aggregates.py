@@ -243,7 +243,7 @@ def aggregates(cfg: dict, reps: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     """The three tables of the module doc; with head_to_head.pool each has `starts` and `seeds`
     columns and its ci_method names the runs (start, seed) it resampled."""
     scores, benchmarks, design = score_matrices(cfg)
-    seed = int(cfg.get("seed", 0))
+    seed = int(cfg["seed"])
     iqm = pd.concat([iqm_table(scores[k], k, reps, seed) for k in METRICS if k in scores], ignore_index=True)
     methods = list(scores["accuracy"])
     pairs = improvement_pairs(methods, best_method(iqm))
@@ -266,7 +266,7 @@ def write_aggregates(cfg: dict, reps: int = BOOTSTRAP, out: dict[str, Path] | No
     tables = aggregates(cfg, reps)
     from importlib.metadata import version
     extra = {"study": "head_to_head_aggregates", "library": f"rliable {version('rliable')}", "level": LEVEL,
-             "bootstrap": reps, "bootstrap_seed": BOOTSTRAP_SEED, "seed": int(cfg.get("seed", 0)),
+             "bootstrap": reps, "bootstrap_seed": BOOTSTRAP_SEED, "seed": int(cfg["seed"]),
              "reference": REFERENCE, "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"]),
              "pool": list((cfg.get("head_to_head") or {}).get("pool", [])),
              "starts": {str(Paths(t.cfg).results): t.start for t in pool_trees(cfg)}}

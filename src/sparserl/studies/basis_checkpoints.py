@@ -26,23 +26,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, with_defaults
 from sparserl.estimators import basis_calibrate, basis_refine, basis_value
 
 from . import BASIS_TABLES, StudyData, study_refs, study_seed
 from . import basis_value as bv
 
 STAGE_NAMES = ("early", "middle", "late")
-CHECKPOINT_DEFAULTS = {"seed": 0, "fractions": [0.25, 0.5, 1.0], "prompts": None}
 STAGE_TABLES = ("stage_mse_by_method", "stage_initial_vs_refined")
 
 
 def checkpoint_settings(cfg: dict) -> dict | None:
-    """`basis.study_checkpoints` over its defaults; None when the study is off (no key, no RL)."""
+    """`basis.study_checkpoints` over its schema defaults; None when the study is off (no key, no RL)."""
     sc = (cfg.get("basis") or {}).get("study_checkpoints")
     if not sc or not cfg.get("rl"):
         return None
-    out = {**CHECKPOINT_DEFAULTS, **sc}
+    out = with_defaults(sc, "basis", "study_checkpoints")
     if "method" not in out:
         raise ConfigError("basis.study_checkpoints needs `method` (the RL run whose checkpoints are studied, "
                          "e.g. grpo_g8)")

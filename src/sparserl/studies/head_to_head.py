@@ -455,7 +455,7 @@ def start_gains(cfg: dict, runs: dict[str, list[Run]], owners: dict[str, str], k
         if {a.shape[0] for a in arms.values()} != {base.shape[0]}:
             raise HeadToHeadError(f"{path}: {base.shape[0]} start policies but the runs descend from "
                                   f"{sorted({a.shape[0] for a in arms.values()})}; evaluate every start policy")
-        reps = bootstrap_replicates(arms, owners, benchmarks, n_boot, int(cfg.get("seed", 0)), baseline=base,
+        reps = bootstrap_replicates(arms, owners, benchmarks, n_boot, int(cfg["seed"]), baseline=base,
                                     key=1 + [g for g, _ in GAINS].index(gain))
         for m, a in arms.items():
             lo, hi = hb.percentile(reps[m])
@@ -557,7 +557,7 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     nested = {m: runs_array(pooled[m], problems, "p", m) for m in methods}
     design = hb.design_of(nested[methods[0]], benchmarks)
     starts = design.starts > 1  # rules 1 and 3 then read the hierarchical bootstrap, not seeds alone
-    reps = bootstrap_replicates(nested, owners, benchmarks, n_boot, int(cfg.get("seed", 0)))
+    reps = bootstrap_replicates(nested, owners, benchmarks, n_boot, int(cfg["seed"]))
     order = rank_methods(means, methods)
     pairs = pair_table(means, reps, order, seed_acc=seed_acc if len(seeds) >= 2 and not starts else None)
     pairs["bootstrap_levels"] = design.text()  # added after the columns above
@@ -662,7 +662,7 @@ def write_head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, Path]:
     P = Paths(cfg)
     tables = head_to_head(cfg, n_boot)
     extra = {"study": "head_to_head", "level": LEVEL, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
-             "seed": int(cfg.get("seed", 0)), "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"]),
+             "seed": int(cfg["seed"]), "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"]),
              "pool": list((cfg.get("head_to_head") or {}).get("pool", [])),
              "starts": {str(Paths(t.cfg).results): t.start for t in pool_trees(cfg)},
              "ci_levels": str(tables["ranking"]["ci_levels"].iloc[0])}

@@ -23,7 +23,7 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, section_setting
 from sparserl.tasks import worked
 from sparserl.tasks.prompts import format_target
 
@@ -44,8 +44,8 @@ def split_of(problem: str, split: dict) -> str:
 def task_split(t: dict) -> dict:
     """`tasks.split`, or the two-way split of `tasks.heldout_fraction` (pool on pre-training's side)."""
     if "split" in t:
-        return {"eval": float(t["split"]["eval"]), "rl": float(t["split"].get("rl", 0.0))}
-    return {"eval": float(t.get("heldout_fraction", 0.25)), "rl": 0.0}
+        return {"eval": float(t["split"]["eval"]), "rl": float(section_setting(t["split"], "tasks", "split", "rl"))}
+    return {"eval": float(section_setting(t, "tasks", "heldout_fraction")), "rl": 0.0}
 
 
 def pool_side(split: dict) -> str:
@@ -158,7 +158,7 @@ def make_pretrain_corpus(cfg: dict) -> pd.DataFrame:
     if w is not None:
         return _worked_corpus(cfg, df, w)
     noise = t.get("pretrain_noise") or {}
-    rate = float(noise.get("rate", 0.0))
+    rate = float(section_setting(noise, "tasks", "pretrain_noise", "rate"))
     rng = np.random.default_rng([cfg["seed"], 4_099])
     noisy = rng.random(len(df)) < rate
     df["noisy"] = noisy
@@ -187,7 +187,8 @@ def make_benchmarks(cfg: dict) -> dict[str, pd.DataFrame]:
     out: dict[str, pd.DataFrame] = {}
     taken: set[str] = set()
     for bi, b in enumerate(t["benchmarks"]):
-        pairs = distinct_problems(b, b.get("size", 128), cfg["seed"] * 1000 + 900 + bi, "eval",
+        pairs = distinct_problems(b, section_setting(b, "$defs", "level", "size"), cfg["seed"] * 1000 + 900 + bi,
+                                  "eval",
                                   split, exclude=taken)
         pairs = _gold(pairs, t)
         taken |= {p for p, _ in pairs}

@@ -27,25 +27,25 @@ import re
 
 import numpy as np
 
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, schema_defaults
 
-DEFAULTS = {"slip_share": 0.3, "slip_rate": 0.65, "noise": 0.1, "salt": 0}
 _TOKEN = re.compile(r"\s*(\d+|[-+*])")
 
 
 def settings(tasks: dict) -> dict | None:
-    """`tasks.world` with its defaults, or None (world 1). ConfigError for a bad value."""
+    """`tasks.world` over its schema defaults, or None (world 1). ConfigError for a bad value."""
     w = tasks.get("world")
     if w is None:
         return None
     if not isinstance(w, dict):
         raise ConfigError(f"tasks.world must be a mapping (slip_share, slip_rate, noise, salt), got {w!r}; "
                           "fix tasks.world in the config")
-    unknown = sorted(set(w) - set(DEFAULTS))
+    defaults = schema_defaults("tasks", "world")  # the schema: slip_share, slip_rate, noise, salt
+    unknown = sorted(set(w) - set(defaults))
     if unknown:
         raise ConfigError(f"tasks.world.{unknown[0]}: unknown key; remove it (allowed: "
-                          f"{', '.join(sorted(DEFAULTS))})")
-    out = {**DEFAULTS, **w}
+                          f"{', '.join(sorted(defaults))})")
+    out = {**defaults, **w}
     for k in ("slip_share", "slip_rate", "noise"):
         v = out[k]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:

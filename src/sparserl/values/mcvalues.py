@@ -23,7 +23,7 @@ import pandas as pd
 
 from sparserl.core.artifacts import atomic_write_text, config_hash, read_table, write_table
 from sparserl.grading.verifier import open_verifier
-from sparserl.core.config import rollout_max_new_tokens
+from sparserl.core.config import rollout_max_new_tokens, section_setting
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.evaluation.progress import rollout_progress
@@ -54,7 +54,8 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
                              f"(e.g. {sorted(missing)[:3]})")
         pool = pool[pool["id"].isin(want)].reset_index(drop=True)
     pr = cfg.get("passrate", {})
-    params = SamplingParams(temperature=pr.get("temperature", 1.0), top_p=pr.get("top_p", 1.0),
+    params = SamplingParams(temperature=section_setting(pr, "passrate", "temperature"),
+                            top_p=section_setting(pr, "passrate", "top_p"),
                             max_new_tokens=rollout_max_new_tokens(cfg))
     key = {"policy": ref, "n": n, "params": params.__dict__, "pool": len(pool),
            "seed": cfg["seed"] + seed_offset, "shard_size": shard_size, "columns": COLUMNS,

@@ -32,6 +32,8 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 import pandas as pd
 
+from sparserl.core.config import section_setting
+
 SIGNS = ("random", "+", "-", "inward")
 
 
@@ -186,11 +188,11 @@ def prior_for_method(spec: Mapping, reference: pd.DataFrame | None, seed: int,
     if spec["kind"] == "oracle":
         if reference is None:
             raise ValueError("the oracle prior needs the reference cache (prompt_id, successes, n)")
-        return make_prior("oracle", values=reference_values(reference, spec.get("pseudo_count", 0.0),
-                                                                 reference_source),
-                          offset=spec.get("offset", 0.0), seed=seed)
+        counts = section_setting(spec, "$defs", "method", "prior", "pseudo_count")
+        return make_prior("oracle", values=reference_values(reference, counts, reference_source),
+                          offset=section_setting(spec, "$defs", "method", "prior", "offset"), seed=seed)
     if spec["kind"] == "constant":
-        return make_prior("constant", p=spec.get("p", 0.5))
+        return make_prior("constant", p=section_setting(spec, "$defs", "method", "prior", "p"))
     return make_prior(spec["kind"], spec=dict(spec), seed=seed, **kw)
 
 

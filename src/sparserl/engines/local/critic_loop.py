@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from sparserl.core.config import section_setting
 from sparserl.engines.local.adamw import AdamW
 from sparserl.estimators.gae import gae, terminal_rewards
 from sparserl.estimators.tether import explained_variance
@@ -42,8 +43,9 @@ def make_critic(model, method, pad_id: int, seed: int, rl: dict) -> Critic:
     step's rollouts (`rl.rollouts_per_step`), the trainer's micro-batch, length chunks and prompt sharing, and
     AdamW without decay."""
     return Critic(model, method.critic, pad_id, seed, batch_size=int(rl["rollouts_per_step"]),
-                  micro_batch=int(rl.get("micro_batch_size", 256)), length_chunks=int(rl.get("length_chunks", 1)),
-                  share_prompts=bool(rl.get("share_prompts", False)),
+                  micro_batch=int(section_setting(rl, "$defs", "trainer", "micro_batch_size")),
+                  length_chunks=int(section_setting(rl, "$defs", "trainer", "length_chunks")),
+                  share_prompts=bool(section_setting(rl, "$defs", "trainer", "share_prompts")),
                   optimizer=lambda params, lr: AdamW(params, lr=lr, weight_decay=0.0))
 
 

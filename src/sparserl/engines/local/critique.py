@@ -26,6 +26,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from sparserl.core.config import section_setting
 from sparserl.core.artifacts import atomic_write_text, manifest_path, write_table
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.runlog import flatten
@@ -127,9 +128,6 @@ class CritiqueTrainer(Trainer):
         self.params = sampling_params(self.rl)
         self.response_length = self.max_new * self.env.max_turns  # a trajectory's longest
 
-    def weight_decay(self) -> float:
-        return 0.0  # critique.rl has no weight_decay: AdamW without decay, as the critic's
-
     def setup_sampler(self) -> None:
         """Nothing: this loop draws its problems itself (`_episodes`)."""
 
@@ -214,7 +212,7 @@ class CritiqueTrainer(Trainer):
             return self._run(tb, stop_after)
 
     def _run(self, tb, stop_after: int | None):
-        every = int(self.rl.get("checkpoint_every", 10))
+        every = int(section_setting(self.rl, "$defs", "trainer", "checkpoint_every"))
         bar = progress(self.steps, f"critique {self.exp.name} {self.m.name} s{self.seed}", logger=_log,
                        every=5, initial=self.step)
         self.model.eval()
@@ -265,7 +263,7 @@ class KilledForTest(RuntimeError):
 
 def sampling_params(rl: dict) -> SamplingParams:
     """The rollouts' sampling, in training and in evaluation: T from `rl.temperature`, no nucleus."""
-    return SamplingParams(temperature=float(rl.get("temperature", 1.0)), top_p=1.0,
+    return SamplingParams(temperature=float(section_setting(rl, "$defs", "trainer", "temperature")), top_p=1.0,
                           max_new_tokens=int(rl["max_new_tokens"]))
 
 

@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 
 from sparserl.core.artifacts import manifest_path, read_table, write_table
-from sparserl.core.config import ConfigError, rl_max_new_tokens, settings_diff
+from sparserl.core.config import ConfigError, rl_max_new_tokens, section_setting, settings_diff
 from sparserl.core.logs import get_logger, progress
 from sparserl.core.paths import Paths
 from sparserl.core.runlog import RunLog, flatten
@@ -118,7 +118,7 @@ def _our_qwen3(setting: str, models) -> list:
 def set_precision(rl: dict, *models) -> None:
     """`rl.precision`: bf16 runs the policy's (and the KL reference's) matmuls in bf16 with float32
     master weights (`Qwen3LM.matmul_dtype`); rollouts stay float32. Only our Qwen3LM has the switch."""
-    precision = rl.get("precision", "fp32")
+    precision = section_setting(rl, "$defs", "trainer", "precision")
     if precision == "fp32":
         return
     for model in _our_qwen3(f"rl.precision: {precision}", models):
@@ -213,7 +213,7 @@ class Trainer(CriticLoop):
             self.ref_model = load_policy(policy_path, backend)[0].eval()
         set_precision(self.rl, self.model, self.ref_model)
         # rl.share_prompts: a micro-batch's rows of one prompt share one pass over it (our Qwen3LM)
-        self.share_prompts = bool(self.rl.get("share_prompts", False))
+        self.share_prompts = bool(self.setting("share_prompts"))
         if self.share_prompts:
             _our_qwen3("rl.share_prompts", (self.model,))
         self.backend = make_live_backend(self.cfg, self.model, self.tok)
@@ -224,13 +224,13 @@ class Trainer(CriticLoop):
         self.pool = read_table(self.P.train_pool())
         self.pool_ids = self.pool["id"].to_numpy()
         self.prompts = [format_prompt(self.cfg, p, self.tok) for p in self.pool["problem"]]
-        self.params = SamplingParams(temperature=self.rl.get("temperature", 1.0), top_p=1.0,
+        self.params = SamplingParams(temperature=self.setting("temperature"), top_p=1.0,
                                      max_new_tokens=rl_max_new_tokens(self.cfg))
         self.response_length = self.params.max_new_tokens  # GAE's lambda "auto", Tether's buckets
 
     def weight_decay(self) -> float:
         """The policy optimiser's AdamW weight decay."""
-        return self.rl.get("weight_decay", 0.0)
+        return self.setting("weight_decay")
 
     def setup_sampler(self) -> None:
         """After the numpy stream: the per-rollout rows, the support buffer, the reference cache,
@@ -249,6 +249,11 @@ class Trainer(CriticLoop):
         self.sampler = make_sampler(self.m, generate=self._gen, rng=self.rng, pool_ids=self.pool_ids,
                                     prompts=self.prompts, n_prompts=self.n_prompts, prior_fn=self.prior)
         self.warmup_rollouts = 0
+
+    def setting(self, key: str):
+        """The run's rl setting (rl, or critique.rl with the experiment's overrides), else the
+        trainer's schema default ($defs/trainer)."""
+        return section_setting(self.rl, "$defs", "trainer", key)
 
     # checkpoints -----------------------------------------------------------------------------
     @property
@@ -404,7 +409,7 @@ class Trainer(CriticLoop):
         """A mini-batch's rows as micro-batches: `rl.length_chunks` of them, sorted by length (each
         pads to its own longest row: the same gradient for less compute), more where
         `rl.micro_batch_size` caps their size; one chunk keeps the rows' order."""
-        chunks = max(int(self.rl.get("length_chunks", 1)), -(-len(rows) // self.rl.get("micro_batch_size", 256)))
+        chunks = max(int(self.setting("length_chunks")), -(-len(rows) // self.setting("micro_batch_size")))
         if chunks <= 1:
             return [rows]
         rows = rows[np.argsort(lengths[rows], kind="stable")]
@@ -437,11 +442,11 @@ class Trainer(CriticLoop):
         stats = {"loss": 0.0, "clip_frac": 0.0, "entropy": 0.0, "kl": 0.0}
         # mini_batches > 1: several optimiser steps per rollout step (OpenRLHF's train batch <
         # rollout batch), so later ones are off-policy and the ratio, clip and GSPO matter
-        n_mini = max(1, min(self.rl.get("mini_batches", 1), len(seqs)))
+        n_mini = max(1, min(self.setting("mini_batches"), len(seqs)))
         order_rng = np.random.default_rng((self.seed, self.step))
         plans = [[(mini, self._micro_batches(mini, lengths))
                   for mini in np.array_split(order_rng.permutation(len(seqs)), n_mini)]
-                 for _ in range(self.rl.get("ppo_epochs", 1))]
+                 for _ in range(self.setting("ppo_epochs"))]
         recomputed = self._old_logprobs(plans[0], seqs, plens)
         self.model.train()
         grad_norms = []
@@ -510,7 +515,7 @@ class Trainer(CriticLoop):
                     "rerun resumes from it")
         else:
             kept = ("no checkpoint was saved before it (rl.checkpoint_every = "
-                    f"{self.rl.get('checkpoint_every', 10)}); a rerun starts from the start policy")
+                    f"{self.setting('checkpoint_every')}); a rerun starts from the start policy")
         return NonFiniteError(f"method '{self.m.name}' seed {self.seed}: non-finite {what} ({value}) at "
                               f"step {self.step + 1}/{self.steps}{at}; the run stops before it reaches the "
                               f"weights on disk, and {kept}. Fix the cause first (rl.lr, the method's loss "
@@ -525,7 +530,7 @@ class Trainer(CriticLoop):
                 shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
                 manifest_path(stale).unlink(missing_ok=True)  # no manifest stays without its table
         self._saved_step = self.step  # the resumed state's step (0: none)
-        every = self.rl.get("checkpoint_every", 10)
+        every = self.setting("checkpoint_every")
         # evaluated snapshots, and those the BASIS value study reads (saving reads the model only)
         snaps = set(self.record.snapshot_steps) | set(self.record.study_steps)
         total_rollouts = int(sum(r["rollouts_generated"] for r in self.metrics))

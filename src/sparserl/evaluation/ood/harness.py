@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import atomic_write_text, write_table
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, section_setting
 from sparserl.core.logs import get_logger
 
 from .common import (
@@ -90,7 +90,8 @@ def evalplus_argv(cfg: dict, model: str, dataset: str, root: str | Path) -> list
     v = _vllm_args(cfg, None)
     argv = list(ep.get("command", ["evalplus.evaluate"])) + [
         "--model", str(model), "--dataset", dataset, "--backend", "vllm",
-        "--root", str(root), "--tp", str(v.get("tensor_parallel_size", 1)), "--dtype", str(v["dtype"])]
+        "--root", str(root), "--tp", str(section_setting(v, "rollout", "vllm", "tensor_parallel_size")),
+        "--dtype", str(v["dtype"])]
     if ep.get("greedy", True):
         argv.append("--greedy")
     for key, val in (ep.get("args") or {}).items():

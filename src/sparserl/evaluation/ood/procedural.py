@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_table
-from sparserl.core.config import ConfigError, rollout_max_new_tokens
+from sparserl.core.config import ConfigError, rollout_max_new_tokens, section_setting
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.evaluation.evaluate import per_prompt_rates
@@ -61,7 +61,8 @@ def build_ood_tasks(cfg: dict, tokenizer=None, corpus: pd.DataFrame | None = Non
         if lv["name"] in in_domain:
             raise ConfigError(f"ood.benchmarks: '{lv['name']}' is also an in-domain benchmark "
                               "(tasks.benchmarks); give the OOD family another name")
-        pairs = distinct_problems(lv, lv.get("size", 128), cfg["seed"] * 1000 + 3_000 + bi, "eval", split, taken,
+        pairs = distinct_problems(lv, section_setting(lv, "$defs", "level", "size"), cfg["seed"] * 1000 + 3_000 + bi,
+                                  "eval", split, taken,
                                   where="ood.benchmarks")
         if not pairs:
             raise ValueError(f"ood.benchmarks '{lv['name']}': no held-out problems could be generated; "
@@ -114,9 +115,10 @@ def evaluate_ood(cfg: dict, checkpoints: list[tuple[str, str, int | None, str]],
     spec = dict(cfg["evaluation"]["default"])
     spec.update(s.get("protocol") or {})
     greedy = spec.get("protocol") == "greedy"
-    k = 1 if greedy else int(spec.get("k", 16))
+    k = 1 if greedy else int(section_setting(spec, "$defs", "sampling", "k"))
     max_new = rollout_max_new_tokens(cfg)
-    params = SamplingParams(temperature=spec.get("temperature", 1.0), top_p=spec.get("top_p", 1.0),
+    params = SamplingParams(temperature=section_setting(spec, "$defs", "sampling", "temperature"),
+                            top_p=section_setting(spec, "$defs", "sampling", "top_p"),
                             greedy=greedy, max_new_tokens=max_new)
     metric = "greedy" if greedy else f"{'avg' if spec.get('protocol') == 'avg_at_k' else 'mean'}@{k}"
     benches = [(lv["name"], lv["generator"], read_table(O.task(lv["name"]))) for lv in s["benchmarks"]]

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sparserl.core.config import section_setting
 from sparserl.values.v0 import metrics
 from sparserl.values.v0.baselines import KNNContextual, OutcomeModel
 from sparserl.values.v0.embedder import EmbeddingTable, embed_texts
@@ -158,7 +159,8 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
     if coupled:
         b = (cfg.get("v0") or {}).get("baselines") or {}
         dirs = {m: str(P.policy(m)) for m in tl["model"].unique()}
-        kw = dict(epochs=int(b.get("vm_epochs", 5)), lr=float(b.get("vm_lr", 1e-4)), seed=seed)
+        kw = dict(epochs=int(section_setting(b, "v0", "baselines", "vm_epochs")),
+                  lr=float(section_setting(b, "v0", "baselines", "vm_lr")), seed=seed)
         preds["vanilla_value_model"] = coupled_predictions(tl, texts, dirs, **kw)
         preds["stepwise_retrain"] = coupled_predictions(tl, texts, dirs, stepwise=True, **kw)
     # reference rows (`references`): the ceiling and a difficulty-only guess, on the same test rows

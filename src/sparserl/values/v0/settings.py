@@ -1,4 +1,4 @@
-"""V0's settings: `v0:` in a config (schema: core/config.schema.yaml), over these defaults.
+"""V0's settings: `v0:` in a config over its defaults in the schema (core/config.schema.yaml).
 
 Defaults are the paper's (V0 §4.1): 168 static queries x 6 numbers, 3 heads, AdamW 2e-4, context
 256, query batch 8, batch 2, alpha 0.25. The tiny-scale head is the offline GP (`gp`); the paper's
@@ -8,24 +8,18 @@ embedder and V0 (`v0_device`); token-state tables stay in host memory.
 """
 from __future__ import annotations
 
-import copy
+from sparserl.core.config import schema_defaults, section_setting
 
-DEFAULTS = {
-    "embedder": {"kind": "minilm", "path": None, "max_length": 256},
-    "adapter": {"n_static": 168, "proj_dim": 6, "n_heads": 3, "d_attn": 48, "d_residual": 64,
-                "connector": "residual"},
-    "head": {"kind": "gp", "model_path": None, "noise": 0.5, "tune": False},
-    "train": {"lr": 2e-4, "weight_decay": 0.01, "epochs": 10, "context": 256, "query_batch": 8,
-              "batch_size": 2, "alpha": 0.25, "loss": "both", "val_fraction": 0.0, "patience": 10},
-    "official_sample": None,
-    "device": "auto",
-}
+# the v0 keys a settings dict holds (baselines and harvest have their own readers)
+SECTIONS = ("embedder", "adapter", "head", "train", "official_sample", "device")
 DEVICES = "auto, cpu, cuda or cuda:<index>"
 
 
 def v0_settings(cfg: dict | None = None, **overrides) -> dict:
-    """DEFAULTS merged with cfg['v0'], then with `overrides` ({section: {key: value}})."""
-    out = copy.deepcopy(DEFAULTS)
+    """The schema's v0 defaults (SECTIONS) merged with cfg['v0'], then with `overrides`
+    ({section: {key: value}})."""
+    defaults = schema_defaults("v0")
+    out = {k: defaults[k] for k in SECTIONS}
     for layer in ((cfg or {}).get("v0") or {}, overrides):
         for k, v in layer.items():
             if isinstance(v, dict) and isinstance(out.get(k), dict):
@@ -41,7 +35,7 @@ def v0_device(s: dict):
     import re
     import torch
     from sparserl.core.config import ConfigError
-    d = s.get("device", "auto")
+    d = section_setting(s, "v0", "device")
     if not isinstance(d, str) or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", d):
         raise ConfigError(f"v0.device is {d!r}; use {DEVICES}")
     if d == "auto":

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from sparserl.core.config import section_setting
 from sparserl.values.v0.loss import v0_loss
 from sparserl.values.v0.model import V0
 
@@ -59,7 +60,7 @@ def fit_v0(model: V0, table, timeline: pd.DataFrame, s: dict, seed: int, log=Non
     their loss (one fixed context draw per checkpoint) is measured, the adapter of the best epoch
     is kept, and training stops after `train.patience` epochs without improvement."""
     t = s["train"]
-    timeline = split_validation(timeline, float(t.get("val_fraction", 0.0)), seed)
+    timeline = split_validation(timeline, float(section_setting(t, "v0", "train", "val_fraction")), seed)
     rng = np.random.default_rng(seed)
     pools = _groups(timeline[timeline.role == "context"])
     params = [p for p in model.parameters() if p.requires_grad]
