@@ -96,7 +96,7 @@ def run_routing(cfg: dict, *, harvest, embeddings, predictions, policies: dict, 
     from sparserl.values.v0.protocols import strict_generalisation
     from sparserl.values.v0.settings import v0_settings
     s = v0_settings(cfg)
-    harvest_path, harvest = harvest, read_table(harvest)
+    out_path, harvest_path, harvest = Path(out), harvest, read_table(harvest)
     start = harvest[(harvest["split"] == "heldout") & (harvest["step"] == 0)]
     models = sorted(start["model"].unique())
     missing = sorted(set(models) - set(policies))
@@ -121,7 +121,7 @@ def run_routing(cfg: dict, *, harvest, embeddings, predictions, policies: dict, 
         out.append(pd.DataFrame([{"tau": np.nan, "cost": float(cost[m]), "accuracy": float(y.mean()),
                                   "router": f"always_{m}"}]))
     res = pd.concat(out, ignore_index=True)
-    write_table(res, Path(out), cfg=cfg,
+    write_table(res, out_path, cfg=cfg,
                 extra={"queries": int(len(v0)), "cost": cost, "head": s["head"]["kind"], "embedder": table.embedder})
     log(f"routing over {len(v0)} test queries, fleet {cost}")
     return res
