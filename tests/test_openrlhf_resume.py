@@ -66,7 +66,7 @@ def _maker(orl, run_dir: Path, *, load_enable: bool, loaded_step: int | None):
 def _step_batch(orl, seed: int, uids=None, phat=None):
     """One step's experiences: 8 rollouts (default: 2 prompts x 4), rewards and lengths drawn from
     `seed`; `phat(uid)` adds a reference pass rate to each label."""
-    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.labels import encode_label
     rng = np.random.default_rng(seed)
     rewards = rng.integers(0, 2, size=8).astype(float)
     lengths = rng.integers(1, 6, size=8)
