@@ -15,7 +15,12 @@ from typing import Any, Iterable, Iterator, Mapping
 import jsonschema
 import yaml
 
-from sparserl.core.paths import snapshot_tag
+
+def snapshot_tag(fraction: float) -> str:
+    """The tag of a pre-training snapshot at `fraction` of the steps (0.5 -> "p50"), as policy
+    references (`m@p50`) and their folders name it."""
+    return f"p{round(fraction * 100):02d}"
+
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 # Top-level settings whose schema defaults load_config writes into the cfg: every resolved config
