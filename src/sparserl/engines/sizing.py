@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparserl.core.config import openrlhf_shape, schema_default, start_samples
+from sparserl.core.config import openrlhf_shape, schema_default, section_setting, setting, start_samples
 from sparserl.engines.openrlhf.checkpoints import save_plan
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
 from sparserl.engines.openrlhf.flags import hf_steps, save_steps
@@ -422,7 +422,7 @@ def _one_gpu_generation(cfg: dict, rule: str, job: str, hf: str, shape: ModelSha
                         cap: int, *, models: int = 1, prompt: int = PROMPT_TOKENS, what: str = "") -> Estimate:
     v = cfg["rollout"].get("vllm") or {}
     L = response_lengths(hf, cap)
-    gen = generation_s(shape, gpu, rollouts, L, prompt=prompt, tp=int(v.get("tensor_parallel_size", 1)),
+    gen = generation_s(shape, gpu, rollouts, L, prompt=prompt, tp=int(section_setting(v, "rollout", "vllm", "tensor_parallel_size")),
                        mem_util=float(v.get("gpu_memory_utilization", 0.85)))
     total = gen + models * ENGINE_START_S
     rate = rollouts * L.mean / gen
@@ -455,7 +455,7 @@ def _rl_eval(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 def _reference_cache_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     b = cfg["basis"]
-    K = int(b.get("reference_shards", 1))
+    K = int(setting(cfg, "basis", "reference_shards"))
     hf, shape = _policy(cfg, w["policy"])
     per = math.ceil(DAPO_PROMPTS * int(b["reference_n"]) / K)
     return _one_gpu_generation(cfg, "reference_cache_shard", f"policy={w['policy']}, shard={w['shard']}", hf, shape,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sparserl.core.config import section_setting
+
 END_OF_TURN = "<|im_end|>"  # Qwen3's ChatML
 TURN_TEMPLATE = "\n<|im_start|>user\n{observation}<|im_end|>\n<|im_start|>assistant\n"
 
@@ -17,7 +19,7 @@ def settings(cfg: dict, exp: str) -> dict:
     rl = experiment_rl(cfg, exp)
     max_new = int(rl["max_new_tokens"])
     return {**rl, "max_new_tokens": max_new, "max_len": int(rl.get("max_len") or max_new + 2048),
-            "temperature": float(rl.get("temperature", 1.0)),
+            "temperature": float(section_setting(rl, "critique", "rl", "temperature")),
             "end_of_turn": str(rl.get("end_of_turn", END_OF_TURN)),
             "turn_template": str(rl.get("turn_template", TURN_TEMPLATE)),
             "eval": dict(rl.get("eval") or {"problems": 128, "samples": 4})}

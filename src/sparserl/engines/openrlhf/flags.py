@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sparserl.core.config import (ConfigError, load_schema, openrlhf_shape, rl_max_new_tokens, schema_default,
-                                  v0_actor_settings)
+                                  section_setting, v0_actor_settings)
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps, freezing_steps
 from sparserl.methods.spec import MethodSpec, prompts_per_step, snapshot_steps, total_steps
@@ -60,7 +60,7 @@ def save_steps(rl: dict, method: MethodSpec, resume_every: int | None = None) ->
         raise ValueError(f"method {method.name}: a critic run's save cadence is its resume_every "
                          "(launcher.resume_cadence: sizing.rl_resume_save_steps); pass it")
     every = math.gcd(*snapshot_steps(rl, method))
-    return every if every > 0 else int(rl.get("checkpoint_every", 10))
+    return every if every > 0 else int(section_setting(rl, "rl", "checkpoint_every"))
 
 
 def hf_steps(rl: dict, method: MethodSpec) -> list[int]:
@@ -166,7 +166,7 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     B = prompts_per_step(method, int(rl["rollouts_per_step"]))
     steps = total_steps(cfg["rl"], method)
     # rl.mini_batches optimiser steps per rollout step, as the local trainer takes
-    mini = max(1, int(rl.get("mini_batches", 1)))
+    mini = max(1, int(section_setting(rl, "rl", "mini_batches")))
     # a critic's warm-up steps consume prompts too: the policy still gets `steps` updates
     f.update({"rollout.n_samples_per_prompt": G, "rollout.batch_size": B,
               "data.max_samples": (steps + critic_warmup_steps(method)) * B, "train.batch_size": max(1, B * G // mini)})
