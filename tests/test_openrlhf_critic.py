@@ -510,10 +510,11 @@ def test_warmup_and_replay_through_openrlhf_ppo_train(orl, no_ray, monkeypatch):
     N = 2 times, in the critic's privileged layout; a step's values come from the critic before
     that step's trajectories reached its replay (evaluate before train)."""
     from sparserl.engines.openrlhf import critic as C
+    from sparserl.engines.openrlhf.critic_warmup import freezing_steps
     spec = {"estimator": "gae", "critic": {"privileged": "answer", "warmup_updates": 5, "replay_reuse": 2}}
     args = _args(spec)
     args.ds.enable_sleep = True  # the cluster default: critic fit, then actor fit
-    args.critic.freezing_steps = C.freezing_steps(MethodSpec.from_dict({**json.loads(args.sparserl.spec),
+    args.critic.freezing_steps = freezing_steps(MethodSpec.from_dict({**json.loads(args.sparserl.spec),
                                                                         "name": "m"}).critic)
     assert args.critic.freezing_steps == 2
     model = tiny_critic(orl)

@@ -74,7 +74,7 @@ def hf_steps(rl: dict, method: MethodSpec) -> list[int]:
 def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node: int) -> dict[str, Any]:
     """OpenRLHF's critic flags of a Le Critique method: a copy of the policy with a fresh value
     head (B.3: --critic.model_name_or_path = the actor's model), the spec's learning rate on a
-    constant schedule (as the actor's), the warm-up as --critic.freezing_steps (`critic.freezing_steps`),
+    constant schedule (as the actor's), the warm-up as --critic.freezing_steps (`critic_warmup.freezing_steps`),
     placed like the actor (colocated). Loss, replay and value batches come from the spec through
     the worker hook (`critic.SparseRLCriticTrainer`)."""
     c = method.critic
