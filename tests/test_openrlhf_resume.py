@@ -255,7 +255,7 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     monkeypatch.setattr(launcher, "parse_args", lambda argv: SimpleNamespace(
         ckpt=SimpleNamespace(load_enable=True, path=str(rp.checkpoints)), critic=SimpleNamespace(model_name_or_path=None)))
     monkeypatch.setattr(launcher, "write_json", lambda *a, **k: None)
-    monkeypatch.setattr("sparserl.engines.openrlhf.dataset.build_prompt_dataset", lambda *a, **k: None)
+    monkeypatch.setattr(launcher, "build_prompt_dataset", lambda *a, **k: None)
     monkeypatch.setattr(launcher, "train_with_ray", stop)
     with pytest.raises(SystemExit):
         launcher.run([str(cfg)], "grpo_g16", 0, out, log=lambda *_: None)
