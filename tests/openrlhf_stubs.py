@@ -103,10 +103,9 @@ def skip_without_openrlhf() -> None:
 
 def imported(modules: dict):
     """Generator for a module-scoped fixture: the modules {attr: dotted name} imported with the
-    vllm/flash_attn placeholders as a namespace; placeholders and our post-import patcher removed
+    vllm/flash_attn placeholders as a namespace; placeholders and our patches (`hooks`) removed
     afterwards."""
     import importlib
-    import sys
     from types import SimpleNamespace
     added = install()
     mods = SimpleNamespace()
@@ -115,14 +114,14 @@ def imported(modules: dict):
             setattr(mods, attr, importlib.import_module(name))
         yield mods
     finally:
-        from sparserl.engines.openrlhf.patches import _PostImportPatcher
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _PostImportPatcher)]
+        from sparserl.engines.openrlhf import hooks
+        hooks.unregister("patches")
         remove(added)
 
 
 def argv_flags(argv) -> dict:
     """An OpenRLHF argument list as {flag: value}: one value as a string, several as a list, none
-    as True (the tests' view of what `flags.openrlhf_argv` built)."""
+    as True (the tests' view of what `launcher.openrlhf_argv` built)."""
     out, key = {}, None
     for a in argv:
         if a.startswith("--"):

@@ -68,7 +68,7 @@ def test_grpo_piece_runs_openrlhf_with_the_cluster_flags(tmp_path):
     not async), sleeps vLLM and DeepSpeed, and packs with flash-attention."""
     pytest.importorskip("openrlhf")
     from sparserl.core.config import load_config
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.engines.openrlhf.placement import plan_from_args
     from sparserl.methods.spec import load_method

@@ -332,6 +332,6 @@ def test_grpo_learns_through_openrlhf_on_cpu(tmp_path):
     assert mixed.any(), grads
     assert (df.loc[mixed, "actor_grad_norm"] > 0).all(), grads
     assert (df.loc[~mixed, "actor_grad_norm"].abs() < 1e-8).all(), grads
-    # the policy's entropy (CLUSTER_DEFAULTS' actor.entropy_coef 0): nats per token, below log(vocab)
+    # the policy's entropy (rl.openrlhf's schema default actor.entropy_coef 0): nats per token, below log(vocab)
     assert "entropy" in df.columns and df["entropy"].between(1e-6, np.log(268)).all(), df[["step", "entropy"]]
     assert (run.final / "config.json").exists() and any(run.final.glob("*.safetensors"))

@@ -180,7 +180,7 @@ def _rollouts(seed=0, n_prompts=3, k=4, order=None):
 def _samples(orl, rollouts, micro=3):
     """Micro-batches as OpenRLHF's samples generator + split_rollout_samples build them:
     [prompt][response] per sample, action_mask = mask[1:], right-padded concat (pad 0)."""
-    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.labels import encode_label
     singles = []
     for j, (p, y, uid, ans, r) in enumerate(rollouts):
         seq = torch.tensor(p + y, dtype=torch.long)
@@ -435,7 +435,7 @@ def test_fifo_replay_reuse_limit_and_bound(orl):
 
 
 def test_warmup_schedule(orl):
-    from sparserl.engines.openrlhf.critic import freezing_steps, updates_at, warmup_schedule, warmup_steps
+    from sparserl.engines.openrlhf.critic_warmup import freezing_steps, updates_at, warmup_schedule, warmup_steps
     from sparserl.methods.spec import CriticSpec
     c = CriticSpec()  # the paper: 20 updates, N = 2
     assert warmup_schedule(c) == [2] * 10 and warmup_steps(c) == 10 and freezing_steps(c) == 9
@@ -510,10 +510,11 @@ def test_warmup_and_replay_through_openrlhf_ppo_train(orl, no_ray, monkeypatch):
     N = 2 times, in the critic's privileged layout; a step's values come from the critic before
     that step's trajectories reached its replay (evaluate before train)."""
     from sparserl.engines.openrlhf import critic as C
+    from sparserl.engines.openrlhf.critic_warmup import freezing_steps
     spec = {"estimator": "gae", "critic": {"privileged": "answer", "warmup_updates": 5, "replay_reuse": 2}}
     args = _args(spec)
     args.ds.enable_sleep = True  # the cluster default: critic fit, then actor fit
-    args.critic.freezing_steps = C.freezing_steps(MethodSpec.from_dict({**json.loads(args.sparserl.spec),
+    args.critic.freezing_steps = freezing_steps(MethodSpec.from_dict({**json.loads(args.sparserl.spec),
                                                                         "name": "m"}).critic)
     assert args.critic.freezing_steps == 2
     model = tiny_critic(orl)
@@ -606,7 +607,7 @@ _flags = openrlhf_stubs.argv_flags
 @pytest.mark.parametrize("name,estimator,privileged", [("lc_vf", "gae", "none"), ("lc_pvf_answer", "gae", "answer"),
                                                        ("lc_tether", "tether", "none")])
 def test_critic_method_flags(orl, tmp_path, name, estimator, privileged):
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     m = load_method(name)
@@ -633,7 +634,7 @@ def test_critic_method_flags(orl, tmp_path, name, estimator, privileged):
 def test_a_configured_save_cadence_is_a_critic_runs_resume_cadence(orl, tmp_path):
     """rl.openrlhf's ckpt.save_steps replaces the sized cadence (no model shape needed: a local
     policy not trained yet has none); the evaluated steps are still saved, with HF copies."""
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.methods.spec import load_method
     cfg = _cfg(tmp_path)
     cfg["policies"] = {"qwen3_4b": {"source": "pretrain"}}
@@ -643,7 +644,7 @@ def test_a_configured_save_cadence_is_a_critic_runs_resume_cadence(orl, tmp_path
 
 
 def test_methods_without_a_critic_get_no_critic_flags(orl, tmp_path):
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     argv = openrlhf_argv(_cfg(tmp_path), load_method("lc_mean"), 0, tmp_path / "final", policy_path="/models/q")
@@ -680,7 +681,7 @@ def test_prompt_dataset_adds_warmup_prompts_and_the_privileged_context(orl, tmp_
 
 def test_answer_context_prefers_the_privileged_label_field(orl):
     from sparserl.engines.openrlhf.critic import privileged_contexts
-    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.labels import encode_label
     ro = _rollouts(n_prompts=1, k=2)
     s = _samples(orl, ro, micro=2)
     tok = CharTokenizer()

@@ -1,4 +1,4 @@
-"""Le Critique's experiments on OpenRLHF 0.11.2 (sparserl.engines.openrlhf.envs) on CPU: the
+"""Le Critique's experiments on OpenRLHF 0.11.2 (engines.openrlhf.critique and .envs) on CPU: the
 prompt dataset, the env reward function and agent as OpenRLHF loads and drives them, the argument
 list, the critique-openrlhf command with OpenRLHF's train() replaced, and the global-step offset
 of critic methods (metrics, checkpoints).
@@ -38,6 +38,7 @@ def orl():
         "ppo_critic": "openrlhf.trainer.ray.ppo_critic",
         "train_ppo_ray": "openrlhf.cli.train_ppo_ray",
         "envs": "sparserl.engines.openrlhf.envs",
+        "critique": "sparserl.engines.openrlhf.critique",
     })
 
 
@@ -69,7 +70,7 @@ _flags = openrlhf_stubs.argv_flags
 
 
 def _dataset(orl, cfg, exp, method, seed=0):
-    E = orl.envs
+    E = orl.critique
     run = E.run_paths(cfg, exp, method, seed)
     m = E.run_method(cfg, exp, method)
     info = E.build_dataset(cfg, exp, m, seed, run)
@@ -83,7 +84,6 @@ def _dataset(orl, cfg, exp, method, seed=0):
 
 def test_dataset_rows_and_labels(orl, tmp_path):
     from sparserl.envs import make_env
-    E = orl.envs
     cfg = _cfg(tmp_path)
     env = make_env("rg_mixture", cfg["critique"]["envs"]["rg"], 0)
     pool = {p.id: p for p in env.problems("rl", 12)}
@@ -99,7 +99,7 @@ def test_dataset_rows_and_labels(orl, tmp_path):
             assert r["input"] == p.prompt and d["answer"] == p.answer == d["privileged"]
             assert d["env"] == "rg" and d["env_file"] == str(run.openrlhf / "env.json")
         # the engines rebuild the exact Problem from the label
-        got, doc, _pool = E.problem_of(rows[0]["label"])
+        got, doc, _pool = orl.envs.problem_of(rows[0]["label"])
         assert got == pool[labs[0]["pid"]] and doc["kind"] == "rg_mixture"
         assert len(held) == 5 and all(h["datasource"] == "heldout" for h in held)
         assert all(json.loads(h["label"])["pid"].startswith("rg_mixture/eval/") for h in held)
@@ -257,7 +257,7 @@ def test_episode_is_the_envs_own_steps(orl, tmp_path):
 
 def test_critique_argv_single_turn_with_a_critic(orl, tmp_path):
     from sparserl.engines.openrlhf.parser import parse_args
-    E = orl.envs
+    E = orl.critique
     cfg = _cfg(tmp_path)
     argv = E.critique_argv(cfg, "rg_k8", "lc_pvf_answer", 1)
     f = _flags(argv)
@@ -267,7 +267,7 @@ def test_critique_argv_single_turn_with_a_critic(orl, tmp_path):
     local = str(Path("models/Qwen/Qwen3-4B-Instruct-2507").absolute())  # the hub model's copy (fetch_models)
     assert f["actor.model_name_or_path"] == local
     assert f["critic.model_name_or_path"] == local and f["critic.freezing_steps"] == "9"
-    assert f["reward.remote_url"] == E.THIS_FILE and "train.agent_func_path" not in f
+    assert f["reward.remote_url"] == orl.envs.THIS_FILE and "train.agent_func_path" not in f
     assert f["data.prompt_dataset"] == str(run.prompts) and f["ckpt.output_dir"] == str(run.final)
     assert f["eval.dataset"] == str(run.openrlhf / "heldout.jsonl") and f["eval.steps"] == str(3 + 10)
     assert f["eval.n_samples_per_prompt"] == "2" and f["data.max_len"] == "256"
@@ -277,20 +277,20 @@ def test_critique_argv_single_turn_with_a_critic(orl, tmp_path):
     spec = json.loads(f["sparserl.spec"])
     assert spec["group_size"] == 8 and spec["critic"]["privileged"] == "answer"
     args = parse_args(argv)  # OpenRLHF's own checks
-    assert args.reward.remote_url == [E.THIS_FILE] and args.critic.freezing_steps == 9
+    assert args.reward.remote_url == [orl.envs.THIS_FILE] and args.critic.freezing_steps == 9
     assert args.rollout.n_samples_per_prompt == 8 and args.eval.steps == 13
 
 
 def test_critique_argv_multi_turn_uses_the_agent_and_k(orl, tmp_path):
     from sparserl.engines.openrlhf.parser import parse_args
-    E = orl.envs
+    E = orl.critique
     cfg = _cfg(tmp_path, critic_lr=3e-6)
     f = _flags(E.critique_argv(cfg, "sudoku_k4", "lc_mean", 0))
     assert f["rollout.n_samples_per_prompt"] == "4" and f["rollout.batch_size"] == "16"  # 64 / K
-    assert f["train.agent_func_path"] == E.THIS_FILE and "reward.remote_url" not in f
+    assert f["train.agent_func_path"] == orl.envs.THIS_FILE and "reward.remote_url" not in f
     assert not [k for k in f if k.startswith("critic.")] and f["eval.steps"] == "2" and f["data.max_len"] == "400"
     args = parse_args(E.critique_argv(cfg, "sudoku_k4", "lc_mean", 0))
-    assert args.reward.remote_url == ["agent"] and args.train.agent_func_path == E.THIS_FILE
+    assert args.reward.remote_url == ["agent"] and args.train.agent_func_path == orl.envs.THIS_FILE
     g = _flags(E.critique_argv(cfg, "sudoku_k4", "lc_tether", 0))
     assert g["algo.advantage.estimator"] == "tether" and float(g["critic.adam.lr"]) == 3e-6  # the scale's critic lr
     assert g["eval.steps"] == str(2 + 10) and json.loads(g["sparserl.spec"])["group_size"] == 4
@@ -367,7 +367,9 @@ def test_cli_writes_the_runs_metrics_and_summary(orl, tmp_path, monkeypatch, met
 def test_metrics_and_checkpoints_subtract_the_critic_warmup(orl, tmp_path):
     """OpenRLHF's global step of policy step s is s + W for a critic method (W warm-up steps)."""
     from sparserl.core.paths import Paths
-    from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_flags
+    from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
+    from sparserl.engines.openrlhf.flags import openrlhf_flags
+    from sparserl.engines.openrlhf.launcher import resume_cadence
     from sparserl.engines.openrlhf.metrics import metrics_from_tensorboard
     from sparserl.engines.report import run_checkpoints
     from sparserl.methods.spec import load_method
@@ -390,7 +392,7 @@ def test_metrics_and_checkpoints_subtract_the_critic_warmup(orl, tmp_path):
     m = load_method("lc_vf")
     W = critic_warmup_steps(m)
     run = Paths(cfg).run("lc_vf", 0)
-    f = openrlhf_flags(cfg, m, 0, run.final, policy_path="p")
+    f = openrlhf_flags(cfg, m, 0, run.final, policy_path="p", resume_every=resume_cadence(cfg, m))
     for g in f["sparserl.hf_steps"]:  # OpenRLHF's HF copies (engines.openrlhf.checkpoints)
         (Path(f["ckpt.path"]) / f"global_step{g}_hf").mkdir(parents=True)
     run.final.mkdir(parents=True)
@@ -415,7 +417,7 @@ class FakeBackend:
 
 def test_start_reward_plays_the_envs_like_the_runs(orl, tmp_path):
     from sparserl.envs import make_env
-    E = orl.envs
+    E = orl.critique
     cfg = _cfg(tmp_path)
     env = make_env("rg_mixture", cfg["critique"]["envs"]["rg"], 0)
     answers = {p.prompt: p.answer for p in env.problems("eval", 5)}

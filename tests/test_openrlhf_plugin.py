@@ -79,7 +79,7 @@ def _maker(cls, estimator, n=4, spec=None, kl_coef=0.0, **kw):
 def _batch(orl, rewards, uids, *, side=None, order=None, micro=3, T=5, seed=0, kl=0.0):
     """Experiences as OpenRLHF's make_experience_batch hands them on: micro-batches in rollout
     order, each with index = rollout positions, JSON labels (uid + side data), kl per token."""
-    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.labels import encode_label
     rng = np.random.default_rng(seed)
     M = len(rewards)
     order = np.arange(M) if order is None else np.asarray(order)
@@ -295,7 +295,7 @@ def test_missing_side_data_names_the_label_field(orl):
 
 
 def test_labels_roundtrip_and_plain_labels(orl):
-    from sparserl.engines.openrlhf.experience import decode_label, encode_label, experience_uids
+    from sparserl.engines.openrlhf.labels import decode_label, encode_label, experience_uids
     lab = encode_label("train/x/1", 42, phat=np.float64(0.25), prior=None)
     assert decode_label(lab) == {"uid": "train/x/1", "answer": "42", "phat": 0.25}
     assert decode_label("17") == {"answer": "17"}
@@ -357,7 +357,7 @@ def test_gpg_differs_from_ppo_only_by_the_ratio(orl):
 
 
 def test_reward_func_scores_the_response_not_the_prompt(orl):
-    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.labels import encode_label
     from sparserl.engines.openrlhf.losses import reward_func
     prompt = "What is 3+4? Put the answer in \\boxed{}."
     lab = encode_label("u1", "7")
@@ -460,7 +460,7 @@ def test_vllm_logprobs_are_asked_at_every_correction_level(orl, monkeypatch):
 
 
 def test_vllm_kl_bound_defaults_and_overrides(orl, tmp_path):
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     m = load_method("grpo_g8")
@@ -544,7 +544,7 @@ EXPECT = {
 
 @pytest.mark.parametrize("name", sorted(EXPECT))
 def test_method_argument_lists(orl, tmp_path, name):
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     method = load_method(name)
@@ -582,7 +582,7 @@ def test_overrides_from_the_config(orl, tmp_path):
 
 def test_entropy_is_logged_unless_the_config_drops_it(orl, tmp_path):
     """Coefficient 0 makes OpenRLHF compute and log the entropy without a loss term; null omits it."""
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     m = load_method("grpo_g8")
@@ -597,7 +597,7 @@ def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
     import ray
 
     from sparserl.engines.openrlhf import launcher
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.patches import HOOK
     from sparserl.methods.spec import load_method
     for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
@@ -731,7 +731,7 @@ OSLA_SCRIPT = {"q0": (0.5, [1, 0]), "q1": (0.9, [0]), "q2": (0.1, [1]), "q3": (0
 def _generator(orl, script, spec, monkeypatch, batch_size=4):
     import ray
 
-    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.labels import encode_label
     from sparserl.engines.openrlhf.samples import OslaSamplesGenerator
     monkeypatch.setattr(ray, "get", lambda refs: refs)  # fake engines return values, not refs
     engine = FakeEngine({q: r for q, (_p, r) in script.items()})
@@ -919,7 +919,7 @@ def test_setup_hook_reaches_real_ray_workers(orl):
             import sys
 
             import openrlhf_stubs
-            hooked = any(type(f).__name__ == "_PostImportPatcher" for f in sys.meta_path)
+            hooked = any(type(f).__name__ == "PostImportFinder" for f in sys.meta_path)
             fresh = "openrlhf.trainer.ppo_trainer" not in sys.modules
             openrlhf_stubs.install()
             pt = importlib.import_module("openrlhf.trainer.ppo_trainer")
@@ -989,7 +989,8 @@ def test_experience_maker_queries_a_context_dependent_prior(orl, context_prior):
 
 def test_osla_generator_reads_the_same_live_prior(orl, context_prior):
     """The OSLA samples generator and the experience maker share one live prior per process."""
-    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker, encode_label, live_prior, method_spec
+    from sparserl.engines.openrlhf.experience import SparseRLExperienceMaker, live_prior
+    from sparserl.engines.openrlhf.labels import encode_label, method_spec
     from sparserl.engines.openrlhf.samples import osla_priors
     spec = {**context_prior, "osla": {"k_init": 4}, "group_size": 4}
     maker = _maker(SparseRLExperienceMaker, "v05_fusion", spec=spec)
@@ -1081,7 +1082,8 @@ def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, 
     every 10 steps (the gcd of 110, 210, 310 and 400 + 10): 41 HF copies."""
     from sparserl.core.config import load_config
     from sparserl.engines import sizing as S
-    from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_argv
+    from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method, total_steps
     from openrlhf.utils.deepspeed.deepspeed import DeepspeedStrategy
@@ -1132,7 +1134,7 @@ def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, 
 
 
 def test_v0_method_flags_name_the_model_and_the_config(orl, tmp_path):
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     cfgfile = tmp_path / "c.json"
@@ -1191,7 +1193,8 @@ def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_pa
     a.vllm.num_engines, a.vllm.tensor_parallel_size = 1, 1
     a.train = SimpleNamespace(colocate_all=True, colocate_actor_ref=False, async_enable=False)
     a.algo.kl = SimpleNamespace(init_coef=0.0)
-    lp = experience.live_prior(maker.strategy.args, experience.method_spec(maker.strategy.args))
+    from sparserl.engines.openrlhf.labels import method_spec
+    lp = experience.live_prior(maker.strategy.args, method_spec(maker.strategy.args))
     assert isinstance(lp.prior, v0_server.RemoteV0Prior) and lp.prior.timeout_s == 600
     assert shares[0].role == "v0 prior" and shares[0].gpus == 0.1  # the plan's share, the schema's default
     lp.observe(["a", "b"], [1.0, 0.0])
@@ -1200,7 +1203,7 @@ def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_pa
     experience._LIVE_PRIORS.clear()
     maker.strategy.args.sparserl.v0_model = None
     with pytest.raises(ValueError, match="--sparserl.v0_model"):
-        experience.live_prior(maker.strategy.args, experience.method_spec(maker.strategy.args))
+        experience.live_prior(maker.strategy.args, method_spec(maker.strategy.args))
     experience._LIVE_PRIORS.clear()
 
 

@@ -66,7 +66,7 @@ def _maker(orl, run_dir: Path, *, load_enable: bool, loaded_step: int | None):
 def _step_batch(orl, seed: int, uids=None, phat=None):
     """One step's experiences: 8 rollouts (default: 2 prompts x 4), rewards and lengths drawn from
     `seed`; `phat(uid)` adds a reference pass rate to each label."""
-    from sparserl.engines.openrlhf.experience import encode_label
+    from sparserl.engines.openrlhf.labels import encode_label
     rng = np.random.default_rng(seed)
     rewards = rng.integers(0, 2, size=8).astype(float)
     lengths = rng.integers(1, 6, size=8)
@@ -255,7 +255,7 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     monkeypatch.setattr(launcher, "parse_args", lambda argv: SimpleNamespace(
         ckpt=SimpleNamespace(load_enable=True, path=str(rp.checkpoints)), critic=SimpleNamespace(model_name_or_path=None)))
     monkeypatch.setattr(launcher, "write_json", lambda *a, **k: None)
-    monkeypatch.setattr("sparserl.engines.openrlhf.dataset.build_prompt_dataset", lambda *a, **k: None)
+    monkeypatch.setattr(launcher, "build_prompt_dataset", lambda *a, **k: None)
     monkeypatch.setattr(launcher, "train_with_ray", stop)
     with pytest.raises(SystemExit):
         launcher.run([str(cfg)], "grpo_g16", 0, out, log=lambda *_: None)

@@ -254,7 +254,7 @@ def test_a_gpu_rule_without_an_estimate_fails(repo):
 def test_long_runs_checkpoint_and_storage_is_computed(repo):
     from sparserl.core.config import load_config
     from sparserl.engines import sizing as S
-    from sparserl.engines.openrlhf.envs import critique_flags
+    from sparserl.engines.openrlhf.critique import critique_flags
     cfg = load_config(repo / "configs/paper.yaml")
     for exp, method in (("sudoku_k4", "lc_vf"), ("codeio_k4", "lc_mean"), ("rg_k8", "lc_tether")):
         e = S.estimate(cfg, "critique_train", {"exp": exp, "method": method, "seed": "0"})

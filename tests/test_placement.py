@@ -36,7 +36,7 @@ def _paper_cfg(tmp_path, nodes: int, **over):
 def _launcher_plan(tmp_path, nodes: int, method: str = "v05_osla_v0", **over):
     """The plan `launcher.launch` logs and the V0 actor uses: from the run's parsed argv."""
     pytest.importorskip("openrlhf")
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     argv = openrlhf_argv(_paper_cfg(tmp_path, nodes, **over), load_method(method), 0,

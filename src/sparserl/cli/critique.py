@@ -44,7 +44,7 @@ def cmd_start(args):
     from sparserl.envs.world import CritiquePaths
     cfg = _cfg(args)
     if rl_engine(cfg) == "openrlhf":  # paper scale: the hub policy on vLLM
-        from sparserl.engines.openrlhf.envs import start_reward
+        from sparserl.engines.openrlhf.critique import start_reward
     else:
         from sparserl.engines.local.critique import start_reward
     out = start_reward(cfg, args.env)
@@ -60,7 +60,7 @@ def cmd_train(args):
 def cmd_openrlhf(args):
     import shlex
 
-    from sparserl.engines.openrlhf.envs import run_critique
+    from sparserl.engines.openrlhf.critique import run_critique
     argv = run_critique(_cfg(args), args.experiment, args.method, args.seed, dry_run=args.dry_run,
                         config_paths=args.config)
     if args.dry_run:
