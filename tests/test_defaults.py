@@ -18,30 +18,23 @@ from sparserl.core.config import (FILLED_KEYS, _resolve_ref, _schema, _schema_no
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "sparserl"
-# another helper owns OpenRLHF's flags, the SLURM resources and the GPU sizing, and their schema sections
-OTHERS = ("engines/openrlhf/", "engines/sizing.py")
 
 
 def _sources() -> list[tuple[Path, ast.Module]]:
     out = []
     for p in sorted(SRC.rglob("*.py")):
-        rel = p.relative_to(SRC).as_posix()
-        if not rel.startswith(OTHERS):
-            out.append((p, ast.parse(p.read_text(), str(p))))
+        out.append((p, ast.parse(p.read_text(), str(p))))
     return out
 
 
-def _keys_elsewhere(root) -> set[str]:
-    """Property names outside the other helpers' sections (a name like `nodes` only SLURM uses
-    is not a config key of ours)."""
+def _schema_keys(root) -> set[str]:
+    """Every property name of the schema."""
     names: set[str] = set()
 
     def walk(node, path=()):
         if isinstance(node, dict):
             for k, v in node.items():
-                if path[-1:] == ("properties",) and path[:-1] not in (("properties", "resources"),
-                                                                       ("$defs", "resources"),
-                                                                       ("$defs", "openrlhf")):
+                if path[-1:] == ("properties",):
                     names.add(k)
                 walk(v, path + (k,))
     walk(root)
@@ -51,9 +44,9 @@ def _keys_elsewhere(root) -> set[str]:
 def test_no_module_defaults_dict_nor_literal_default_of_a_schema_key():
     """Fails on main (tasks.worked.DEFAULTS, studies.DEFAULTS, ..., `.get("reference_n", 64)`),
     and on a new `FOO_DEFAULTS = {...}` or `cfg["rl"].get("checkpoint_every", 10)` anywhere."""
-    schema_keys = _keys_elsewhere(_schema())
+    schema_keys = _schema_keys(_schema())
     assert {"reference_n", "checkpoint_every", "micro_batch_size", "slip_share"} <= schema_keys
-    assert "nodes" not in schema_keys and "v0_threads" not in schema_keys  # other helpers' sections
+    assert {"nodes", "v0_threads"} <= schema_keys  # the SLURM resources and the OpenRLHF launcher too
     dicts, literals = [], []
     for path, tree in _sources():
         rel = path.relative_to(REPO)
@@ -68,9 +61,6 @@ def test_no_module_defaults_dict_nor_literal_default_of_a_schema_key():
                     and len(node.args) == 2 and isinstance(node.args[0], ast.Constant)
                     and node.args[0].value in schema_keys and _is_number(node.args[1])):
                 literals.append(f"{rel}:{node.lineno} .get({node.args[0].value!r}, {ast.unparse(node.args[1])})")
-    # the DEFAULTS of OpenRLHF's cluster shape in core.config mirror engines.openrlhf.flags
-    # (the rl.openrlhf section, another helper's): not a default of a key of ours
-    dicts = [d for d in dicts if not d.endswith("OPENRLHF_SHAPE_DEFAULTS")]
     assert not dicts, "module-level DEFAULTS dicts (move them into the schema): " + "; ".join(dicts)
     assert not literals, "literal defaults of schema keys (read them with setting): " + "; ".join(literals)
     smk = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in sorted((REPO / "workflow" / "rules").glob("*.smk"))

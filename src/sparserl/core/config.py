@@ -300,8 +300,9 @@ def _check_cluster(cfg: dict, layers) -> None:
         over = openrlhf_shape(rl.get("openrlhf"))
         where = _origin([*key.split("."), "openrlhf"], layers)
         nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
-        if int(res.get("nodes", 1)) != nodes:
-            raise ConfigError(f"{where}: resources.rl.nodes = {res.get('nodes', 1)} but {key}.openrlhf.nodes = "
+        res_nodes = int(section_setting(res, "$defs", "resources", "nodes"))
+        if res_nodes != nodes:
+            raise ConfigError(f"{where}: resources.rl.nodes = {res_nodes} but {key}.openrlhf.nodes = "
                               f"{nodes}: Ray would wait for nodes SLURM never gives; set both to the same count")
         if int(res["gpus"]) != nodes * gpn:
             raise ConfigError(f"{where}: resources.rl.gpus = {res['gpus']} (the job's total) but {key}.openrlhf "

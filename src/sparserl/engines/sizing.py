@@ -396,7 +396,7 @@ def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
     rollouts = int(s["rollouts_per_step"])
     gen = generation_s(shape, gpu, rollouts, L, engines=osh["engines"], tp=osh["tp"], mem_util=osh["mem_util"])
     tr = train_s(shape, gpu, osh["gpus"], rollouts, L, reference=m.kl_coef > 0, critic=m.critic is not None)
-    ev = generation_s(shape, gpu, int(s["eval"]["problems"]) * int(s["eval"].get("samples", 4)), L,
+    ev = generation_s(shape, gpu, eval_rollouts(s), L,
                       engines=osh["engines"], tp=osh["tp"], mem_util=osh["mem_util"])
     return {"m": m, "s": s, "shape": shape, "L": L, "osh": osh, "rollouts": rollouts, "gen": gen, "train": tr,
             "eval": ev, "warmup": critic_warmup_steps(m), "step_s": gen + tr + RL_STEP_OVERHEAD_S}
@@ -418,12 +418,18 @@ def _critique_train(cfg: dict, w: dict, gpu: GPU) -> Estimate:
                            kept=int(_openrlhf_default("ckpt.max_num")), eval_s=p["eval"])
 
 
+def eval_rollouts(s: dict) -> int:
+    """Rollouts of a Le Critique run's held-out evaluation: problems x samples (critique.rl.eval)."""
+    return int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "problems")) * \
+        int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "samples"))
+
+
 def _one_gpu_generation(cfg: dict, rule: str, job: str, hf: str, shape: ModelShape, gpu: GPU, rollouts: float,
                         cap: int, *, models: int = 1, prompt: int = PROMPT_TOKENS, what: str = "") -> Estimate:
     v = cfg["rollout"].get("vllm") or {}
     L = response_lengths(hf, cap)
     gen = generation_s(shape, gpu, rollouts, L, prompt=prompt, tp=int(section_setting(v, "rollout", "vllm", "tensor_parallel_size")),
-                       mem_util=float(v.get("gpu_memory_utilization", 0.85)))
+                       mem_util=float(section_setting(v, "rollout", "vllm", "gpu_memory_utilization")))
     total = gen + models * ENGINE_START_S
     rate = rollouts * L.mean / gen
     return Estimate(rule, job, 1, total, f"{what}{rollouts:.0f} rollouts x {L.mean:.0f} tokens / {rate:,.0f} tokens/s "
@@ -473,7 +479,7 @@ def _critique_start(cfg: dict, w: dict, gpu: GPU) -> Estimate:
         hf = e.policy_hub or cfg["critique"]["policy_hub"]
         shape = model_shape(hf, CritiquePaths(cfg).policy(e.name))
         est = _one_gpu_generation(cfg, "critique_start", "", hf, shape, gpu,
-                                  int(s["eval"]["problems"]) * int(s["eval"].get("samples", 4)),
+                                  eval_rollouts(s),
                                   int(s["max_len"]) - PROMPT_TOKENS)
         secs += est.seconds
         parts.append(f"{e.name}: {est.work}")
@@ -657,7 +663,8 @@ def dry_run_jobs(repo: str | Path, workdir: str | Path, configfiles: list | None
 
 def gpu_job_estimates(cfg: dict, jobs: list[dict], gpu: str | None = None) -> list[tuple[dict, Estimate]]:
     """(job, estimate) of every job that asks for a GPU."""
-    return [(j, estimate(cfg, j["rule"], j["wildcards"], gpu)) for j in jobs if int(j["resources"].get("gpu", 0))]
+    return [(j, estimate(cfg, j["rule"], j["wildcards"], gpu)) for j in jobs
+            if int(j["resources"].get("gpu") or 0)]  # a Snakemake job's resources, not a config key
 
 
 def sizing_table(cfg: dict, jobs: list[dict]) -> str:

@@ -126,7 +126,7 @@ def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None
 
 def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str) -> Run:
     """One of Le Critique's runs (experiment x method x seed; `engines.local.critique`, and
-    `engines.openrlhf.envs` at paper scale): the method with the experiment's K and the scale's
+    `engines.openrlhf.critique` at paper scale): the method with the experiment's K and the scale's
     critic lr, trained on the experiment's rl settings (critique.rl with its own overrides). Its
     key is the one each engine's DAG has keyed these runs by."""
     from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl

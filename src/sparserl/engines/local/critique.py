@@ -270,9 +270,10 @@ def sampling_params(rl: dict) -> SamplingParams:
 def heldout_reward(env, backend, rl: dict, seed: int = 0) -> float:
     """Mean reward on the env's held-out problems (`rl.eval`: problems x samples), `rl` the run's
     settings (critique.rl with its experiment's overrides)."""
-    ev = rl.get("eval", {"problems": 128, "samples": 4})
-    problems = env.problems("eval", int(ev["problems"]))
-    ep = play(env, backend, problems, int(ev["samples"]), sampling_params(rl), seed=424_242)
+    ev = rl.get("eval")
+    problems = env.problems("eval", int(section_setting(ev, "$defs", "critique_rl", "eval", "problems")))
+    ep = play(env, backend, problems, int(section_setting(ev, "$defs", "critique_rl", "eval", "samples")),
+              sampling_params(rl), seed=424_242)
     return float(ep.rewards.mean())
 
 

@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
+from sparserl.core.config import section_setting
 from sparserl.engines.openrlhf.experiment import END_OF_TURN
 from sparserl.engines.openrlhf.labels import decode_label
 from sparserl.envs.base import Problem
@@ -50,12 +51,12 @@ def problem_row(p: Problem) -> dict:
 
 
 class _EnvPool:
-    """Env instances of one env file (`workers` of them, default 1: MiniF2F's Lean REPLs are
-    not thread-safe) lent to one caller at a time; OpenRLHF calls rewards and agents from threads."""
+    """Env instances of one env file (`workers` of them: the schema's $defs.env_common) lent to one
+    caller at a time; OpenRLHF calls rewards and agents from threads."""
 
     def __init__(self, doc: dict):
         self.doc = doc
-        self.size = max(1, int(doc["spec"].get("workers", 1)))
+        self.size = max(1, int(section_setting(doc["spec"], "$defs", "env_common", "workers")))
         self._free: queue.Queue = queue.Queue()
         self._made = 0
         self._lock = threading.Lock()

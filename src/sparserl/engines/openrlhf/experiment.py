@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparserl.core.config import section_setting
+from sparserl.core.config import schema_default, section_setting
 
 END_OF_TURN = "<|im_end|>"  # Qwen3's ChatML
 TURN_TEMPLATE = "\n<|im_start|>user\n{observation}<|im_end|>\n<|im_start|>assistant\n"
@@ -22,7 +22,8 @@ def settings(cfg: dict, exp: str) -> dict:
             "temperature": float(section_setting(rl, "critique", "rl", "temperature")),
             "end_of_turn": str(rl.get("end_of_turn", END_OF_TURN)),
             "turn_template": str(rl.get("turn_template", TURN_TEMPLATE)),
-            "eval": dict(rl.get("eval") or {"problems": 128, "samples": 4})}
+            "eval": dict(rl.get("eval") or {k: schema_default("$defs", "critique_rl", "eval", k)
+                                             for k in ("problems", "samples")})}
 
 
 def run_method(cfg: dict, exp: str, method_name: str):
