@@ -394,7 +394,8 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
         CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", m, 0)).run()
     CP = CritiquePaths(cfg)
     write_json({"env": "toy", "heldout_reward": 0.25}, CP.start_eval("toy"))
-    write_runs_table(cfg)
+    write_runs_table(cfg, [CP.run("toy_k", m, 0).dir / "summary.json" for m in methods], [CP.start_eval("toy")],
+                     CP.runs_table(), CP.final_table())
     final = pd.read_parquet(CP.final_table()).set_index("method")
     runs = pd.read_parquet(CP.runs_table())
     vf = runs[runs["method"] == "lc_vf"]

@@ -69,11 +69,17 @@ def tasks(tmp_path, repo):
     return cfg
 
 
+def _split_files(cfg):
+    """(validation split, pool, corpus, benchmark tables) of a tree: what the DAG passes the scoring."""
+    P = Paths(cfg)
+    return (P.validation_split(), P.train_pool(), P.pretrain_corpus(), [P.benchmark(b) for b in P.benchmark_names()])
+
+
 def test_the_scored_split_is_disjoint_from_benchmarks_by_text_and_by_hash(tasks):
     """What the scoring reads (`validation_problems`) against the files on disk: no benchmark,
     pool or corpus problem, and none hashed to the benchmarks' side."""
     P = Paths(tasks)
-    val = L.validation_problems(tasks)
+    val = L.validation_problems(tasks, *_split_files(tasks))
     split = procedural.task_split(tasks["tasks"])
     bench = pd.concat([read_table(P.benchmark(b)) for b in P.benchmark_names()])
     assert not set(val["problem"]) & set(bench["problem"])
@@ -108,7 +114,7 @@ def test_scoring_pointed_at_a_benchmark_problem_raises(tasks, leak):
         bad = pd.concat([val, row], ignore_index=True)
     write_table(bad, P.validation_split())
     with pytest.raises(ValueError, match=r"validation\.parquet.*(benchmark|RL pool|corpus|hash off)"):
-        L.validation_problems(tasks)
+        L.validation_problems(tasks, *_split_files(tasks))
 
 
 def test_a_tuning_run_on_a_leaked_split_stops_before_training(world):
@@ -118,7 +124,7 @@ def test_a_tuning_run_on_a_leaked_split_stops_before_training(world):
     write_table(read_table(P.benchmark(P.benchmark_names()[0])), P.validation_split())
     st = L.setting_of(load_method("grpo_g4"), cfg["rl"])
     with pytest.raises(ValueError, match="benchmark"):
-        L.tune_run(cfg, st, 5e-5, 0)
+        L.tune_run(cfg, st, 5e-5, 0, L.validation_table(cfg, st, 5e-5, 0), *_split_files(cfg))
     assert not L.run_paths(cfg, st, 5e-5, 0).metrics.exists()
 
 
@@ -327,19 +333,28 @@ def test_cli_tunes_selects_and_the_rl_run_trains_the_chosen_lr_and_steps(world, 
     conf.write_text(json.dumps(cfg))
     P = Paths(cfg)
     args = ["--config", str(conf)]
-    assert main(["make-validation", *args]) == 0
+    tasks = ["--pool", str(P.train_pool()), "--corpus", str(P.pretrain_corpus()),
+             "--benchmarks", *[str(P.benchmark(b)) for b in P.benchmark_names()]]
+    assert main(["make-validation", *args, *tasks, "--out", str(P.validation_split())]) == 0
     val = read_table(P.validation_split())
     assert 0 < len(val) <= 12 and not set(val["problem"]) & set(read_table(P.train_pool())["problem"])
     st = L.setting_of(load_method("grpo_g4"), cfg["rl"])
+    tables = []
     for lr, seed in itertools.product(("5e-05", "0.0002"), (0, 1)):
-        assert main(["lr-tune-run", *args, "--setting", st, "--lr", lr, "--seed", str(seed)]) == 0
+        tables.append(str(P.tuning(st, f"lr{lr}", f"seed{seed}", "validation.parquet")))
+        assert main(["lr-tune-run", *args, "--setting", st, "--lr", lr, "--seed", str(seed), *tasks,
+                     "--validation", str(P.validation_split()), "--out", tables[-1]]) == 0
     run = P.tuning(st, "lr0.0002", "seed1")
     assert len(read_table(run / "metrics.parquet")) == 2  # tuning runs live under tuning/, not rl/
     assert sorted(read_table(run / "validation.parquet")["steps"]) == [1, 2]  # checkpoints 0.5 and 1
     assert not P.run("grpo_g4", 0).metrics.exists()
-    assert main(["lr-tune-run", *args, "--setting", st, "--lr", "3e-4", "--seed", "0"]) == 2  # not in grid
-    assert main(["lr-tune-run", *args, "--setting", "grpo_p9_r9_s9", "--lr", "5e-05", "--seed", "0"]) == 2
-    assert main(["lr-tune-select", *args]) == 0
+    other = ["--validation", str(P.validation_split()), "--out", str(tmp_path / "x" / "validation.parquet")]
+    assert main(["lr-tune-run", *args, "--setting", st, "--lr", "3e-4", "--seed", "0", *tasks, *other]) == 2  # not in grid
+    assert main(["lr-tune-run", *args, "--setting", "grpo_p9_r9_s9", "--lr", "5e-05", "--seed", "0", *tasks,
+                 *other]) == 2
+    assert main(["lr-tune-select", *args, "--tables", *tables, "--validation", str(P.validation_split()),
+                 "--out-table", str(P.tuning("lr.parquet")), "--out-csv", str(P.tuning("lr.csv")),
+                 "--out-md", str(P.tuning("lr.md")), "--out-json", str(P.tuning("lr.json"))]) == 0
     table = read_table(P.tuning("lr.parquet"))
     assert len(table) == 4 and table["chosen"].sum() == 1 and (table["seeds"] == 2).all()
     assert read_manifest(P.tuning("lr.parquet"))["rule"] == "sparserl.engines.lr_tuning.validation_argmax"

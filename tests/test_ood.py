@@ -116,13 +116,16 @@ def test_harness_dry_run_names_each_runs_checkpoint(repo, paper, capsys, monkeyp
     from sparserl.cli import main
     monkeypatch.chdir(tmp_path)
     cfg = str(repo / "configs/paper.yaml")
+    # the checkpoint is the DAG's (rule ood_lm_eval's input): the command evaluates what it is given
     assert main(["ood-harness", "--config", cfg, "--tool", "lm_eval", "--policy", "basis_grid_grpo_g1_vanilla/seed0",
-                 "--dry-run"]) == 0
+                 "--checkpoint", "results/paper/rl/vanilla_g1/seed0/final",
+                 "--out", "results/paper/ood/harness/basis_grid_grpo_g1_vanilla/seed0/lm_eval.json", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    # BASIS's vanilla G=1 cell repeats vanilla_g1's spec: that run's final checkpoint is evaluated
     assert "pretrained=results/paper/rl/vanilla_g1/seed0/final," in out and out.startswith("lm_eval --model vllm")
+    assert f"{tmp_path}/results/paper/ood/harness/basis_grid_grpo_g1_vanilla/seed0/<scratch>/lm_eval" in out  # beside --out
     assert main(["ood-harness", "--config", cfg, "--tool", "evalplus", "--dataset", "mbpp", "--policy", "start",
-                 "--dry-run"]) == 0
+                 "--checkpoint", "models/Qwen/Qwen3-4B-Instruct-2507",
+                 "--out", "results/paper/ood/harness/start/evalplus_mbpp.json", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "--model models/Qwen/Qwen3-4B-Instruct-2507 --dataset mbpp --backend vllm" in out  # fetch_models' copy
     assert [p for p, _, _ in ood.policies(paper)] == ["start"] + [f"{m}/seed0" for m in ood.T2_METHODS]
@@ -203,26 +206,28 @@ def test_run_harness_copies_the_results_json_and_cleans_its_scratch(paper2, tmp_
     lm = lm_eval_results({"mmlu_pro": 0.6, "mgsm_en": 0.9, "mgsm_de": 0.8, "ifeval": 0.8})
     monkeypatch.setenv("FAKE_MODE", "ok")
     monkeypatch.setenv("FAKE_PAYLOAD", json.dumps(lm))
-    out = ood.run_harness(cfg, "grpo_g8/seed0", "lm_eval", "ckpt")
+    out = ood.run_harness(cfg, "grpo_g8/seed0", "lm_eval", "ckpt", OODPaths(cfg).harness("grpo_g8/seed0", "lm_eval"))
     assert out == OODPaths(cfg).harness("grpo_g8/seed0", "lm_eval")
     assert json.loads(out.read_text())["results"]["ifeval"]["prompt_level_strict_acc,none"] == 0.8
     assert sorted(p.name for p in out.parent.iterdir()) == ["lm_eval.json"]  # scratch removed
     monkeypatch.setenv("FAKE_PAYLOAD", json.dumps(evalplus_results([("pass", "pass")], 1.0, 1.0)))
-    out = ood.run_harness(cfg, "start", "evalplus", "ckpt", dataset="humaneval")
+    out = ood.run_harness(cfg, "start", "evalplus", "ckpt", OODPaths(cfg).harness("start", "evalplus", "humaneval"),
+                          dataset="humaneval")
     assert out.name == "evalplus_humaneval.json" and json.loads(out.read_text())["pass_at_k"]["plus"]["pass@1"] == 1.0
     monkeypatch.setenv("FAKE_MODE", "silent")  # exits 0, writes nothing
     with pytest.raises(FileNotFoundError, match="lm_eval wrote no results"):
-        ood.run_harness(cfg, "start", "lm_eval", "ckpt")
+        ood.run_harness(cfg, "start", "lm_eval", "ckpt", OODPaths(cfg).harness("start", "lm_eval"))
     monkeypatch.setenv("FAKE_MODE", "fail")
     with pytest.raises(RuntimeError, match="exited with 3"):
-        ood.run_harness(cfg, "start", "evalplus", "ckpt", dataset="mbpp")
+        ood.run_harness(cfg, "start", "evalplus", "ckpt", OODPaths(cfg).harness("start", "evalplus", "mbpp"),
+                        dataset="mbpp")
     assert not OODPaths(cfg).harness("start", "lm_eval").exists()
     monkeypatch.setenv("FAKE_MODE", "ok")  # a results file without the configured metric fails the job
     bad = lm_eval_results({"mmlu_pro": 0.6, "mgsm_en": 0.9, "mgsm_de": 0.8, "ifeval": 0.8})
     del bad["results"]["ifeval"]
     monkeypatch.setenv("FAKE_PAYLOAD", json.dumps(bad))
     with pytest.raises(ValueError, match="task 'ifeval'"):
-        ood.run_harness(cfg, "start", "lm_eval", "ckpt")
+        ood.run_harness(cfg, "start", "lm_eval", "ckpt", OODPaths(cfg).harness("start", "lm_eval"))
     assert not OODPaths(cfg).harness("start", "lm_eval").exists()
 
 
@@ -237,7 +242,8 @@ def test_harness_table_and_table2(paper2, tmp_path, monkeypatch):
                else evalplus_results([("pass", "pass"), ("pass", "fail")], 0.5, 1.0))
         O.harness(label, tool, ds).parent.mkdir(parents=True, exist_ok=True)
         O.harness(label, tool, ds).write_text(json.dumps(obj))
-    df = ood.harness_table(paper2)
+    files = [O.harness(label, tool, ds) for label, tool, ds in ood.harness_outputs(paper2)]
+    df = ood.harness_table(paper2, files, O.table())
     assert len(df) == 5 * 5 and set(df["benchmark"]) == {"MMLU-Pro", "MGSM", "IFEval", "HumanEval+", "MBPP+"}
     assert read_manifest(O.table())["rows"] == 25
     t2 = ood.t2_table(df, ood.T2_METHODS, "basis_grid_grpo_g1_basis").set_index("row")
@@ -248,7 +254,9 @@ def test_harness_table_and_table2(paper2, tmp_path, monkeypatch):
     assert "Δ vs start" not in t2.index
     O.harness("start", "evalplus", "mbpp").unlink()
     with pytest.raises(FileNotFoundError, match="evalplus_mbpp.json: missing"):
-        ood.harness_table(paper2)
+        ood.harness_table(paper2, files, O.table())
+    with pytest.raises(ValueError, match=r"start/evalplus_humaneval.json is not the lm_eval JSON of start"):
+        ood.harness_table(paper2, [files[1], files[0], *files[2:]], O.table())  # out of harness_outputs order
 
 
 def test_settings_refuse_methods_that_no_run_trains(paper):
@@ -329,12 +337,14 @@ def test_evaluate_ood_rolls_a_shared_checkpoint_out_once(tiny, world_tokenizer, 
     model.save_pretrained(ckpt)
     tok.save_pretrained(ckpt)
     tiny["ood"]["benchmarks"] = tiny["ood"]["benchmarks"][:2]
+    tasks = []
     for name, df in ood.build_ood_tasks(tiny, tok.backend_tokenizer, corpus).items():
-        write_table(df, OODPaths(tiny).task(name), cfg=tiny)
+        tasks.append(write_table(df, OODPaths(tiny).task(name), cfg=tiny))
     tiny["verifier"] = {"workers": 1, "timeout_s": 5.0}
     out = ood.evaluate_ood(tiny, [("start", "start", None, str(ckpt)),
                                   ("basis_grid_grpo_g1_vanilla/seed0", "basis_grid_grpo_g1_vanilla", 0, str(ckpt)),
-                                  ("vanilla_g1/seed0", "vanilla_g1", 0, str(ckpt))], threads=1)
+                                  ("vanilla_g1/seed0", "vanilla_g1", 0, str(ckpt))], tasks, OODPaths(tiny).table(),
+                           threads=1)
     assert len(out) == 3 * 2 and set(out["metric"]) == {"mean@2"} and (out["problems"] == 12).all()
     assert read_manifest(OODPaths(tiny).table())["checkpoints_rolled_out"] == 1
     by = out.pivot(index="policy", columns="benchmark", values="score")
@@ -345,7 +355,7 @@ def test_evaluate_ood_rolls_a_shared_checkpoint_out_once(tiny, world_tokenizer, 
     conf = json.loads((ckpt / "config.json").read_text())
     (ckpt / "config.json").write_text(json.dumps({**conf, "max_position_embeddings": 16}))
     with pytest.raises(ConfigError, match=r"ood.benchmarks 'products_3x1digit': prompts of up to \d+ tokens"):
-        ood.evaluate_ood(tiny, [("start", "start", None, str(ckpt))])
+        ood.evaluate_ood(tiny, [("start", "start", None, str(ckpt))], tasks, OODPaths(tiny).table())
 
 
 def test_figure_draws_table2_with_basis_deltas(repo, tmp_path, monkeypatch):
@@ -396,10 +406,14 @@ def test_paper_dag_runs_each_harness_on_each_checkpoint_on_one_gpu(repo, tmp_pat
         for want in ("gpu=1", "runtime=240", "cpus_per_task=16", "slurm_partition=gpu", "mem_mb=128000"):
             assert want in res, (want, res)
         assert "ood-harness --config " in b
+    # BASIS's vanilla G=1 cell repeats vanilla_g1's spec: that run's final checkpoint is evaluated
     vanilla = next(b for b in lm if "policy=basis_grid_grpo_g1_vanilla/seed0" in b)
     assert "results/paper/rl/vanilla_g1/seed0/final" in re.search(r"input: (.*)", vanilla).group(1)
+    assert ("--checkpoint results/paper/rl/vanilla_g1/seed0/final "
+            "--out results/paper/ood/harness/basis_grid_grpo_g1_vanilla/seed0/lm_eval.json") in vanilla
     start = next(b for b in lm if re.search(r"policy=start$", b, re.M))
     assert re.search(r"input: models/Qwen/Qwen3-4B-Instruct-2507$", start, re.M)  # the hub policy's local copy
+    assert "--checkpoint models/Qwen/Qwen3-4B-Instruct-2507 " in start
     (table,) = _blocks(log, "ood_table")
     assert "gpu=" not in re.search(r"resources: (.*)", table).group(1)
     assert "rule ood_eval:" not in log and "rule ood_tasks:" not in log
@@ -415,5 +429,11 @@ def test_tiny_dag_builds_the_ood_table_from_the_four_runs(repo, tmp_path):
         assert f"results/tiny/rl/{run}/seed0/final" in ins
     assert "results/tiny/policies/s" in ins and "ood/tasks/equations_1var.parquet" in ins
     assert "basis_grid_grpo_g1_vanilla" not in ins  # its run is vanilla_g1's
+    # the command gets the DAG's paths: each label's checkpoint (vanilla's is vanilla_g1's run) and the table
+    assert ("--policies start=results/tiny/policies/s grpo_g8/seed0=results/tiny/rl/grpo_g8/seed0/final "
+            "basis_grid_grpo_g1_vanilla/seed0=results/tiny/rl/vanilla_g1/seed0/final ") in ev
+    assert "--out results/tiny/ood/ood.parquet " in ev
     (tasks,) = _blocks(log, "ood_tasks")
     assert "results/tiny/tokenizer" in tasks and "ood-tasks --config" in tasks
+    assert "--tokenizer results/tiny/tokenizer --corpus results/tiny/tasks/pretrain_corpus.parquet" in tasks
+    assert "--out results/tiny/ood/tasks/" in tasks

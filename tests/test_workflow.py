@@ -89,6 +89,8 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     for b in starts:
         res = re.search(r"resources: (.*)", b).group(1)
         assert "gpu=1" in res and "slurm_partition=gpu" in res and "critique-start" in b
+        env = re.search(r"wildcards: env=(\S+)", b).group(1)
+        assert f"--out results/paper/critique/start_eval/{env}.json " in b  # the DAG's path, not the command's
     assert "rule critique_world:" not in log and "rule critique_pretrain:" not in log
     summ = next(b for b in log.split("\n\n") if re.search(r"^(?:local)?rule critique_summary:", b, re.M))
     assert "gpu=" not in re.search(r"resources: (.*)", summ).group(1)
