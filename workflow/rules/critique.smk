@@ -133,7 +133,7 @@ if CRITIQUE and rl_engine(CFG) == "local":
 
 
 # --------------------------------------------------------------------------------------------
-# Paper scale (rollout.backend vllm): Le Critique on OpenRLHF (sparserl.engines.openrlhf.envs).
+# Paper scale (rollout.backend vllm): Le Critique on OpenRLHF (sparserl.engines.openrlhf.critique).
 # The runs start from a hub policy (critique.policy_hub, or an experiment's own policy_hub): no
 # world, no pre-training. One GPU job per (experiment, method, seed) on resources.rl, one per env
 # for the start policy's held-out reward on resources.rollout; the tables as at tiny scale.
