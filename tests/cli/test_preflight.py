@@ -10,7 +10,7 @@ import pytest
 from sparserl.cli import preflight
 from sparserl.core.config import load_config
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ current config, the rebuild of figures and ranking from them alone, and verify's
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).parent))
-from head_to_head_tables import write_runs  # tests/head_to_head_tables.py
-from test_head_to_head import make_cfg
+from helpers.head_to_head_tables import make_cfg, write_runs
 
 from sparserl.core import published as pub
 from sparserl.core.artifacts import read_manifest, write_manifest, write_table

@@ -64,13 +64,6 @@ def test_atomic_torch_save_is_byte_deterministic(tmp_path):
 
 
 # durability, modes and named write failures ----------------------------------------
-@pytest.fixture()
-def umask022():
-    old = os.umask(0o022)
-    yield
-    os.umask(old)
-
-
 def _leftovers(root):
     """Temp files and hidden temp folders of the atomic writers under `root`."""
     return sorted(str(p) for p in root.rglob("*") if p.name.endswith(".tmp") or p.name.startswith("."))

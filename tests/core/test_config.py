@@ -6,7 +6,7 @@ import yaml
 from sparserl.core.config import ConfigError, load_config
 from sparserl.core.paths import Paths
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", ["tiny", "small", "paper", "smoke"])
@@ -223,7 +223,7 @@ def test_config_show_names_where_each_value_came_from(tmp_path, capsys):
     import pytest
     from sparserl.cli import main
     from sparserl.cli.config import origins
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     over = tmp_path / "over.yaml"
     over.write_text("rl:\n  lr: 0.002\n")
     cfg, rows = origins([str(repo / "configs/tiny.yaml"), str(over)], ["rl.steps=7"])

@@ -40,13 +40,6 @@ class FakeTokenizer:
         Path(d, "tokenizer.json").write_text("{}")
 
 
-@pytest.fixture
-def umask022():
-    old = os.umask(0o022)
-    yield
-    os.umask(old)
-
-
 def test_artifacts_and_checkpoints_respect_the_umask(tmp_path, umask022):
     write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.parquet")
     assert (tmp_path / "t.parquet").stat().st_mode & 0o777 == 0o644
@@ -130,7 +123,7 @@ def test_show_separates_a_7_character_dtype_from_its_statistics():
 
 
 def test_logging_has_one_format_and_library_code_has_no_prints():
-    src = Path(__file__).resolve().parents[1] / "src" / "sparserl"
+    src = Path(__file__).resolve().parents[2] / "src" / "sparserl"
     for sub in ("evaluation", "engines/report.py", "engines/local", "values", "models"):
         for f in ([src / sub] if sub.endswith(".py") else sorted((src / sub).rglob("*.py"))):
             assert not re.search(r"^\s*print\(|log=print", f.read_text(), re.M), f"bare print in {f}"

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import types
@@ -11,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from helpers.shared_data import BENCH_DIR
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.data import benchmarks as B
 from sparserl.data.benchmarks import (
@@ -19,18 +19,6 @@ from sparserl.data.benchmarks import (
 )
 from sparserl.data.download import HUB_SOURCES, download_datasets
 
-
-def _shared_benchmarks() -> Path:
-    """../shared/data/benchmarks beside the repo; SPARSERL_SHARED_DATA may name the data folder
-    (holding benchmarks/) or the benchmarks folder itself."""
-    base = os.environ.get("SPARSERL_SHARED_DATA")
-    if base:
-        p = Path(base)
-        return p if (p / "math500.jsonl").exists() else p / "benchmarks"
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "benchmarks"
-
-
-BENCH_DIR = _shared_benchmarks()
 needs_data = pytest.mark.skipif(
     not BENCH_DIR.is_dir(),
     reason=f"real benchmark files absent: {BENCH_DIR} (../shared/data/benchmarks absent; "

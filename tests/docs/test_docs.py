@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCANNED = ("src", "workflow", "configs", "docs", "perf", "Snakefile", "README.md")
 # "issue 28", "Issues 28 and 39", "issue #9"; not an upstream tracker's "snakemake#3913"
 ISSUE = re.compile(r"\bissues? #?\d+", re.I)

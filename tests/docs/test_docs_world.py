@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```.*?^```$", re.M | re.S)
 # the ways a run's reading is typed here: .354, +.075, -0.107, 36.4%, 28 min, 510 s, 3.3 hours;
 # not 0.3 (a config value), 95% (a level), 2.0 (a world's name) or 2603.10848 (an arXiv id)

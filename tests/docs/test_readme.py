@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 GENERATED = ("results/", "paper_figures/", "models/", "report.png", "CLAIMS.", "RESULTS.",
              "docs/results_")  # made by the DAG (docs/results_<scale>.md: `sparserl reading --copy-to`)

@@ -195,7 +195,7 @@ def test_the_weak_fallback_still_blocks_the_plain_attacks(tmp_path):
 # program returns 1 only if it got out (CodeIO's target output below), and raises otherwise; the
 # host paths are checked afterwards.
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Switch the hook off: its `busy` flag is a one-element list found through the gc. The probe then
 # makes sure it is off (ctypes calls are blocked by the hook alone), so what stops the attack after

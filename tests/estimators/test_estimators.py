@@ -44,7 +44,7 @@ def test_register_custom_and_duplicate():
 
 # --------------------------------------------------------------------------- discovery
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _python(code: str, *path: str) -> subprocess.CompletedProcess:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from head_to_head_tables import write_runs
+from helpers.head_to_head_tables import write_runs
 from sparserl.core.artifacts import write_table
 from sparserl.core.paths import Paths
 from sparserl.engines.report import critic_switch, greedy_wrong_split, on_split, switch_note, switch_twin

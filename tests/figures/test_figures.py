@@ -14,14 +14,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from head_to_head_tables import write_head_to_head_tables  # tests/head_to_head_tables.py
+from helpers.head_to_head_tables import write_head_to_head_tables
 from sparserl.core.artifacts import write_table
 from sparserl.core.paths import Paths
 from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, make_figure, registered
 from sparserl.figures import basis_checkpoints
 from sparserl.figures.registry import footer, pyplot
 from sparserl.figures.style import method_color
-from figure_checks import assert_error_bars_stated  # tests/figure_checks.py
+from helpers.figure_checks import assert_error_bars_stated
 
 # every study figure before the registry (id -> the table it draws, in the same paper's dir)
 STUDY_FIGURES = {
@@ -180,7 +180,7 @@ def test_scale_captions_state_the_configs_settings():
     from sparserl.core.config import load_config
     from sparserl.figures import v05
     from sparserl.figures.registry import registered
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     t, sm = (load_config([str(root / "configs" / f"{n}.yaml")]) for n in ("tiny", "small"))
     f6 = next(f for f in registered() if f.id == "basis/f6_training_curves").caption
     for text in (" ".join(v05.DIFFERS.split()), " ".join(f6.split())):

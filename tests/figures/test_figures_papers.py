@@ -124,7 +124,7 @@ def test_every_figure_draws_png_pdf_and_the_csv_of_its_numbers(cfg, tmp_path):
         num = expected.select_dtypes("number").columns
         np.testing.assert_allclose(csv[num].to_numpy(float), expected[num].to_numpy(float), rtol=1e-9, err_msg=fig_id)
     # every figure that draws error bars or bands says what they are (the footer prints `bars`)
-    from figure_checks import assert_error_bars_stated  # tests/figure_checks.py
+    from helpers.figure_checks import assert_error_bars_stated
     drew = {fig_id for fig_id in IDS if assert_error_bars_stated(get_figure(fig_id), cfg)}
     assert {"v05/f1_accuracy_curves", "v05/f3_grad_norm", "basis/f6_training_curves"} <= drew
 

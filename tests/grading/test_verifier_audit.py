@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from test_benchmarks_data import BENCH_DIR  # the shared-data lookup, in one place
+
+from helpers.shared_data import BENCH_DIR
 
 pytest.importorskip("math_verify", reason="math-verify not installed (pip install math-verify)")
 

@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from sparserl.core.artifacts import write_table
 from sparserl.core.config import start_seed
@@ -101,3 +102,40 @@ def write_head_to_head_tables(cfg: dict, n_boot: int = 200, **kw) -> dict:
     write_runs(cfg, **kw)
     out = {**write_head_to_head(cfg, n_boot=n_boot), **write_aggregates(cfg, reps=min(n_boot, 100))}
     return {name: read_table(path) for name, path in out.items()}
+
+
+# GRPO and V0.5 at k = 4, 8 (the matched figure), RLOO, and an alias: basis_grid_grpo_g1_vanilla
+# is vanilla_g1's spec, so it reports vanilla_g1's run
+METHODS = ["grpo_g4", "v05_k4", "grpo_g8", "v05_k8", "rloo_g8", "vanilla_g1", "basis_grid_grpo_g1_vanilla"]
+
+
+def make_cfg(repo, methods=METHODS, seeds=(0,)):
+    c = yaml.safe_load((repo / "configs/smoke.yaml").read_text())
+    rl = yaml.safe_load((repo / "configs/tiny.yaml").read_text())["rl"]
+    c["rl"] = {**rl, "methods": list(methods), "seeds": list(seeds), "steps": 4, "rollouts_per_step": 64}
+    return c
+
+
+def two_start_trees(repo, tmp_path, monkeypatch, seeds=(0,)):
+    """Two synthetic trees as configs/overlays/start1.yaml and pool_start1.yaml make them: the
+    first (start 0) ran grpo_g8, v05_k4 and rloo_g8, the second (start 1, results_start1) the first
+    two. Start 1's policy is 0.2 better on every problem and so are its runs; each run is its start
+    + 0.1 + a lift of (method, seed). Returns the first config, the pooled one and the lifts."""
+    from sparserl.core.artifacts import read_table
+    monkeypatch.chdir(tmp_path)
+    first = make_cfg(repo, ["grpo_g8", "v05_k4", "rloo_g8"], seeds=seeds)
+    overlay = tmp_path / "start1.yaml"
+    overlay.write_text(yaml.safe_dump({"results_dir": "results_start1", "pretrain": {"start_seed": 1},
+                                       "rl": {"methods": ["grpo_g8", "v05_k4"]}}))
+    second = {**first, "results_dir": "results_start1", "pretrain": {**first["pretrain"], "start_seed": 1},
+              "rl": {**first["rl"], "methods": ["grpo_g8", "v05_k4"]}}
+    lifts = {"grpo_g8": (0.02, 0.03), "v05_k4": (0.05, 0.06), "rloo_g8": (0.0, 0.01)}
+    for c, shift in ((first, 0.0), (second, 0.2)):
+        probs = write_runs(c, scores=lambda m, s, p0, shift=shift: p0 * 0.5 + 0.2 + shift + 0.1 + lifts[m][s])
+        start = probs[["benchmark", "id"]].assign(p=probs["p0"] * 0.5 + 0.2 + shift, start=c["pretrain"].get("start_seed", 0))
+        write_table(start.assign(**{"pass": 1.0}), Paths(c).stage("eval", "s", "eval_per_problem.parquet"), cfg=c)
+        # its eval.parquet agrees (the aggregates read each start's accuracy per benchmark there)
+        ev = read_table(Paths(c).eval_table("s"))
+        write_table(ev.assign(accuracy=ev["benchmark"].map(start.groupby("benchmark")["p"].mean())),
+                    Paths(c).eval_table("s"), cfg=c)
+    return first, {**first, "head_to_head": {"pool": [str(overlay)]}}, lifts

@@ -12,7 +12,7 @@ from sparserl.core.config import ConfigError
 from sparserl.core.paths import Paths
 from sparserl.methods.osla_sampler import run_osla
 from sparserl.methods.spec import MethodSpec, load_method, prompts_per_step, run_owners
-from rl_worlds import rl_world  # tests/rl_worlds.py
+from helpers.rl_worlds import rl_world
 
 LOSS = "loss: {type: ppo_clip, clip_low: 0.2, clip_high: 0.2, agg: seq_mean_token_mean}\n"
 ORACLE = "prior: {kind: oracle, pseudo_count: 0.5}\n"

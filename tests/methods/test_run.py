@@ -12,7 +12,7 @@ from sparserl.core.paths import Paths
 from sparserl.methods import spec as spec_mod
 from sparserl.methods.run import resolve_run
 from sparserl.methods.spec import load_method, run_settings
-from rl_worlds import rl_world  # tests/rl_worlds.py
+from helpers.rl_worlds import rl_world
 
 
 @pytest.fixture

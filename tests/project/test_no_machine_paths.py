@@ -11,7 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCANNED = ("src", "tests", "workflow", "configs", "perf", "Snakefile")
 
 # Built from pieces so this file does not match itself.

@@ -19,7 +19,7 @@ from sparserl.core.config import read_yaml
 from sparserl.rollout import SamplingParams
 from sparserl.rollout.vllm_backend import batch_from_outputs, llm_kwargs, prompt_seed, sampling_kwargs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_llm_kwargs():

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from head_to_head_tables import problems, write_runs
+from helpers.head_to_head_tables import problems, write_runs
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
 from sparserl.figures import get_figure, list_figures, make_figure
@@ -235,8 +235,8 @@ def test_pooled_start_policies_make_start_seed_pairs_the_runs(repo, tmp_path, mo
     across starts (v05_k4 beats grpo_g8 within a start, not across: 3 of 4 pairs), each gain is
     over its own start policy, and the tables say how many starts and seeds. Fails on code that
     reads the first tree alone (1 run, P = 1)."""
-    from test_head_to_head import _two_start_trees
-    first, pooled, lifts = _two_start_trees(repo, tmp_path, monkeypatch)
+    from helpers.head_to_head_tables import two_start_trees
+    first, pooled, lifts = two_start_trees(repo, tmp_path, monkeypatch)
     alone, t = agg.aggregates(first, reps=200), agg.aggregates(pooled, reps=200)
     assert "starts" not in alone["iqm"] and (alone["iqm"]["runs"] == 1).all()  # one start: as before
     iqm = t["iqm"]

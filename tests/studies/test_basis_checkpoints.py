@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from test_studies import cache_frame  # tests/test_studies.py: the study's synthetic caches
+from helpers.reference_caches import cache_frame
 
 from sparserl.core.artifacts import read_manifest, read_table, write_table
 from sparserl.core.config import load_config

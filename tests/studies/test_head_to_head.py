@@ -10,23 +10,13 @@ import pytest
 import scipy.stats
 import yaml
 
-from head_to_head_tables import problems, write_head_to_head_tables, write_runs
+from helpers.head_to_head_tables import (
+    METHODS, make_cfg, problems, two_start_trees, write_head_to_head_tables, write_runs,
+)
 from sparserl.core.paths import Paths
 from sparserl.figures import FigureError, get_figure, list_figures, make_figure
 from sparserl.figures.registry import pyplot
 from sparserl.studies import head_to_head as h2h
-
-# GRPO and V0.5 at k = 4, 8 (the matched figure), RLOO, and an alias: basis_grid_grpo_g1_vanilla
-# is vanilla_g1's spec, so it reports vanilla_g1's run
-METHODS = ["grpo_g4", "v05_k4", "grpo_g8", "v05_k8", "rloo_g8", "vanilla_g1", "basis_grid_grpo_g1_vanilla"]
-
-
-def make_cfg(repo, methods=METHODS, seeds=(0,)):
-    c = yaml.safe_load((repo / "configs/smoke.yaml").read_text())
-    rl = yaml.safe_load((repo / "configs/tiny.yaml").read_text())["rl"]
-    c["rl"] = {**rl, "methods": list(methods), "seeds": list(seeds), "steps": 4, "rollouts_per_step": 64}
-    return c
-
 
 @pytest.fixture
 def cfg(repo, tmp_path, monkeypatch):
@@ -238,37 +228,12 @@ def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo
         h2h.head_to_head(cfg, n_boot=50)
 
 
-def _two_start_trees(repo, tmp_path, monkeypatch, seeds=(0,)):
-    """Two synthetic trees as configs/overlays/start1.yaml and pool_start1.yaml make them: the
-    first (start 0) ran grpo_g8, v05_k4 and rloo_g8, the second (start 1, results_start1) the first
-    two. Start 1's policy is 0.2 better on every problem and so are its runs; each run is its start
-    + 0.1 + a lift of (method, seed). Returns the first config, the pooled one and the lifts."""
-    from sparserl.core.artifacts import read_table, write_table
-    monkeypatch.chdir(tmp_path)
-    first = make_cfg(repo, ["grpo_g8", "v05_k4", "rloo_g8"], seeds=seeds)
-    overlay = tmp_path / "start1.yaml"
-    overlay.write_text(yaml.safe_dump({"results_dir": "results_start1", "pretrain": {"start_seed": 1},
-                                       "rl": {"methods": ["grpo_g8", "v05_k4"]}}))
-    second = {**first, "results_dir": "results_start1", "pretrain": {**first["pretrain"], "start_seed": 1},
-              "rl": {**first["rl"], "methods": ["grpo_g8", "v05_k4"]}}
-    lifts = {"grpo_g8": (0.02, 0.03), "v05_k4": (0.05, 0.06), "rloo_g8": (0.0, 0.01)}
-    for c, shift in ((first, 0.0), (second, 0.2)):
-        probs = write_runs(c, scores=lambda m, s, p0, shift=shift: p0 * 0.5 + 0.2 + shift + 0.1 + lifts[m][s])
-        start = probs[["benchmark", "id"]].assign(p=probs["p0"] * 0.5 + 0.2 + shift, start=c["pretrain"].get("start_seed", 0))
-        write_table(start.assign(**{"pass": 1.0}), Paths(c).stage("eval", "s", "eval_per_problem.parquet"), cfg=c)
-        # its eval.parquet agrees (the aggregates read each start's accuracy per benchmark there)
-        ev = read_table(Paths(c).eval_table("s"))
-        write_table(ev.assign(accuracy=ev["benchmark"].map(start.groupby("benchmark")["p"].mean())),
-                    Paths(c).eval_table("s"), cfg=c)
-    return first, {**first, "head_to_head": {"pool": [str(overlay)]}}, lifts
-
-
 def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, tmp_path, monkeypatch):
     """head_to_head.pool adds another start's tree; the bootstrap resamples starts, then
     seeds, then problems, so a method's interval holds both starts' means (0.2 apart) and is wider
     than the first tree's alone; each start's gain is over its own start policy, so the gain's
     interval stays narrow. The ranking holds the methods both trees ran."""
-    first, pooled, lifts = _two_start_trees(repo, tmp_path, monkeypatch)
+    first, pooled, lifts = two_start_trees(repo, tmp_path, monkeypatch)
     alone_t = h2h.head_to_head(first, n_boot=600)
     alone = alone_t["ranking"].set_index("method")
     t = h2h.head_to_head(pooled, n_boot=600)
@@ -319,7 +284,7 @@ def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_comm
     from sparserl.cli import main
     from sparserl.core.artifacts import read_table, write_table
     from sparserl.methods.spec import method_run
-    first, pooled, _ = _two_start_trees(repo, tmp_path, monkeypatch)
+    first, pooled, _ = two_start_trees(repo, tmp_path, monkeypatch)
     second = {**first, "results_dir": "results_start1", "rl": {**first["rl"], "methods": ["grpo_g8", "v05_k4"]}}
     gone = method_run(second, "v05_k4", 0).eval_dir / "final_per_problem.parquet"
     saved = gone.read_bytes()
@@ -545,7 +510,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
     assert make_figure(f.id, cfg).exists()
 
 
-@pytest.mark.slow  # two dry runs of the tiny DAG
+@pytest.mark.e2e  # two dry runs of the tiny DAG
 def test_the_rule_declares_the_pooled_trees_files_and_stops_in_one_line_without_them(repo, tmp_path):
     """A dry run of the tiny head-to-head with head_to_head.pool: without the pooled tree
     one line names its first missing file and the command that builds it (the pool overlay left

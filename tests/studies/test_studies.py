@@ -10,21 +10,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from helpers.reference_caches import cache_frame
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.estimators import shrinkage_fusion
 from sparserl.studies import DEFAULTS, StudyData, load_study_data, settings
 from sparserl.studies import basis_value as bv
 from sparserl.studies import v05_stats as vs
-
-
-def cache_frame(ids, successes, n, rng):
-    rows = []
-    for pid, s in zip(ids, successes):
-        r = np.zeros(n, dtype=int)
-        r[:s] = 1
-        rng.shuffle(r)
-        rows.append(dict(prompt_id=pid, n=n, successes=int(s), phat=s / n, rewards=r.tolist()))
-    return pd.DataFrame(rows)
 
 
 def write_caches(ref_path, oracle_path, p, n_ref=64, n_oracle=256, seed=0, cfg=None):

@@ -3,7 +3,7 @@ import pandas as pd
 
 from sparserl.core.config import load_config
 from sparserl.tasks import format_prompt, format_target, procedural
-from split_checks import assert_split_guarantees  # tests/split_checks.py
+from helpers.split_checks import assert_split_guarantees
 
 
 def test_procedural_split_is_disjoint_and_deterministic(repo):

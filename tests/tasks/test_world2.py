@@ -9,7 +9,7 @@ import pytest
 
 from sparserl.core.config import ConfigError, load_config
 from sparserl.tasks import corpus_targets, format_prompt, procedural, worked
-from split_checks import assert_split_guarantees  # tests/split_checks.py
+from helpers.split_checks import assert_split_guarantees
 
 
 def _cfg(repo, **world):

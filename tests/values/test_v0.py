@@ -18,7 +18,7 @@ from sparserl.values.v0.heads import GPHead
 from sparserl.values.v0.loss import rank_loss, v0_loss
 from sparserl.values.v0.model import V0, load_v0, save_v0
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "v0_official_sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "data" / "v0_official_sample"
 SMALL = {"n_static": 12, "d_attn": 24, "d_residual": 16}
 
 
@@ -443,7 +443,7 @@ def test_tables_1_and_2_carry_the_reference_rows(tmp_path, monkeypatch):
         def encode(self, texts):
             h = torch.tensor([[float(hash(t) % 97), len(t), 1.0, 0.0] for t in texts])[:, None, :]
             return h, torch.ones(len(texts), 1, dtype=torch.bool)
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     cfg = load_config(repo / "configs/tiny.yaml", overrides={"results_dir": str(tmp_path / "results"),
                                                              "v0": {"train": {"epochs": 1, "context": 16}}})
     monkeypatch.setattr(experiments, "make_embedder", lambda s, policy_dir=None: Embedder())
@@ -468,7 +468,7 @@ def test_small_v0_overlay_harvests_thirty_checkpoint_contexts_per_policy():
     policy at small scale; tiny keeps its short harvest."""
     from sparserl.core.config import load_config
     from sparserl.engines.harvest import checkpoint_steps, harvest_settings
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     small = harvest_settings(load_config([repo / "configs/small.yaml", repo / "configs/overlays/small_v0.yaml"]))
     assert len(checkpoint_steps(small)) >= 30 and small["policies"] == ["s", "m", "l"]
     assert len(checkpoint_steps(harvest_settings(load_config(repo / "configs/tiny.yaml")))) < 30

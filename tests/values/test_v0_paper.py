@@ -15,7 +15,7 @@ from sparserl.core.artifacts import read_manifest, read_table, write_table
 from sparserl.core.config import ConfigError, load_config
 from sparserl.core.paths import Paths
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHAT = {"chat_template": True, "prompt_template": "{problem}\n\n{instruction}"}
 
 

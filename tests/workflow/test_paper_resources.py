@@ -321,7 +321,7 @@ def test_cluster_settings_that_must_agree_are_checked_at_load(repo, tmp_path, ch
 
 def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path):
     """sbatch and the jobstep srun of every GPU job, from snakemake-executor-plugin-slurm's own
-    functions (tests/slurm_submit.py): account, partition, GPUs, CPUs (one task, not one per GPU)
+    functions (tests/helpers/slurm_submit.py): account, partition, GPUs, CPUs (one task, not one per GPU)
     and time as configs/paper.yaml and the sizing ask them."""
     import yaml
     from sparserl.core.config import load_config
@@ -330,7 +330,7 @@ def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path)
     acct = tmp_path / "account.yaml"
     acct.write_text(yaml.safe_dump({"resources": {g: {"slurm_account": "proj_x"} for g in groups}}))
     out = tmp_path / "lines.jsonl"
-    run = subprocess.run([sys.executable, str(repo / "tests/slurm_submit.py"), str(out), "-s", str(repo / "Snakefile"),
+    run = subprocess.run([sys.executable, str(repo / "tests/helpers/slurm_submit.py"), str(out), "-s", str(repo / "Snakefile"),
                           "-d", str(tmp_path / "wd"), "--profile", "slurm", "-n", "all", "--configfile",
                           str(repo / "configs/paper.yaml"), str(acct)], cwd=repo, capture_output=True, text=True,
                          timeout=600)
@@ -373,7 +373,7 @@ def test_slurm_plugin_runs_the_small_stage_as_cpu_jobs_one_per_run(repo, tmp_pat
     cfg = load_config(files)
     assert not cfg.get("resources")
     out = tmp_path / "lines.jsonl"
-    run = subprocess.run([sys.executable, str(repo / "tests/slurm_submit.py"), "--all-jobs", str(out), "-s",
+    run = subprocess.run([sys.executable, str(repo / "tests/helpers/slurm_submit.py"), "--all-jobs", str(out), "-s",
                           str(repo / "Snakefile"), "-d", str(tmp_path / "wd"), "--profile", "slurm", "-n", "all",
                           "--configfile", *map(str, files)], cwd=repo, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -20,7 +20,7 @@ def _sized(block, rule):
     from sparserl.engines.sizing import estimate
     from pathlib import Path
     wc = dict(kv.split("=", 1) for kv in re.search(r"wildcards: (.*)", block).group(1).split(", "))
-    cfg = load_config(Path(__file__).resolve().parents[1] / "configs/paper.yaml")
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs/paper.yaml")
     return -(-estimate(cfg, rule, wc).ask_minutes // 60) * 60
 
 
@@ -140,7 +140,7 @@ def test_bad_config_stops_the_dag_naming_key_and_file(repo, tmp_path):
     assert "bad.yaml" in log and "key 'seed'" in log and "not of type 'integer'" in log
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_smoke_dag_end_to_end(repo, tmp_path):
     cfg = str(repo / "configs/smoke.yaml")
     out = snakemake(repo, tmp_path, "all", "--cores", "2", "--configfile", cfg, timeout=300)

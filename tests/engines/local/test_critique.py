@@ -352,7 +352,7 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     assert final.loc["lc_mean", "heldout_gain"] == pytest.approx(final.loc["lc_mean", "heldout_reward"] - 0.25)
     figs = [f for f in list_figures(cfg) if f.group == "le_critique"]
     assert len(figs) == 6
-    from figure_checks import assert_error_bars_stated  # tests/figure_checks.py
+    from helpers.figure_checks import assert_error_bars_stated
     for f in figs:
         out = make_figure(f.id, cfg)
         assert out.stat().st_size > 10_000 and f.caption
@@ -366,7 +366,7 @@ def test_critique_runs_log_heldout_reward_and_hyperparameters_to_tensorboard(tmp
     runs: the training scalars, the hyperparameters (method, the experiment's RL settings, env, K)
     and the held-out reward, its evaluation, at the last step; a kill and resume logs each step once."""
     pytest.importorskip("tensorboard")
-    from tb_events import hparams, metric_tags, read_events  # tests/tb_events.py
+    from helpers.tb_events import hparams, metric_tags, read_events
     from sparserl.engines.local.critique import KilledForTest, train
     from sparserl.envs.world import CritiquePaths
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_vf",))

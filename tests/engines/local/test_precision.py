@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rl_worlds import rl_world
+from helpers.rl_worlds import rl_world
 from sparserl.core.config import ConfigError
 from sparserl.engines.local.losses import token_logprobs
 from sparserl.engines.local.trainer import Trainer, set_precision

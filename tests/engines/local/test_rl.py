@@ -17,7 +17,7 @@ from sparserl.methods.run import resolve_run
 from sparserl.methods.sampling import Sampled
 from sparserl.rollout.base import RolloutBatch
 from sparserl.tasks import procedural
-from rl_worlds import rl_world  # tests/rl_worlds.py
+from helpers.rl_worlds import rl_world
 
 
 # losses --------------------------------------------------------------------------------------
@@ -379,14 +379,6 @@ def test_nan_weights_after_the_optimiser_step_stop_the_run(world):
 
 
 # file modes and checkpoint durability ---------------------------------------------
-@pytest.fixture()
-def umask022():
-    import os
-    old = os.umask(0o022)
-    yield
-    os.umask(old)
-
-
 def _wrong_modes(root: Path) -> list[str]:
     """Every file under `root` that is not 0644 and every folder that is not 0755."""
     import os
@@ -466,7 +458,7 @@ def test_rl_train_and_rl_eval_log_evaluation_accuracy_and_hyperparameters_to_ten
     pytest.importorskip("tensorboard")
     from sparserl.cli import main
     from sparserl.core.config import write_resolved
-    from tb_events import hparams, metric_tags, read_events  # tests/tb_events.py
+    from helpers.tb_events import hparams, metric_tags, read_events
     cfg = copy.deepcopy(world)
     cfg["evaluation"]["default"] = {"protocol": "mean_at_k", "k": 2, "temperature": 1.0, "top_p": 1.0}
     P = Paths(cfg)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 needs_stack = pytest.mark.skipif(
     any(__import__("importlib").util.find_spec(m) is None for m in ("vllm", "ray", "deepspeed", "openrlhf")),
@@ -194,7 +194,7 @@ LIVE_GAP = 1e-5
 
 
 @needs_stack
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_gloo_weight_sync_is_exact_to_one_step(tmp_path):
     """The sync OpenRLHF runs on this CPU (WorkerWrap.update_weight, shimmed), in float32 so that a
     live sync leaves only summation-order noise: vLLM must match the trainer after the sync, and the
@@ -289,7 +289,7 @@ FALL = 0.2       # negated: last-5 mean <= first-3 mean - FALL, and <= the as-wr
 
 
 @needs_stack
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_grpo_learns_through_openrlhf_on_cpu(tmp_path):
     """GRPO through the rl_cluster rule: OpenRLHF's train_ppo_ray with vLLM, DeepSpeed and our
     experience maker, reward and loss, at a sane learning rate on prompts the start policy half

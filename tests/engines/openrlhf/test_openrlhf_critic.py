@@ -21,9 +21,10 @@ import pytest
 
 from sparserl.estimators.tether import explained_variance
 
-import openrlhf_stubs
+from helpers import openrlhf_stubs
 
 openrlhf_stubs.skip_without_openrlhf()
+pytestmark = pytest.mark.usefixtures("orl")  # tests/engines/openrlhf/conftest.py
 
 import torch  # noqa: E402
 
@@ -34,26 +35,6 @@ from sparserl.values.critic_inputs import answer_context, critic_sequence, loo_g
 Z_BASE = 1000  # the fake tokenizer's ids for context text: disjoint from prompt/response ids (< 100)
 VOCAB = 1200
 MAX_NEW = 16
-
-
-@pytest.fixture(scope="module", autouse=True)
-def orl():
-    yield from openrlhf_stubs.imported({
-        "exp": "openrlhf.trainer.ppo_utils.experience",
-        "model": "openrlhf.models.model",
-        "ppo_trainer": "openrlhf.trainer.ppo_trainer",
-        "ppo_critic": "openrlhf.trainer.ray.ppo_critic",
-        "ppo_actor": "openrlhf.trainer.ray.ppo_actor",
-        "critic": "sparserl.engines.openrlhf.critic",
-        "plugin_exp": "sparserl.engines.openrlhf.experience",
-    })
-
-
-@pytest.fixture()
-def no_ray(monkeypatch):
-    import ray
-    monkeypatch.setattr(ray, "get", lambda x: x)
-    monkeypatch.setattr(ray, "put", lambda x: x)
 
 
 # --------------------------------------------------------------------------- tiny models

@@ -17,28 +17,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import openrlhf_stubs
+from helpers import openrlhf_stubs
 
 openrlhf_stubs.skip_without_openrlhf()
+pytestmark = pytest.mark.usefixtures("orl")  # tests/engines/openrlhf/conftest.py
 
 import torch  # noqa: E402
 
 EOT = "<|im_end|>"
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def orl():
-    yield from openrlhf_stubs.imported({
-        "agent": "openrlhf.utils.agent",
-        "vllm_engine": "openrlhf.trainer.ray.vllm_engine",
-        "ppo_trainer": "openrlhf.trainer.ppo_trainer",
-        "ppo_trainer_async": "openrlhf.trainer.ppo_trainer_async",
-        "ppo_actor": "openrlhf.trainer.ray.ppo_actor",
-        "ppo_critic": "openrlhf.trainer.ray.ppo_critic",
-        "train_ppo_ray": "openrlhf.cli.train_ppo_ray",
-        "envs": "sparserl.engines.openrlhf.envs",
-    })
+REPO = Path(__file__).resolve().parents[3]
 
 
 TINY_RG = [  # compact problems: fast, offline
@@ -429,9 +416,9 @@ def test_start_reward_plays_the_envs_like_the_runs(orl, tmp_path):
 
 
 def test_agent_gives_minif2f_the_compiler_feedback_as_the_next_turn(orl, tmp_path, monkeypatch):
-    """MiniF2F through the agent against test_minif2f's fake Lean REPL: the feedback turn holds
+    """MiniF2F through the agent against tests/helpers/fake_lean_repl.py: the feedback turn holds
     the Lean messages, not the theorem again; the env file's relative paths become absolute."""
-    from test_minif2f import FAKE, STATEMENT
+    from helpers.fake_lean_repl import FAKE, STATEMENT
     monkeypatch.chdir(tmp_path)
     (tmp_path / "fake_repl.py").write_text(FAKE)
     rows = [{"name": f"t{i}", "formal_statement": STATEMENT.replace("t1", f"t{i}"),

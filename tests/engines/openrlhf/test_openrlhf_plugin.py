@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import openrlhf_stubs
-from v0_toys import toy_v0  # tests/v0_toys.py
+from helpers import openrlhf_stubs
+from helpers.v0_toys import toy_v0
 
 openrlhf_stubs.skip_without_openrlhf()
+pytestmark = pytest.mark.usefixtures("orl")  # tests/engines/openrlhf/conftest.py
 
 import torch  # noqa: E402
 
@@ -30,27 +31,7 @@ from sparserl.methods.spec import MethodSpec  # noqa: E402
 def estimator_options(spec: dict) -> dict:
     return MethodSpec.from_dict({"group_size": 1, "loss": {"type": "ppo_clip"}, **spec}).estimator_options()
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def orl():
-    """OpenRLHF's modules, imported with the vllm/flash_attn placeholders (removed afterwards)."""
-    yield from openrlhf_stubs.imported({
-        "em": "openrlhf.trainer.ppo_utils.experience_maker",
-        "exp": "openrlhf.trainer.ppo_utils.experience",
-        "sg": "openrlhf.trainer.ppo_utils.samples_generator",
-        "loss": "openrlhf.models.loss",
-        "ppo_trainer": "openrlhf.trainer.ppo_trainer",
-        "ppo_trainer_async": "openrlhf.trainer.ppo_trainer_async",
-        "ppo_actor": "openrlhf.trainer.ray.ppo_actor",
-        "train_ppo_ray": "openrlhf.cli.train_ppo_ray",
-        "plugin_exp": "sparserl.engines.openrlhf.experience",
-        "plugin_samples": "sparserl.engines.openrlhf.samples",
-        "plugin_losses": "sparserl.engines.openrlhf.losses",
-        "launcher": "sparserl.engines.openrlhf.launcher",
-        "patches": "sparserl.engines.openrlhf.patches",
-    })
+REPO = Path(__file__).resolve().parents[3]
 
 
 # --------------------------------------------------------------------------- helpers
@@ -909,7 +890,7 @@ def test_setup_hook_reaches_real_ray_workers(orl):
     if ray.is_initialized():
         pytest.skip("Ray already initialised by another test")
     src = str(REPO / "src")
-    path = os.pathsep.join([str(Path(__file__).parent), src, os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(Path(__file__).parents[2]), src, os.environ.get("PYTHONPATH", "")])  # tests/: helpers
     launcher.init_ray(extra_env={"PYTHONPATH": path}, num_cpus=1, include_dashboard=False,
                       log_to_driver=False)
     try:
@@ -918,7 +899,7 @@ def test_setup_hook_reaches_real_ray_workers(orl):
             import importlib
             import sys
 
-            import openrlhf_stubs
+            from helpers import openrlhf_stubs
             hooked = any(type(f).__name__ == "_PostImportPatcher" for f in sys.meta_path)
             fresh = "openrlhf.trainer.ppo_trainer" not in sys.modules
             openrlhf_stubs.install()

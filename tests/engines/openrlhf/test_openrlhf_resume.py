@@ -12,20 +12,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import openrlhf_stubs
+from helpers import openrlhf_stubs
 
 openrlhf_stubs.skip_without_openrlhf()
+pytestmark = pytest.mark.usefixtures("orl", "no_ray")  # tests/engines/openrlhf/conftest.py
 
 import torch  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def orl():
-    yield from openrlhf_stubs.imported({
-        "exp": "openrlhf.trainer.ppo_utils.experience",
-        "plugin_exp": "sparserl.engines.openrlhf.experience",
-        "launcher": "sparserl.engines.openrlhf.launcher",
-    })
 
 
 class _ActorGroup:
@@ -82,12 +74,6 @@ def _step_batch(orl, seed: int, uids=None, phat=None):
 def _harvest(run_dir: Path):
     from sparserl.engines.openrlhf.metrics import harvested_rollouts
     return harvested_rollouts(run_dir / "openrlhf")
-
-
-@pytest.fixture(autouse=True)
-def _ray_get(monkeypatch):
-    import ray
-    monkeypatch.setattr(ray, "get", lambda refs: refs)  # the stand-in group returns values, not refs
 
 
 def test_resumed_run_harvests_what_an_uninterrupted_run_does(orl, tmp_path):

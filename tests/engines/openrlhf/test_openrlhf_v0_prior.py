@@ -9,7 +9,7 @@ import pytest
 
 from sparserl.engines.openrlhf import v0_server
 
-from v0_toys import toy_v0  # tests/v0_toys.py
+from helpers.v0_toys import toy_v0
 
 
 def test_each_v0_query_is_logged_with_its_context_and_p(tmp_path, capsys):

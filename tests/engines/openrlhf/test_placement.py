@@ -17,9 +17,9 @@ import pytest
 from sparserl.core.config import ConfigError, load_config, v0_actor_settings
 from sparserl.engines.openrlhf import placement, v0_server
 
-from v0_toys import toy_v0  # tests/v0_toys.py
+from helpers.v0_toys import toy_v0
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _paper_cfg(tmp_path, nodes: int, **over):
