@@ -56,6 +56,7 @@ def test_an_unwritable_results_folder_is_named(tmp_path):
     assert preflight._writable(tmp_path) == []
 
 
+@pytest.mark.e2e  # Snakemake run
 def test_the_dag_stops_in_seconds_without_bubblewrap(tmp_path):
     """The real DAG, with bwrap off the PATH: it stops before its first job, in one line."""
     nobw = tmp_path / "bin"

@@ -48,6 +48,7 @@ def _cli(*argv) -> int:
     return main(list(argv))
 
 
+@pytest.mark.e2e  # ~40 s
 def test_pack_status_rebuild_round_trip_without_checkpoints(repo, tmp_path, monkeypatch, capsys):
     cfg, path, sweep = _sweep(repo, tmp_path, monkeypatch)
     out = tmp_path / "published"
@@ -96,6 +97,7 @@ def test_pack_status_rebuild_round_trip_without_checkpoints(repo, tmp_path, monk
     assert csv and read_manifest(rebuilt / "results/smoke/head_to_head/ranking.parquet")
 
 
+@pytest.mark.e2e  # ~5 s
 def test_status_calls_tables_of_another_config_stale_by_section(repo, tmp_path, monkeypatch, capsys):
     from sparserl.cli.published import Setup, stale_lines, status
     from sparserl.core.config import load_config
@@ -132,6 +134,7 @@ def test_compare_tables_names_each_differing_column_and_its_largest_difference()
     assert pub.unexpected(pub.compare_tables(a, a.assign(acc=[0.5, 0.25, 1.0])))  # NaN against a number
 
 
+@pytest.mark.e2e  # ~5 s
 def test_verify_comparison_says_equal_differs_or_another_machine(repo, tmp_path, monkeypatch):
     from sparserl.cli.published import Setup, compare_run
     from sparserl.core.config import load_config

@@ -325,6 +325,7 @@ def test_a_run_that_fails_keeps_its_own_error_over_the_event_files(tmp_path, cap
     assert "Exception in thread" not in err and "Traceback" not in err, err
 
 
+@pytest.mark.e2e  # a child in its own mount namespace
 @pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -m` (root or user namespaces)")
 def test_a_run_log_folder_that_turns_read_only_mid_run_is_named_with_the_fix(tmp_path):
     """A real read-only filesystem: the folder is bind-mounted read-only on itself mid-run, in a

@@ -79,6 +79,7 @@ def test_config_checker_names_file_and_line(tmp_path, repo):
     assert ok.returncode == 0 and "valid" in ok.stdout
 
 
+@pytest.mark.e2e  # Snakemake dry run
 def test_snakemake_configfile_with_a_syntax_error_names_file_and_line(repo, tmp_path):
     """Snakemake parses --configfile before any Snakefile code; our logger plugin (imported while
     Snakemake builds its command line) makes that parse name the file, line and column."""
@@ -101,6 +102,7 @@ def test_sparserl_logger_plugin_is_a_valid_snakemake_plugin():
     assert "sparserl" in LoggerPluginRegistry().plugins
 
 
+@pytest.mark.e2e  # Snakemake dry run
 def test_snakemake_configfile_with_a_duplicate_key_names_file_and_line(repo, tmp_path):
     bad = tmp_path / "dup.yaml"
     bad.write_text((repo / "configs/smoke.yaml").read_text() + "seed: 1\n")
@@ -110,6 +112,7 @@ def test_snakemake_configfile_with_a_duplicate_key_names_file_and_line(repo, tmp
     assert f"{bad}, line" in log and "duplicate key 'seed'" in log
 
 
+@pytest.mark.e2e  # Snakemake dry run
 def test_snakemake_default_config_with_a_syntax_error_names_file_and_line(repo, tmp_path):
     """The `configfile:` directive (no --configfile): our parse runs first and names the line."""
     wf = tmp_path / "wf"
@@ -124,6 +127,7 @@ def test_snakemake_default_config_with_a_syntax_error_names_file_and_line(repo, 
     assert "tiny.yaml, line 4, column 5: not valid YAML" in log, log[-2000:]
 
 
+@pytest.mark.e2e  # Snakemake dry run
 def test_snakemake_rejects_a_step_smaller_than_a_group(repo, tmp_path):
     cfg = tmp_path / "cfg.yaml"
     text = (repo / "configs/tiny.yaml").read_text()
@@ -403,6 +407,7 @@ def test_gold_with_a_null_item_or_nan_is_named(tmp_path, answer, match):
 # --------------------------------------------------------------------------- config files Snakemake reads
 
 
+@pytest.mark.e2e  # Snakemake dry run
 def test_snakemake_configfile_that_is_not_utf8_names_file_and_offset(repo, tmp_path):
     bad = tmp_path / "latin1.yaml"
     bad.write_bytes(b"seed: 0\nscale: caf\xe9\n")
@@ -502,6 +507,7 @@ def test_a_damaged_policy_checkpoint_names_the_file_and_how_to_rebuild_it(policy
                         rf"\(rule pretrain_policy\): `rm -r {ckpt} && snakemake --cores 2 {ckpt}`", msg), msg
 
 
+@pytest.mark.e2e  # a job in a fresh process
 def test_a_truncated_policy_stops_a_job_in_one_line(repo, policy_dirs, tmp_path):
     """Through the command line: exit 1, one line with the file and the fix, no traceback."""
     cfg = str(repo / "configs/smoke.yaml")

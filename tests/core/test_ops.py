@@ -167,6 +167,7 @@ def test_rollout_progress_counts_rows_and_changes_no_sample(tiny_lm, monkeypatch
     assert any("10/10 rollouts" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.e2e  # a fresh process with DeepSpeed installed
 def test_save_hf_does_not_import_deepspeed(repo, tmp_path):
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("deepspeed is not installed here: nothing could import it")
@@ -252,6 +253,7 @@ def test_summary_says_why_rollout_totals_differ(tmp_path):
     assert {"rollouts_generated", "rollouts_trained", "rollouts_note"} <= set(runs.columns)
 
 
+@pytest.mark.e2e  # a benchmark run, ~7 s
 def test_rollout_throughput_quick_mode_reports_progress(repo):
     env = {**os.environ, "PYTHONPATH": str(repo / "src"), "SPARSERL_PROGRESS": "0"}
     out = subprocess.run([sys.executable, str(repo / "perf/rollout_throughput.py"), "--quick",
@@ -265,6 +267,7 @@ def test_rollout_throughput_quick_mode_reports_progress(repo):
     assert re.search(r"\[4/4\] cpu-engine: 1 x 64 rows", out.stderr)  # progress, one line a variant
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_methods_with_one_spec_share_one_run(tmp_path, repo):
     """vanilla_g1 and basis_grid_grpo_g1_vanilla are one config: the DAG trains it once and both
     names report that run (no duplicate grid entry)."""

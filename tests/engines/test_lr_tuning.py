@@ -241,7 +241,7 @@ def test_tiny_is_untuned_and_small_chooses_on_disjoint_seeds(repo):
 # the trainer's lr and steps ------------------------------------------------------------------
 @pytest.fixture()
 def world(tmp_path, tiny_lm, repo):
-    """tests/test_rl.py's toy world, with the corpus and benchmarks the validation split excludes."""
+    """tests/engines/local/test_rl.py's toy world, with the corpus and benchmarks the validation split excludes."""
     from sparserl.models.policies import save_hf
     cfg = load_config(repo / "configs/smoke.yaml")
     cfg["results_dir"] = str(tmp_path / "results")
@@ -319,6 +319,7 @@ def test_a_tree_with_lr_tuning_from_trains_the_first_trees_choice_and_tunes_noth
 
 
 # the CLI end to end --------------------------------------------------------------------------
+@pytest.mark.e2e  # tuning runs, then an RL run
 def test_cli_tunes_selects_and_the_rl_run_trains_the_chosen_lr_and_steps(world, tmp_path):
     from sparserl.cli import main
     cfg = copy.deepcopy(world)

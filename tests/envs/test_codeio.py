@@ -76,6 +76,7 @@ def test_input_fraction_and_templates_are_knobs():
         CodeIOEnv({"source": "web"})
 
 
+@pytest.mark.e2e  # sandboxed grading, ~3 s
 def test_correct_answers_score_1_and_wrong_or_malformed_score_0(env):
     ps = env.problems("eval", 64)
     assert env.score(ps, [" " + p.answer for p in ps]).tolist() == [1.0] * 64
@@ -114,6 +115,7 @@ def test_any_feasible_input_is_accepted(env):
     assert checked >= 5
 
 
+@pytest.mark.e2e  # ~13 s each
 @pytest.mark.parametrize("noise", [0.0, 0.3])
 def test_demonstrations_have_the_asked_noise_rate(env, noise):
     rows = env.demonstrations(1500, noise, np.random.default_rng(0))
@@ -139,7 +141,7 @@ ATTACKS = {
     "write_outside": "def f(x):\n    open(PATH, 'w').write('x')\n    return 3\n",
     "env_secret": "import os\ndef f(x):\n    return 3 if os.environ.get('SPARSERL_TEST_SECRET') else -1\n",
     # switches the audit hook off (its busy flag, found through the gc), then forks and writes:
-    # the kernel layers of strong isolation hold (tests/test_sandbox.py has one test per attack)
+    # the kernel layers of strong isolation hold (tests/envs/test_sandbox.py has one test per attack)
     "hook_off": ("import gc, ctypes\ndef f(x):\n    for o in gc.get_objects():\n"
                  "        if type(o) is list and len(o) == 1 and o[0] is False:\n            o[0] = True\n"
                  "    libc = ctypes.CDLL(None)\n    pid = libc.fork()\n    if pid == 0:\n        libc._exit(0)\n"

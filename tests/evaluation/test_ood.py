@@ -383,6 +383,7 @@ def _blocks(log: str, rule: str) -> list[str]:
     return [b for b in log.split("\n\n") if re.search(rf"^(?:local)?rule {rule}:", b, re.M)]
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_paper_dag_runs_each_harness_on_each_checkpoint_on_one_gpu(repo, tmp_path):
     out = snakemake(repo, tmp_path, "--profile", "slurm", "-n", "results/paper/ood/ood.parquet")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -405,6 +406,7 @@ def test_paper_dag_runs_each_harness_on_each_checkpoint_on_one_gpu(repo, tmp_pat
     assert "rule ood_eval:" not in log and "rule ood_tasks:" not in log
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_tiny_dag_builds_the_ood_table_from_the_four_runs(repo, tmp_path):
     out = snakemake(repo, tmp_path, "--cores", "1", "-n", "-p", "results/tiny/ood/ood.parquet")
     assert out.returncode == 0, out.stderr[-3000:]

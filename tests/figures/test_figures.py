@@ -46,7 +46,7 @@ TINY_ONLY = ({"head_to_head/grpo_vs_v05_k", "basis/t2_ood", "basis/t1_policy_opt
               "basis/f6_training_curves", "basis/f8_beta_t"}
              | {f"v05/{n}" for n in ("f1_accuracy_curves", "f3_grad_norm", "f4_entropy", "f5_fixed_k")}
              | set(basis_checkpoints.FIGURES))
-WORLD2_ONLY = {"world/start_policy"}  # world 2.0 only (tasks.world: tiny's, not smoke's; tests/test_world2.py)
+WORLD2_ONLY = {"world/start_policy"}  # world 2.0 only (tasks.world: tiny's, not smoke's; tests/tasks/test_world2.py)
 
 
 @pytest.fixture
@@ -208,6 +208,7 @@ def test_figures_follow_the_config(cfg):
         make_figure("head_to_head/learning_curves", no_rl)
 
 
+@pytest.mark.e2e  # every figure, ~12 s
 def test_every_registered_figure_draws_from_cached_tables(cfg, tmp_path):
     write_all_tables(cfg)
     for f in list_figures(cfg):
@@ -249,6 +250,7 @@ def test_learning_curves_average_seeds_and_band_their_spread(cfg):
     assert make_figure("head_to_head/learning_curves", cfg).exists()
 
 
+@pytest.mark.e2e  # the study, then its figures
 def test_learning_curves_are_smoothed_and_faceted_by_family(cfg):
     """30 methods of four families: one panel each, grpo_g8 dashed grey in the others; 60 steps
     smoothed by a centred rolling mean of 5 (each seed, then their mean and min-max)."""
@@ -313,6 +315,7 @@ def test_every_method_has_its_own_clearly_distinct_colour(monkeypatch):
         style.method_color.cache_clear()
 
 
+@pytest.mark.e2e  # every figure
 def test_every_figure_that_draws_error_bars_says_what_they_are(cfg):
     write_all_tables(cfg)
     drew = {f.id for f in list_figures(cfg) if assert_error_bars_stated(f, cfg)}
@@ -422,6 +425,7 @@ def test_cli_draws_and_lists(cfg, tmp_path, capsys):
         assert fig_id in listed
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     """The default (tiny) config has RL runs, the studies and V0: every figure gets its own rule."""
     cmd = [sys.executable, "-m", "snakemake", "figures", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n"]
@@ -470,6 +474,7 @@ def test_budget_figure_needs_its_runs_and_draws_seed_means(cfg, tmp_path):
 
 
 
+@pytest.mark.e2e  # fresh processes, ~5 s
 def test_the_cached_theme_draws_what_seaborn_draws_without_importing_it(tmp_path):
     """apply_style reads seaborn's theme from the user's cache after the first figure job: every
     rcParam, colour code ("k" is seaborn's near-black) and the PNG of a figure drawn with the

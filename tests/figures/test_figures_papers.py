@@ -110,6 +110,7 @@ def _line(ax, label):
     return next(ln for ln in ax.lines if ln.get_label() == label)
 
 
+@pytest.mark.e2e  # every figure, ~7 s
 def test_every_figure_draws_png_pdf_and_the_csv_of_its_numbers(cfg, tmp_path):
     write_tables(cfg)
     assert [f.id for f in list_figures(cfg) if f.id in IDS] == IDS
@@ -129,6 +130,7 @@ def test_every_figure_draws_png_pdf_and_the_csv_of_its_numbers(cfg, tmp_path):
     assert {"v05/f1_accuracy_curves", "v05/f3_grad_norm", "basis/f6_training_curves"} <= drew
 
 
+@pytest.mark.e2e  # synthetic runs, then the figure
 def test_f1_points_are_start_checkpoints_and_final_seed_mean_and_band(cfg):
     write_tables(cfg)
     benches = Paths(cfg).benchmark_names()
@@ -195,6 +197,7 @@ def test_grad_norm_and_entropy_are_smoothed_seed_means(cfg):
     np.testing.assert_allclose(smooth(pd.Series([0.0, 3.0, 0.0, 3.0]), 3), [1.5, 1.0, 2.0, 1.5])
 
 
+@pytest.mark.e2e  # synthetic runs, then the figure
 def test_f6_reads_the_owner_run_and_basis_ends_at_its_own_steps(cfg):
     write_tables(cfg)
     f, data = _data("basis/f6_training_curves", cfg)
@@ -218,6 +221,7 @@ def test_f6_reads_the_owner_run_and_basis_ends_at_its_own_steps(cfg):
     pyplot().close(fig)
 
 
+@pytest.mark.e2e  # synthetic runs, then the figure
 def test_f8_draws_beta_infinity_on_its_own_row(cfg):
     write_tables(cfg)
     f, data = _data("basis/f8_beta_t", cfg)
@@ -237,6 +241,7 @@ def test_f8_draws_beta_infinity_on_its_own_row(cfg):
     pyplot().close(fig)
 
 
+@pytest.mark.e2e  # synthetic runs, then the table
 def test_table1_rows_deltas_and_time_reduction(cfg):
     runs = write_tables(cfg)
     f, data = _data("basis/t1_policy_optimization", cfg)

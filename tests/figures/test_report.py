@@ -73,6 +73,7 @@ def render_caption(rst: str) -> str:
     return publish_parts(text, writer="html", settings_overrides={"halt_level": 2, "report_level": 5})["body"]
 
 
+@pytest.mark.e2e  # every figure, ~8 s
 def test_every_registered_figure_has_a_caption_and_three_files(repo):
     figs = registered()
     assert figs and len({f.id for f in figs}) == len(figs)
@@ -123,6 +124,7 @@ def test_caption_files_are_written_only_when_changed(repo, tmp_path, monkeypatch
     assert "config smoke.yaml+other.yaml," in plain(render_caption(paths[figs[0].id].read_text()))
 
 
+@pytest.mark.e2e  # DAG rule listings
 def test_every_registered_figure_has_a_generated_rule(repo, tmp_path):
     """The configs of configs/ together draw every registered figure, and each config's parsed
     workflow has exactly one figure rule per figure of that config."""
@@ -135,6 +137,7 @@ def test_every_registered_figure_has_a_generated_rule(repo, tmp_path):
         assert rules == {f.rule for f in list_figures(cfg)}, (files, rules ^ {f.rule for f in list_figures(cfg)})
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_smoke_dag_has_a_job_per_figure_writing_png_pdf_and_csv(repo, tmp_path):
     smoke = str(repo / "configs/smoke.yaml")
     cfg = load_config([smoke])
@@ -186,6 +189,7 @@ def html_entry(results: dict, path: Path, root: Path) -> str:
     return plain(entry["caption"])
 
 
+@pytest.mark.e2e  # snakemake --report
 def test_report_builds_and_names_every_figure(repo, tmp_path):
     """`snakemake --report` on a tree holding the smoke config's figure PNGs (stand-ins: the
     report reads only the files flagged for it) names every figure, under its paper and the
@@ -220,6 +224,7 @@ def test_report_builds_and_names_every_figure(repo, tmp_path):
     assert "sparserl: smoke scale" in plain(desc)
 
 
+@pytest.mark.e2e  # snakemake --report
 def test_report_holds_the_ranking_table(repo, tmp_path, monkeypatch):
     """At a scale with RL runs the head-to-head ranking is in the report as a table, beside the
     head-to-head figures: `sparserl ranking-html` renders the cached ranking.parquet (here a
@@ -258,6 +263,7 @@ def test_report_holds_the_ranking_table(repo, tmp_path, monkeypatch):
     assert str(table) in figure_report.report_categories(page)["Head-to-head"][sub]
 
 
+@pytest.mark.e2e  # snakemake --report
 def test_report_fails_when_a_figure_is_missing(repo, tmp_path):
     """A report needs every figure drawn: it names the missing PNG instead of leaving it out."""
     smoke = str(repo / "configs/smoke.yaml")

@@ -1,4 +1,4 @@
-"""Synthetic RL run tables for the head-to-head (tests/test_head_to_head.py, tests/test_figures.py):
+"""Synthetic RL run tables for the head-to-head (tests/studies/test_head_to_head.py, tests/figures/test_figures.py):
 each run's metrics.parquet, eval.parquet and per-problem tables in the layout `sparserl rl-train`
 and `sparserl rl-eval` write, and the start policy's evaluation, with per-problem scores whose
 differences between methods the test chooses."""

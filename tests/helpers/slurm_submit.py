@@ -1,5 +1,5 @@
 """The sbatch and jobstep srun lines snakemake-executor-plugin-slurm builds for each GPU job of a
-dry run, from the plugin's own functions (tests/test_paper_resources.py runs this as a script).
+dry run, from the plugin's own functions (tests/workflow/test_paper_resources.py runs this as a script).
 
 A dry run (-n) swaps in Snakemake's dry-run executor, so the plugin never sees a job. Here that
 executor records each job, and each GPU job goes through the functions the plugin's `run_job` calls
@@ -10,7 +10,7 @@ Not the plugin's: the job name (a run uuid), the log path and the wrapped `snake
 which carry no resources; and the srun prefix's literal `srun -n1 --cpu-bind=q`, copied from the
 jobstep's `run_job`, which also starts the process.
 
-    python tests/slurm_submit.py [--all-jobs] OUT.jsonl <snakemake arguments>
+    python tests/helpers/slurm_submit.py [--all-jobs] OUT.jsonl <snakemake arguments>
 
 By default only GPU jobs are recorded; `--all-jobs` records every job (a CPU-only scale's).
 """

@@ -33,7 +33,7 @@ def methods(tmp_path, monkeypatch):
 
 @pytest.fixture()
 def world(tmp_path, tiny_lm, repo):
-    """A tiny world (tests/rl_worlds.py): 16 rollouts a step, 2 steps."""
+    """A tiny world (tests/helpers/rl_worlds.py): 16 rollouts a step, 2 steps."""
     return rl_world(tmp_path, tiny_lm, repo, steps=2, max_new_tokens=4, eval_fractions=())
 
 

@@ -78,6 +78,7 @@ def test_length_chunks_give_the_one_pass_loss_and_gradient():
     assert any(not torch.equal(a.grad, b.grad) for a, b in zip(ref.parameters(), four.parameters()))  # 4 passes ran
 
 
+@pytest.mark.e2e  # torch.compile, ~20 s
 def test_bf16_and_compiled_pretraining_starts_from_transformers_init_and_saves_a_loadable_policy(
         repo, tmp_path, monkeypatch):
     """policies.<name>.precision: bf16 and pretrain.compile train our Qwen3 from transformers'

@@ -204,6 +204,7 @@ def _forward_logprobs(model, prompt_ids, response_ids, temperature):
     return torch.log_softmax(logits.double() / temperature, -1), torch.tensor(response_ids)
 
 
+@pytest.mark.e2e  # real vLLM
 def test_greedy_equals_the_cpu_engine(real):
     from sparserl.rollout.cpu_engine import CPUEngine
     be, path, _ = real
@@ -218,6 +219,7 @@ def test_greedy_equals_the_cpu_engine(real):
         np.testing.assert_allclose(x, y, atol=1e-4)
 
 
+@pytest.mark.e2e  # real vLLM
 def test_sampled_logprobs_are_the_policys(real):
     """log pi_T(token | prefix) as the policy's own forward pass gives it, at T = 0.7. Tolerance
     1e-4: vLLM computes in float32 too, but with its own attention kernel and summation order
@@ -245,6 +247,7 @@ def test_sampled_logprobs_are_the_policys(real):
     assert max(gaps) > 1e-3, "no nucleus cut anything: the check above proved nothing"
 
 
+@pytest.mark.e2e  # real vLLM
 def test_per_prompt_n_and_seeds(real):
     be, path, _ = real
     from sparserl.rollout.cpu_engine import CPUEngine
@@ -272,6 +275,7 @@ def test_per_prompt_n_and_seeds(real):
     assert not all(replays), "seeds of neighbouring prompts overlap"
 
 
+@pytest.mark.e2e  # real vLLM
 def test_copies_of_a_prompt_get_distinct_completions(real):
     """GRPO groups are copies of one prompt: each copy needs its own seed, or the engine returns the
     same completion 8 times (a group with no reward spread, no gradient). 8 copies of each prompt,

@@ -184,6 +184,7 @@ def test_cli_writes_where_told(repo, tmp_path, monkeypatch, capsys):
     assert not Paths(cfg).head_to_head("iqm").exists()
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_rule_writes_the_three_tables_from_the_runs(repo, tmp_path):
     cmd = [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n",
            "results/tiny/head_to_head/iqm.parquet"]
@@ -197,6 +198,7 @@ def test_rule_writes_the_three_tables_from_the_runs(repo, tmp_path):
 
 # --- figures ---------------------------------------------------------------------------------------
 
+@pytest.mark.e2e  # the study, then its figures
 def test_figures_are_registered_and_drawn_with_the_scale_footer(repo, tmp_path, monkeypatch):
     from sparserl.figures.registry import pyplot
     monkeypatch.chdir(tmp_path)

@@ -232,6 +232,7 @@ def test_the_extra_snapshot_changes_no_number_of_the_run(world):
 # --------------------------------------------------------------------------- CLI, figures, DAG
 
 
+@pytest.mark.e2e  # CLI, tables and figures
 def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, monkeypatch):
     from sparserl.cli import main
     from sparserl.figures import make_figure
@@ -263,6 +264,7 @@ def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, 
     assert bc.study_variants(load_config(repo / "configs/smoke.yaml")).keys() == {""}
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_tiny_dry_run_wires_the_checkpoint_oracles_and_the_stress_test(repo, tmp_path):
     cmd = [sys.executable, "-m", "snakemake", "all", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n"]
     out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)

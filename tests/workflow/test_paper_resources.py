@@ -50,6 +50,7 @@ def _fake_rollouts(monkeypatch):
     return mc
 
 
+@pytest.mark.e2e  # sharded rollouts and their merge
 def test_sharded_reference_cache_merges_to_the_one_job_table(tmp_path, monkeypatch):
     mc = _fake_rollouts(monkeypatch)
     cfg = {"scale": "unit", "seed": 0, "results_dir": str(tmp_path / "results"),
@@ -148,6 +149,7 @@ def paper_jobs(repo, tmp_path_factory):
     return dry_run_jobs(repo, tmp_path_factory.mktemp("dag"))
 
 
+@pytest.mark.e2e  # the paper DAG's dry run
 def test_paper_dag_fetches_shards_flags_and_fits_its_runtimes(repo, tmp_path):
     from sparserl.core.config import load_config
     cfg = load_config(repo / "configs/paper.yaml")
@@ -251,6 +253,7 @@ def test_a_gpu_rule_without_an_estimate_fails(repo):
     assert S.gpu_job_estimates(cfg, [{**job, "resources": {"runtime": "60"}}]) == []  # CPU jobs need none
 
 
+@pytest.mark.e2e  # every paper run's sizing
 def test_long_runs_checkpoint_and_storage_is_computed(repo):
     from sparserl.core.config import load_config
     from sparserl.engines import sizing as S
@@ -281,6 +284,7 @@ def test_long_runs_checkpoint_and_storage_is_computed(repo):
     assert lc.storage_bytes < 0.3e12 and grpo.storage_bytes < 0.2e12
 
 
+@pytest.mark.e2e  # the paper DAG's dry run
 def test_cluster_doc_tables_are_the_codes(repo, paper_jobs):
     from sparserl.core.config import load_config
     from sparserl.engines import sizing as S
@@ -319,6 +323,7 @@ def test_cluster_settings_that_must_agree_are_checked_at_load(repo, tmp_path, ch
 
 # --------------------------------------------------------------------------- real submission lines
 
+@pytest.mark.e2e  # the SLURM plugin on the paper DAG
 def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path):
     """sbatch and the jobstep srun of every GPU job, from snakemake-executor-plugin-slurm's own
     functions (tests/helpers/slurm_submit.py): account, partition, GPUs, CPUs (one task, not one per GPU)
@@ -360,6 +365,7 @@ def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path)
             and f"--cpus-per-task={res['cpus']}" in sr
 
 
+@pytest.mark.e2e  # the SLURM plugin on the small DAG
 def test_slurm_plugin_runs_the_small_stage_as_cpu_jobs_one_per_run(repo, tmp_path):
     """`snakemake --profile slurm all --configfile configs/small.yaml configs/overlays/small_v0.yaml`
     on a CPU cluster: the plugin's sbatch and srun lines for every job of the small stage ask no

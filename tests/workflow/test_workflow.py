@@ -24,6 +24,7 @@ def _sized(block, rule):
     return -(-estimate(cfg, rule, wc).ask_minutes // 60) * 60
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     out = snakemake(repo, tmp_path, "--profile", "slurm", "-n", "all")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -94,6 +95,7 @@ def test_paper_dry_run_under_slurm_profile_lists_gpu_jobs(repo, tmp_path):
     assert "gpu=" not in re.search(r"resources: (.*)", summ).group(1)
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_tiny_dry_run_is_the_default(repo, tmp_path):
     out = snakemake(repo, tmp_path, "--cores", "2", "-n", "all")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -111,6 +113,7 @@ def test_tiny_dry_run_is_the_default(repo, tmp_path):
             assert "basis/reference" not in re.search(r"input: (.*)", b).group(1)
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_small_tuning_dag_runs_each_setting_rate_and_seed(repo, tmp_path):
     """rl.lr_tuning at small: one lr_tune_run per batch setting x grid rate x seed (the *_mp runs
     and G=4/8/16 apart), and an RL run reads the chosen rates and steps."""
@@ -131,6 +134,7 @@ def test_small_tuning_dag_runs_each_setting_rate_and_seed(repo, tmp_path):
     assert "results/small/tuning/lr.json" in reason
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_bad_config_stops_the_dag_naming_key_and_file(repo, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text((repo / "configs/smoke.yaml").read_text().replace("seed: 0", "seed: zero"))
@@ -185,7 +189,7 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "Nothing to be done" in rerun.stdout + rerun.stderr, rerun.stdout[-2000:] + rerun.stderr[-2000:]
     # the Snakemake report of the finished DAG names every figure of the config, with its caption
-    # (tests/test_report.py checks the report in detail; perf/check_report.py in Chromium)
+    # (tests/figures/test_report.py checks the report in detail; perf/check_report.py in Chromium)
     import html
     from sparserl.core.config import load_config
     from sparserl.figures import list_figures
@@ -199,6 +203,7 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
         assert " ".join(f.caption.split()) in " ".join(shown.split()), f.id
 
 
+@pytest.mark.e2e  # runs DAG jobs
 def test_config_overrides_reach_the_jobs(repo, tmp_path):
     """`--config key=value` used to change the DAG only: the jobs re-read the config files. Now
     every job reads the config Snakemake resolved, so the override changes what they compute."""
@@ -223,6 +228,7 @@ def _resolved_configs(workdir, scale="tiny"):
     return [json.loads(p.read_text()) for p in (workdir / "results" / scale / ".config").glob("*.json")]
 
 
+@pytest.mark.e2e  # DAG dry run
 @pytest.mark.parametrize("override", ["rl.steps=20", 'rl={"steps": "20"}'])
 def test_command_line_overrides_are_typed_echoed_and_reach_the_jobs(repo, tmp_path, override):
     out = snakemake(repo, tmp_path, "--cores", "2", "-n", "rl/grpo_g4", "--config", override)
@@ -232,6 +238,7 @@ def test_command_line_overrides_are_typed_echoed_and_reach_the_jobs(repo, tmp_pa
     assert steps == [20] and isinstance(steps[0], int)  # the one config every job reads
 
 
+@pytest.mark.e2e  # DAG dry run
 @pytest.mark.parametrize("override, shown", [("rl.steps=abc", "rl.steps=abc"),
                                               ('rl={"steps": "abc"}', 'rl={"steps": "abc"}')])
 def test_a_wrong_override_is_blamed_on_the_command_line(repo, tmp_path, override, shown):
@@ -243,6 +250,7 @@ def test_a_wrong_override_is_blamed_on_the_command_line(repo, tmp_path, override
     assert "tiny.yaml: key" not in log
 
 
+@pytest.mark.e2e  # DAG dry run
 def test_any_method_file_is_a_target(repo, tmp_path):
     """rl/<method> trains and evaluates rl.seeds of a method that rl.methods does not list."""
     from sparserl.core.config import load_config
@@ -256,6 +264,7 @@ def test_any_method_file_is_a_target(repo, tmp_path):
     assert "wildcards: method=grpo_median_g8, seed=0" in log
 
 
+@pytest.mark.e2e  # DAG dry run
 @pytest.mark.parametrize("target, config, shown", [
     ("rl/grpo_g4", "smoke.yaml", "configs/smoke.yaml has no rl section, so there are no rl/<method> "
                                  "targets; add an rl section (as in configs/tiny.yaml)"),
@@ -282,6 +291,7 @@ def test_an_unknown_target_is_one_line_naming_it_and_the_targets_there_are(repo,
     assert not locks.exists() or not any(locks.iterdir())
 
 
+@pytest.mark.e2e  # runs DAG jobs
 def test_a_file_target_finishes_quietly_and_a_config_rerun_names_its_keys(repo, tmp_path):
     cfg = str(repo / "configs/smoke.yaml")
     target = "results/smoke/tasks/train_pool.parquet"
@@ -338,6 +348,7 @@ rule made_then_failed:
 '''
 
 
+@pytest.mark.e2e  # runs a DAG job
 def test_a_job_whose_folder_turns_read_only_fails_in_one_line_keeping_its_output(repo, tmp_path):
     """A real read-only filesystem (a bind mount in a mount namespace of Snakemake's own): the job
     fails, Snakemake cannot remove its output and says so in one line, then reports the failed job
@@ -362,6 +373,7 @@ def test_a_job_whose_folder_turns_read_only_fails_in_one_line_keeping_its_output
     assert (tmp_path / "out" / "done.txt").read_text() == "done\n"
 
 
+@pytest.mark.e2e  # runs DAG jobs
 def test_the_scheduler_never_runs_more_threads_than_cores(tmp_path):
     """Snakemake 9.10-9.27.0 started a third 1-thread job on `--cores 2` right after an upstream
     job ended (snakemake#3913): two RL runs and a third beside them ran 35x slower. The DAG's

@@ -327,6 +327,7 @@ def test_first_step_draws_the_same_prompts_for_every_method(tmp_path, tiny_lm, r
     assert firsts[0] == firsts[1]
 
 
+@pytest.mark.e2e  # runs, tables and every figure
 def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_env):
     """Four methods on the toy env -> runs.parquet / final.parquet -> every le_critique figure
     draws from those tables alone; F4's EV is the mean over the run's final value batches."""

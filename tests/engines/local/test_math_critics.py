@@ -229,6 +229,7 @@ def test_warmup_leaves_the_policy_and_the_prompt_stream_alone(world):
     assert first.idx.tolist() == other.idx.tolist() and first.batch.texts == other.batch.texts
 
 
+@pytest.mark.e2e  # killed and resumed critic runs
 @pytest.mark.parametrize("method", ["lc_math_tether_g8", "lc_math_pvf_loo_g8"])
 def test_a_killed_critic_run_resumes_to_the_same_metrics(world, method, varied_rewards):
     cfg = copy.deepcopy(world)

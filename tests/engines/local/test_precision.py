@@ -116,6 +116,7 @@ def test_under_bf16_the_first_mini_batch_is_exactly_on_policy(tmp_path, tiny_lm,
     assert (max(drift) == 0.0) == recompute, drift
 
 
+@pytest.mark.e2e  # torch.compile, ~18 s
 def test_compiled_layers_give_the_eager_log_probs_and_gradients(tiny_lm):
     """`rl.compile`: inductor's fused kernels, the same arithmetic up to float rounding, for the
     gradient forward and the no-grad one (two graphs), at two batch shapes (dynamic)."""
@@ -137,6 +138,7 @@ def test_compiled_layers_give_the_eager_log_probs_and_gradients(tiny_lm):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.e2e  # torch.compile, ~5 s
 def test_a_compiled_critic_runs_its_own_layers(tiny_lm):
     """The trainer compiles the critic's body after copying the policy (rl.compile): each compiled
     forward must stay bound to its own layers. Compiled before the copy, the critic's layers would
@@ -183,7 +185,7 @@ def _grouped_batch(tok, groups=3, rows=4):
     return seqs, plens
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("compiled", [False, pytest.param(True, marks=pytest.mark.e2e)])  # compiled: ~23 s
 def test_shared_prompts_give_the_full_rows_log_probs_entropy_and_gradient(tiny_lm, compiled):
     """`rl.share_prompts`: each distinct prompt of a micro-batch runs once and its rows attend to
     its keys; log-probs, entropy and gradient are those of the rows written out in full."""

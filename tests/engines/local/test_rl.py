@@ -127,14 +127,14 @@ def test_every_method_loads_and_matches_the_rollout_budget():
     assert len(names) >= 26
     for n in names:
         m = load_method(n)
-        if m.prompts_per_step is None:  # the matched-prompts arms: tests/test_matched_prompts.py
+        if m.prompts_per_step is None:  # the matched-prompts arms: tests/methods/test_matched_prompts.py
             assert prompts_per_step(m, 512) * m.group_size == 512
     assert load_method("v05_osla").osla.k_max == 16
     assert load_method("basis_grid_gspo_g1_basis").steps_factor == 0.5
 
 
 def test_the_math_trainer_trains_a_critic_for_a_critic_method(world):
-    """Le Critique's critic methods run in rl.methods too (tests/test_math_critics.py)."""
+    """Le Critique's critic methods run in rl.methods too (tests/engines/local/test_math_critics.py)."""
     t = Trainer(world, resolve_run(world, "lc_tether", 0))
     assert t.m.needs_critic and t.critic is not None and t.critic.batch_size == 16
     assert Trainer(world, resolve_run(world, "grpo_g4", 0)).critic is None
@@ -160,7 +160,7 @@ def test_each_method_advantages_are_the_registrys(world, name, monkeypatch):
     """The trainer's advantages are the registry estimator's, with the side data built by hand
     from the reference cache (the methods layer must reach the same numbers). A 'v0' prior with
     an empty support buffer says 0.5 (values.v0.prior); here a constant 0.5 stands in for the
-    trained V0 this world has not built (tests/test_v0.py covers the real one)."""
+    trained V0 this world has not built (tests/values/test_v0.py covers the real one)."""
     from sparserl.values.priors import ConstantPrior
     monkeypatch.setattr("sparserl.values.v0.prior.make_v0_prior", lambda *a, **k: ConstantPrior(0.5))
     t = Trainer(world, resolve_run(world, name, 0))
@@ -237,6 +237,7 @@ def test_dynamic_sampling_keeps_mixed_groups(world):
         assert len(set(idx.tolist())) == len(idx)
 
 
+@pytest.mark.e2e  # killed and resumed RL runs
 @pytest.mark.parametrize("method", ["grpo_g4", "v05_osla", "basis_grid_gpg_g1_basis"])
 def test_resume_gives_the_same_metrics(world, method):
     cfg = copy.deepcopy(world)
@@ -271,6 +272,7 @@ def test_finished_run_leaves_no_resume_state(world):
     assert not (d / "ckpt").exists(), "a finished run must not resume when Snakemake reruns it"
 
 
+@pytest.mark.e2e  # two RL runs
 def test_fresh_run_drops_an_earlier_settings_checkpoints(world):
     """A run restarted under another config (Snakemake reruns it when `rl` changes) must not carry
     the old run's intermediate checkpoints into its evaluation."""
@@ -290,6 +292,7 @@ def test_fresh_run_drops_an_earlier_settings_checkpoints(world):
         run_checkpoints(world, "grpo_g4", 0)
 
 
+@pytest.mark.e2e  # two RL runs
 def test_tensorboard_scalars_and_progress_change_no_metric(world, monkeypatch):
     """TensorBoard gets every numeric metrics.parquet column under its own name, once per step
     even across a kill and resume; drawing a progress bar changes no number."""
@@ -339,6 +342,7 @@ def test_run_lists_are_not_part_of_a_runs_identity(world):
     assert "methods" not in run_settings(cfg["rl"]) and "seeds" not in run_settings(cfg["rl"])
 
 
+@pytest.mark.e2e  # an RL run
 def test_a_nan_mid_run_stops_rl_train_at_that_step_and_keeps_the_last_finite_checkpoint(world, tmp_path, repo):
     """The test hook SPARSERL_TEST_INJECT_NAN_AT_STEP makes step 3's loss NaN: rl-train exits
     non-zero naming the step, the method and the kept checkpoint (step 2, checkpoint_every 2),
@@ -451,6 +455,7 @@ def test_a_truncated_last_pt_without_a_previous_one_names_the_file_and_the_fix(w
     assert len(pd.read_parquet(train(world, "grpo_g4", 0) / "metrics.parquet")) == 8
 
 
+@pytest.mark.e2e  # an RL run and its evaluation
 def test_rl_train_and_rl_eval_log_evaluation_accuracy_and_hyperparameters_to_tensorboard(world, tmp_path):
     """`sparserl rl-train` then `sparserl rl-eval`: the run's TensorBoard folder holds the training
     scalars, the method's and the RL settings' hyperparameters (HParams plugin) and eval/accuracy
@@ -647,6 +652,7 @@ for k in range(1, 1000):
 '''
 
 
+@pytest.mark.e2e  # a killed process per step, ~9 s
 def test_a_kill_at_any_step_of_a_save_leaves_a_loadable_state_never_shared(world, tmp_path):
     """Trainer.save_state killed (SIGKILL) just before each of its os calls in turn: a state always
     loads (the new one or the one before), ckpt/last.pt and ckpt/prev.pt are never one file (a

@@ -26,6 +26,7 @@ def _dry(tmp_path) -> str:
     return r.stdout
 
 
+@pytest.mark.e2e  # perf/gpu_smoke.sh's DAG dry runs
 def test_dry_mode_lists_every_piece_with_its_command(tmp_path):
     out = _dry(tmp_path)
     assert out.startswith("gpu_smoke: dry mode (--dry)")
@@ -53,6 +54,7 @@ def test_dry_mode_lists_every_piece_with_its_command(tmp_path):
     assert packing == (importlib.util.find_spec("flash_attn") is not None)
 
 
+@pytest.mark.e2e  # perf/gpu_smoke.sh's DAG dry runs
 def test_no_gpu_means_dry_mode(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -63,6 +63,7 @@ def test_flash_attn_stub_is_pure_torch():
         bp.rearrange(x, "b s d -> b d s")
 
 
+@pytest.mark.e2e  # real OpenRLHF and DeepSpeed
 @needs_stack
 def test_shims_apply_and_log_in_a_fresh_process():
     """In a process flagged as the driver flags its workers: every OpenRLHF symbol replaced, one

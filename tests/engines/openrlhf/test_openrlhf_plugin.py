@@ -879,6 +879,7 @@ def test_slurm_outside_an_allocation(monkeypatch):
     assert slurm.plan_from_env(run=lambda *a, **k: pytest.fail("must not run scontrol")) is None
 
 
+@pytest.mark.e2e  # real Ray workers
 def test_setup_hook_reaches_real_ray_workers(orl):
     """A real local Ray: a task's worker, which never saw the driver's patches, builds OpenRLHF's
     trainer module with our classes because ray.init ran worker_process_setup in it."""
@@ -1051,6 +1052,7 @@ class _Saves:
         return []
 
 
+@pytest.mark.e2e  # every evaluated step's save, ~5 s
 @pytest.mark.parametrize("name", ["grpo_g16", "lc_math_vf_g8"])
 def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, tmp_path, monkeypatch, name):
     """A retried 48 h job resumes from its DeepSpeed checkpoint (--ckpt.load_enable, two kept).

@@ -212,6 +212,7 @@ def test_openrlhf_colocated_group_gets_the_name_the_v0_actor_looks_up():
     assert patches._resolve(target) is placement.named_placement_group
 
 
+@pytest.mark.e2e  # real OpenRLHF launch, ~9 s
 def test_patched_train_ppo_ray_uses_the_naming_placement_group():
     """In a fresh process, as the launcher does it (import shims without CUDA, then the patches):
     OpenRLHF's train_ppo_ray calls our `named_placement_group`."""
