@@ -66,10 +66,9 @@ def test_printed_junk_does_not_break_the_results():
 # the attacks
 
 def test_an_infinite_loop_times_out_and_the_run_goes_on():
-    t0 = time.perf_counter()
+    # the call's own alarm ends it ("timeout"), not the batch's default total limit behind it
     r = _then_good("def f(x):\n    while True:\n        pass\n", time_limit_s=0.3)
     assert not r.ok and r.error.startswith("timeout")
-    assert time.perf_counter() - t0 < 5
 
 
 def test_a_loop_that_ignores_the_alarm_is_killed_and_the_run_goes_on():
@@ -85,9 +84,7 @@ def test_a_dying_process_costs_only_its_call():
 
 def test_the_total_time_limit_bounds_the_batch():
     loop = "def f(x):\n    while True:\n        pass\n"
-    t0 = time.perf_counter()
     res = run_calls(loop, "f", [1, 2, 3, 4], time_limit_s=0.4, total_time_s=1.0)
-    assert time.perf_counter() - t0 < 4
     assert all(not r.ok for r in res) and "total time limit" in res[-1].error
 
 
@@ -168,16 +165,16 @@ def test_ctypes_cannot_call_into_libc():
     assert not r.ok and "blocked" in r.error
 
 
-def test_one_batch_is_one_fast_process():
+def test_one_batch_is_one_process():
     info = sandbox_info()
     assert info["ok"] and info["isolation"] in ("strong", "weak")
     weak = sandbox_info(Limits(isolation="weak"))
     assert weak["ok"] and weak["isolation"] == "weak"
     assert weak["detail"] in ("user+net+pid", "user+net", "net", "audit-only")
-    prog = "def f(x):\n    return (x * 3 + 1) % 10\n"
-    t0 = time.perf_counter()
-    run_calls(prog, "f", list(range(64)))
-    assert time.perf_counter() - t0 < 2.0  # ~30-70 ms on an idle core
+    # a module-level counter: one process counts 1..64, a process per call would answer 1 each
+    # time (what makes a batch fast: ~30-70 ms on an idle core, perf/sandbox_grading.py)
+    prog = "n = 0\ndef f(x):\n    global n\n    n += 1\n    return n\n"
+    assert [r.value for r in run_calls(prog, "f", list(range(64)))] == list(range(1, 65))
 
 
 def test_the_weak_fallback_still_blocks_the_plain_attacks(tmp_path):
@@ -247,6 +244,7 @@ def _attack(program, limits, time_limit_s=2.0):
     return res[0]
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_strong_isolation_is_active_when_bwrap_is_present(strong):
     info = sandbox_info()
     assert info["ok"] and info["isolation"] == "strong"
@@ -257,6 +255,7 @@ def test_strong_isolation_is_active_when_bwrap_is_present(strong):
     assert r.ok and r.value == (uid, uid, False, False, False), r
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_switching_the_hook_off_is_real(strong):
     """The flip does turn the hook off (in both levels): the attacks below meet the kernel layers."""
     prog = FLIP + "def f(x):\n    _flip()\n    return ctypes.CDLL(None).getpid() > 0\n"
@@ -265,6 +264,7 @@ def test_switching_the_hook_off_is_real(strong):
         assert r.ok and r.value is True, r
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_gc_flag_flip_then_write_outside_scratch(strong, host_targets):
     prog = FLIP + f'''
 def f(x):
@@ -286,6 +286,7 @@ def f(x):
     assert ok.value == "x"  # scratch stays writable
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_a_sigprof_handler_during_the_busy_window(strong, host_targets):
     """No flip: a profiling timer's handler runs while the hook is inside its busy window (its
     own checks turned off), and writes from there."""
@@ -320,6 +321,7 @@ def f(x):
     assert "held" in r.error and "in the busy window 0" not in r.error, r.error
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_ctypes_system_touch(strong, host_targets):
     cmds = " ; ".join(f"touch {p}" for p in host_targets) + " ; true"
     prog = FLIP + f'''
@@ -333,6 +335,7 @@ def f(x):
     _attack(prog, strong)
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_reading_secrets_and_the_project(strong):
     paths = ["/etc/shadow", "/etc/passwd", os.path.join(REPO, "pyproject.toml"), __file__,
              "/root/.bash_history", "/work"]
@@ -356,6 +359,7 @@ def f(x):
     _attack(prog, strong)
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_forking_20_times(strong):
     prog = FLIP + '''
 import os
@@ -377,6 +381,7 @@ def f(x):
     assert "fork failed 20 times" in r.error
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_a_socket_to_a_local_listener(strong):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -405,6 +410,7 @@ def f(x):
         srv.close()
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_reading_the_parents_secret_environment(strong, monkeypatch):
     monkeypatch.setenv("SPARSERL_TEST_SECRET", SECRET)
     prog = FLIP + f'''
@@ -424,6 +430,7 @@ def f(x):
     _attack(prog, strong)
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_signalling_the_parent(strong):
     hits = []
     old = signal.signal(signal.SIGUSR1, lambda *a: hits.append(a))
@@ -462,6 +469,7 @@ def nothing_on_host():
     assert _sbx_dirs() - before == set()
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_the_self_test_finds_every_layer(strong):
     layers = self_test()
     required = {"host_uid", "capabilities", "no_new_privs", "seccomp", "proc_read_only", "mounts",
@@ -473,6 +481,7 @@ def test_the_self_test_finds_every_layer(strong):
         assert str(sandbox.HOST_ID) in layers["host_uid"][1]
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 @pytest.mark.parametrize("mutation", ["proc_writable", "no_uid_drop"])
 def test_the_self_test_refuses_a_missing_layer(strong, monkeypatch, mutation):
     """Take one layer away and the self-test must see it, so `strong` is never recorded falsely."""
@@ -507,6 +516,7 @@ def test_a_root_trainer_without_setpriv_refuses_strong(monkeypatch):
     assert not ok and "setpriv" in why
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_1_core_pattern_and_every_sysctl(strong, nothing_on_host):
     """Point kernel.core_pattern at a script in scratch and segfault: /proc is read-only, the host
     uid is not root, and not one of the host's sysctls opens for writing."""
@@ -538,6 +548,7 @@ def f(x):
     assert open("/proc/sys/kernel/core_pattern").read() == before
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_2_a_setuid_copy_never_reaches_the_host(strong, nothing_on_host):
     prog = FLIP + """
 import os, shutil
@@ -570,6 +581,7 @@ def f(x):
 """
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_3_a_deep_tree_cannot_crash_the_trainer(strong, nothing_on_host):
     (r,) = run_calls(FLIP + DEEP.format(flip="_flip()", depth=3000), "f", [0], time_limit_s=30.0, limits=strong)
     assert r.ok and r.value == 7, r  # it ran; nothing of it is on the host (the fixture)
@@ -603,6 +615,7 @@ def test_remove_tree_is_iterative_and_follows_no_link(tmp_path):
     sandbox._remove_tree(str(tmp_path / "absent"))  # never raises
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_4_memory_past_the_limit(strong, nothing_on_host):
     """/dev/shm, /scratch, memfd and SysV segments: what RLIMIT_AS does not count is capped."""
     prog = FLIP + """
@@ -632,6 +645,7 @@ def f(x):
     assert "capped at" in r.error, r.error
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_5_no_host_disk(strong, nothing_on_host):
     prog = FLIP + """
 import os, time
@@ -654,6 +668,7 @@ def f(x):
     assert "16 MB tmpfs" in r.error, r.error
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_6_threads_and_clones(strong):
     prog = FLIP + """
 def f(x):
@@ -696,6 +711,7 @@ def _send(msg):
 """
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_7_fake_hellos_cannot_extend_the_watchdog(strong):
     prog = FORGE + """
 import signal
@@ -717,6 +733,7 @@ def f(x):
     assert took < 14, f"the attack held the watchdog for {took:.1f}s"  # its own 16 s would pass 16
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_8_one_program_cannot_forge_anothers_grade(strong):
     prog = FORGE + """
 def f(x):
@@ -734,6 +751,7 @@ def f(x):
     assert [res[i].value for i in (0, 2, 3, 4)] == [1, 0, 1, 0], res
 
 
+@pytest.mark.e2e  # the strong-isolation battery
 def test_attack_9_no_host_paths_and_no_root_listing(strong):
     prog = FLIP + f"""
 import os

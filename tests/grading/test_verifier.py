@@ -45,12 +45,12 @@ def test_extract_caps():
     assert extract_boxed(r"\boxed{" + "{" * 40 + "}" * 40 + "}") is None
 
 
-def test_extract_brace_bomb_is_fast():
+def test_extract_brace_bomb_is_refused():
+    # the scan stops at max_len characters past `\boxed{` (test_extract_caps), so the bomb costs
+    # no more than a short answer; perf/verifier_bounds.py times it
     bomb = "\\boxed{" + "{" * 2_000_000 + "}" * 2_000_000 + "}"
-    t0 = time.perf_counter()
     assert extract_boxed(bomb) is None
     assert extract_boxed(bomb, scan_tail=10 ** 9) is None  # even scanning it all
-    assert time.perf_counter() - t0 < 0.5
 
 
 def test_extract_only_tail_of_huge_response():
@@ -146,32 +146,27 @@ def test_adversarial_inputs_bounded():
     tower = r"so \boxed{9^{9^{9^{9^{9}}}}}"
     resp = [bomb, tower, tower, garbage, r"\boxed{1/2}", r"\boxed{41}", r"\boxed{\frac{1}{2}}"]
     gold = ["1", r"9^{9^{9^{9^{9}}}}+1", r"10^{10^{10^{10}}}", "1", "0.5", "41", "1/2"]
-    t0 = time.perf_counter()
+    # bounded by the verifier's own timeout_s (its hard kill); perf/verifier_bounds.py times it
     with Verifier(workers=2, timeout_s=TIMEOUT) as v:
         r = v.score(resp, gold)
-    wall = time.perf_counter() - t0
     np.testing.assert_array_equal(r, [0, 0, 0, 0, 1, 1, 1])
-    assert wall < 3 * TIMEOUT + 5.0, f"adversarial batch took {wall:.1f}s"
 
 
 def test_hung_worker_is_killed_and_rest_scored():
     resp = [r"\boxed{1/2}", r"\boxed{HANG}", r"\boxed{\frac{2}{4}}", r"\boxed{0.25}",
             r"\boxed{HANG}", r"\boxed{1/3}", r"\boxed{\dfrac12}"]
     gold = ["0.5"] * len(resp)
-    t0 = time.perf_counter()
     with Verifier(workers=1, timeout_s=1.0, chunk_size=len(resp), _hang_marker="HANG") as v:
         r = v.score(resp, gold)
         killed = v.n_killed
         # The pool still works after the kills.
         r2 = v.score([r"\boxed{\frac{1}{2}}"], ["0.5"])
-    wall = time.perf_counter() - t0
     np.testing.assert_array_equal(r, [1, 0, 1, 0, 0, 0, 1])
-    assert killed == 2
+    assert killed == 2  # each hang ended by the 1 s timeout's kill, not by the hang
     assert r2[0] == 1.0
-    assert wall < 2 * 1.0 + 10.0
 
 
-def test_crashed_worker_is_replaced():
+def test_crashed_worker_is_replaced(monkeypatch):
     import os
     import signal
     import threading
@@ -189,17 +184,27 @@ def test_crashed_worker_is_replaced():
                 return
             time.sleep(0.01)
 
+    # Death is seen at once, as the dead worker's pipe closing wakes the wait: no wait runs out
+    # (returns nothing ready) unless it is a short poll of a worker still starting.
+    import multiprocessing.connection as mpc
+    waits, real_wait = [], mpc.wait
+
+    def spy(conns, timeout=None):
+        ready = real_wait(conns, timeout=timeout)
+        waits.append((timeout, bool(ready)))
+        return ready
+    monkeypatch.setattr(mpc, "wait", spy)
     th = threading.Thread(target=killer, daemon=True)
     th.start()
-    t0 = time.perf_counter()
     try:
         r = v.score(resp, ["0.5"] * 4)
     finally:
+        monkeypatch.undo()  # close()'s joins wait too
         v.close()
     th.join(timeout=1)
     np.testing.assert_array_equal(r, [1, 0, 1, 0])
     assert v.n_killed == 1
-    assert time.perf_counter() - t0 < 20  # far below the 60 s timeout: death is seen at once
+    assert [t for t, ready in waits if not ready and t > 1.0] == [], waits
 
 
 def test_score_responses_convenience():
@@ -333,6 +338,7 @@ def test_soft_timeout_is_retried_and_counted():
     assert counts["timeouts"] == 0 and counts["items"] == 3
 
 
+@pytest.mark.e2e  # ~8 s of grader timeouts
 def test_timeouts_past_the_share_fail_the_job():
     from sparserl.grading.verifier import VerifierTimeoutError
     with Verifier(workers=1, timeout_s=3.0, max_timeout_share=0.0, timeout_allowance=0,
