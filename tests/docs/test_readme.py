@@ -96,6 +96,7 @@ def snakemake_targets(command: str) -> list[str]:
     return targets
 
 
+@pytest.mark.e2e  # two `snakemake --list-rules`, ~5 s
 def test_every_named_command_exists():
     commands, rules, problems = cli_commands(), rule_names(), []
     for doc in DOCS:
@@ -120,7 +121,8 @@ def test_two_setup_commands_and_ci_runs_the_second():
     cmds = setup_commands()
     assert len(cmds) == 2 and all("\n" not in c for c in cmds), cmds
     assert cmds[0].endswith("snakemake --cores 2 all")
-    assert cmds[1].endswith("python -m pytest -q")
+    # both lanes: the fast one (pyproject's addopts deselect e2e), then the end-to-end one
+    assert cmds[1].endswith("python -m pytest -q && python -m pytest -q -m e2e")
     ci = (ROOT / ".ci" / "run").read_text()
     assert cmds[1] in ci.splitlines(), ".ci/run must run the README's test command verbatim"
     assert re.search(r"python3? -m venv \"\$venv\"", ci) and "--system-site-packages" not in ci.replace("no --system-site-packages", "")

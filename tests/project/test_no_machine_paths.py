@@ -29,7 +29,7 @@ FORBIDDEN = [
 # (file, exact text) pairs that are not citations: the sandbox tests try to read these paths
 # to prove the sandbox hides them.
 ALLOWED = {
-    ("tests/test_sandbox.py", _S + "root" + _S + ".bash_history"),
+    ("tests/envs/test_sandbox.py", _S + "root" + _S + ".bash_history"),
 }
 
 HINT = ("cite the paper by title and arXiv id (where it has one) with section and equation, e.g. "
@@ -84,7 +84,7 @@ def find_machine_paths(names: list[str], root: Path = REPO) -> list[str]:
 def test_scan_covers_the_source_tree():
     names = _files()
     assert "src/sparserl/estimators/shrinkage.py" in names, names[:20]
-    assert "tests/test_no_machine_paths.py" in names
+    assert "tests/project/test_no_machine_paths.py" in names
 
 
 def test_detector_flags_paths_and_citations(tmp_path):
@@ -96,12 +96,12 @@ def test_detector_flags_paths_and_citations(tmp_path):
     hits = find_machine_paths(["bad.py"], root=tmp_path)
     assert [h.split(":")[1] for h in hits] == ["1", "1", "2", "3", "5", "5"], hits
     # an allowed (file, text) pair is skipped, the rest of its line is still checked
-    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "envs").mkdir(parents=True)
     root_path = _S + "root" + _S
-    (tmp_path / "tests" / "test_sandbox.py").write_text(
+    (tmp_path / "tests" / "envs" / "test_sandbox.py").write_text(
         f"paths = ['{root_path}.bash_history', '{root_path}.ssh']\n")
-    hits = find_machine_paths(["tests/test_sandbox.py"], root=tmp_path)
-    assert len(hits) == 1 and hits[0].startswith("tests/test_sandbox.py:1:"), hits
+    hits = find_machine_paths(["tests/envs/test_sandbox.py"], root=tmp_path)
+    assert len(hits) == 1 and hits[0].startswith("tests/envs/test_sandbox.py:1:"), hits
 
 
 def test_no_machine_paths_or_local_citations():
