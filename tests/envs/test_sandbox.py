@@ -587,6 +587,7 @@ def test_attack_3_a_deep_tree_cannot_crash_the_trainer(strong, nothing_on_host):
     assert r.ok and r.value == 7, r  # it ran; nothing of it is on the host (the fixture)
 
 
+@pytest.mark.e2e  # the attack battery: a deep tree
 def test_attack_3_weak_level_cleanup_never_recurses(nothing_on_host):
     """The weak level's scratch is a host folder: its removal must hold against a tree past Python's
     recursion limit (1500 deep: the hook resolves each path, so 3000 took over 20 s on a loaded CI)."""
@@ -594,6 +595,7 @@ def test_attack_3_weak_level_cleanup_never_recurses(nothing_on_host):
     assert r.ok and r.value == 7, r
 
 
+@pytest.mark.e2e  # the attack battery: a deep tree
 def test_remove_tree_is_iterative_and_follows_no_link(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()

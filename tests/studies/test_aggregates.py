@@ -113,6 +113,7 @@ def test_pairs_are_against_grpo_g8_and_the_best():
 
 # --- the study on a synthetic runs tree ----------------------------------------------------------
 
+@pytest.mark.e2e  # the study twice
 def test_study_reads_per_benchmark_scores_and_is_byte_identical_on_a_rerun(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo)

@@ -1187,6 +1187,7 @@ def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_pa
     experience._LIVE_PRIORS.clear()
 
 
+@pytest.mark.e2e  # a real Ray actor
 def test_v0_prior_server_as_a_real_ray_actor(orl, tmp_path):
     import ray
     from sparserl.engines.openrlhf.v0_server import RemoteV0Prior, V0PriorServer, v0_server

@@ -134,6 +134,7 @@ def test_v0_actor_options_follow_its_share(monkeypatch):
     assert rec["args"] == ("/m/v0.pt", ["/c.json"], None, 12)
 
 
+@pytest.mark.e2e  # a real Ray cluster
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_v0_actor_schedules_in_the_colocated_group_of_a_cpu_ray(tmp_path, monkeypatch, nodes):
     """Ray on this CPU, `nodes` nodes of 8 logical GPUs (ray.cluster_utils): OpenRLHF's group (named
