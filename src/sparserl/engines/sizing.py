@@ -11,7 +11,7 @@ Two kinds of numbers, kept apart:
 Decode is memory-bound: a decode step reads the weights once for the whole batch plus every running
 sequence's KV cache, so generation time = (decode steps x weight bytes + sum over sequences of the
 KV bytes of each context) / achieved bandwidth. An RL step waits for its longest response: at least
-max_new_tokens sequential steps (x OSLA's rounds), whatever the batch. tests/test_paper_resources.py
+max_new_tokens sequential steps (x OSLA's rounds), whatever the batch. tests/workflow/test_paper_resources.py
 checks each job of the paper dry run against its estimate; docs/cluster.md's table is `sizing_table`.
 """
 from __future__ import annotations

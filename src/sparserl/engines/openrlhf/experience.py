@@ -117,7 +117,7 @@ def _side(labels: list[dict], key: str, what: str) -> np.ndarray:
 
 
 _LIVE_PRIORS: dict = {}
-# a test's control run (tests/test_openrlhf_cpu.py): "1" negates every advantage, so the policy
+# a test's control run (tests/engines/openrlhf/test_openrlhf_cpu.py): "1" negates every advantage, so the policy
 # unlearns; read in the experience maker's process, which inherits the launcher's environment
 NEGATE_ENV = "SPARSERL_CONTROL_NEGATE_ADVANTAGES"
 STATE_FILE = "estimator_state.jsonl"  # under <run>/openrlhf/: what each step carries into the next
@@ -392,7 +392,7 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
     def compute_advantages_and_returns(self, experiences):
         """`_advantages_and_returns`; with the test-only control `NEGATE_ENV` = 1, negated."""
         experiences = self._advantages_and_returns(experiences)
-        if os.environ.get(NEGATE_ENV) == "1":  # tests/test_openrlhf_cpu.py: reward must fall
+        if os.environ.get(NEGATE_ENV) == "1":  # tests/engines/openrlhf/test_openrlhf_cpu.py: reward must fall
             print(f"[sparserl] {NEGATE_ENV}=1: advantages negated (a test's control run, never a result)", flush=True)
             for e in experiences:
                 e.advantages = -e.advantages
