@@ -16,7 +16,7 @@ drawn by JavaScript only when a category is opened. So the check runs in two par
    figure must have been listed by name, captioned and shown. `--screenshot` takes a second run
    that ends on one figure (`--show`, default the first) with its category listed beside it.
 
-Needs Chromium (Debian: `apt-get install -y chromium`); tests/test_report.py checks part 1 without it.
+Needs Chromium (Debian: `apt-get install -y chromium`); tests/figures/test_report.py checks part 1 without it.
 Exit status 0 when every figure passed, 1 otherwise (the failures are printed).
 """
 from __future__ import annotations

@@ -4,12 +4,19 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("SPARSERL_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def umask022():
+    """The usual umask, so a test can check the 0644/0755 modes whatever the runner's umask."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
 
 
 @pytest.fixture(scope="session")

@@ -91,6 +91,7 @@ def test_benchmark_files_must_be_the_configs(tmp_path):
               "--out", str(tmp_path / "e.parquet"), "--curve", str(tmp_path / "c.parquet")])
 
 
+@pytest.mark.e2e  # a tokenizer and four pre-training steps
 def test_pretrain_writes_the_policy_and_snapshots_where_it_is_told(repo, tmp_path):
     from sparserl.core.artifacts import write_table
     from sparserl.core.config import load_config

@@ -49,7 +49,8 @@ if CRITIQUE and rl_engine(CFG) == "local":
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} critique-world --config {CONFIGS} > {log} 2>&1"
+            "{SPARSERL} critique-world --config {CONFIGS} --corpus {output.corpus} --tokenizer {output.tokenizer} "
+            "> {log} 2>&1"
 
     rule critique_pretrain:
         input:
@@ -69,7 +70,7 @@ if CRITIQUE and rl_engine(CFG) == "local":
 
     rule critique_start:
         input:
-            str(CP.policy()),
+            policy=str(CP.policy()),
         output:
             str(CP.start_eval("{env}")),
         wildcard_constraints:
@@ -81,11 +82,12 @@ if CRITIQUE and rl_engine(CFG) == "local":
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} critique-start --config {CONFIGS} --env {wildcards.env} > {log} 2>&1"
+            "{SPARSERL} critique-start --config {CONFIGS} --env {wildcards.env} --policy {input.policy} "
+            "--out {output} > {log} 2>&1"
 
     rule critique_train:
         input:
-            lambda w: list(critique_run(w).inputs),  # policy c
+            policy=lambda w: critique_run(w).inputs[0],  # policy c
         output:
             metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),
             summary=str(CP.run("{exp}", "{method}", "{seed}").dir / "summary.json"),
@@ -104,20 +106,22 @@ if CRITIQUE and rl_engine(CFG) == "local":
             CRITIQUE_TRAIN_MESSAGE
         shell:
             "{SPARSERL} critique-train --config {CONFIGS} --experiment {wildcards.exp} "
-            "--method {wildcards.method} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+            "--method {wildcards.method} --seed {wildcards.seed} --policy {input.policy} "
+            "--metrics {output.metrics} --summary {output.summary} --threads {threads} > {log} 2>&1"
 
     rule critique_summary:
         input:
             runs=[str(CP.run(e, m, s).dir / "summary.json") for e, m, s in CRITIQUE_RUNS],
             starts=[str(CP.start_eval(env)) for env in CRITIQUE_ENVS],
         output:
-            str(CP.runs_table()),
-            str(CP.final_table()),
+            runs=str(CP.runs_table()),
+            final=str(CP.final_table()),
         localrule: True
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} critique-summary --config {CONFIGS}"
+            "{SPARSERL} critique-summary --config {CONFIGS} --runs {input.runs} --starts {input.starts} "
+            "--out-runs {output.runs} --out-final {output.final}"
 
     rule critique:
         input:
@@ -129,7 +133,7 @@ if CRITIQUE and rl_engine(CFG) == "local":
 
 
 # --------------------------------------------------------------------------------------------
-# Paper scale (rollout.backend vllm): Le Critique on OpenRLHF (sparserl.engines.openrlhf.envs).
+# Paper scale (rollout.backend vllm): Le Critique on OpenRLHF (sparserl.engines.openrlhf.critique).
 # The runs start from a hub policy (critique.policy_hub, or an experiment's own policy_hub): no
 # world, no pre-training. One GPU job per (experiment, method, seed) on resources.rl, one per env
 # for the start policy's held-out reward on resources.rollout; the tables as at tiny scale.
@@ -185,7 +189,7 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
         resources:
             **R("rollout"),
         shell:
-            "{SPARSERL} critique-start --config {CONFIGS} --env {wildcards.env} > {log} 2>&1"
+            "{SPARSERL} critique-start --config {CONFIGS} --env {wildcards.env} --out {output} > {log} 2>&1"
 
     rule critique_train:
         # Ray on the SLURM allocation, then OpenRLHF with the env's reward function or agent
@@ -215,13 +219,14 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
             runs=[str(CP.run(e, m, s).dir / "summary.json") for e, m, s in CRITIQUE_RUNS],
             starts=[str(CP.start_eval(env)) for env in CRITIQUE_ENVS],
         output:
-            str(CP.runs_table()),
-            str(CP.final_table()),
+            runs=str(CP.runs_table()),
+            final=str(CP.final_table()),
         localrule: True
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} critique-summary --config {CONFIGS}"
+            "{SPARSERL} critique-summary --config {CONFIGS} --runs {input.runs} --starts {input.starts} "
+            "--out-runs {output.runs} --out-final {output.final}"
 
     rule critique:
         input:

@@ -25,6 +25,10 @@ if OOD:
             return policy_input(RL_POLICY)
         return [str(method_run(CFG, method, seed).final)]
 
+    def ood_checkpoints():
+        """`--policies` of ood-eval and ood-table: label=checkpoint of every OOD policy, in order."""
+        return " ".join(f"{label}={ood_checkpoint_input(label)[0]}" for label, _, _ in ood_policies(CFG))
+
     def ood_targets():
         return [str(OP.table())]
 
@@ -44,7 +48,8 @@ if OOD:
             resources:
                 **R("cpu_small"),
             shell:
-                "{SPARSERL} ood-tasks --config {CONFIGS} > {log} 2>&1"
+                "{SPARSERL} ood-tasks --config {CONFIGS} --tokenizer {input.tokenizer} --corpus {input.corpus} "
+                "--benchmarks {input.benchmarks} --out {output} > {log} 2>&1"
 
         rule ood_eval:
             input:
@@ -54,20 +59,22 @@ if OOD:
                 str(OP.table()),
             params:
                 key=cfg_key("ood", "evaluation", "rollout"),
+                policies=ood_checkpoints(),
             log:
                 str(P.stage("logs", "ood_eval.log")),
             threads: T("rollout")
             resources:
                 **R("rollout"),
             shell:
-                "{SPARSERL} ood-eval --config {CONFIGS} --threads {threads} > {log} 2>&1"
+                "{SPARSERL} ood-eval --config {CONFIGS} --tasks {input.tasks} --policies {params.policies} "
+                "--out {output} --threads {threads} > {log} 2>&1"
 
     else:
         OOD_LABELS = "start|[A-Za-z0-9_]+/seed[0-9]+"
 
         rule ood_lm_eval:
             input:
-                lambda w: ood_checkpoint_input(w.policy),
+                checkpoint=lambda w: ood_checkpoint_input(w.policy),
             output:
                 str(OP.harness("{policy}", "lm_eval")),
             wildcard_constraints:
@@ -80,11 +87,12 @@ if OOD:
             resources:
                 **R("ood"),
             shell:
-                "{SPARSERL} ood-harness --config {CONFIGS} --tool lm_eval --policy {wildcards.policy} > {log} 2>&1"
+                "{SPARSERL} ood-harness --config {CONFIGS} --tool lm_eval --policy {wildcards.policy} "
+                "--checkpoint {input.checkpoint} --out {output} > {log} 2>&1"
 
         rule ood_evalplus:
             input:
-                lambda w: ood_checkpoint_input(w.policy),
+                checkpoint=lambda w: ood_checkpoint_input(w.policy),
             output:
                 str(OP.harness("{policy}", "evalplus", "{dataset}")),
             wildcard_constraints:
@@ -99,15 +107,17 @@ if OOD:
                 **R("ood"),
             shell:
                 "{SPARSERL} ood-harness --config {CONFIGS} --tool evalplus --dataset {wildcards.dataset} "
-                "--policy {wildcards.policy} > {log} 2>&1"
+                "--policy {wildcards.policy} --checkpoint {input.checkpoint} --out {output} > {log} 2>&1"
 
         rule ood_table:
             input:
                 [str(OP.harness(label, tool, ds)) for label, tool, ds in harness_outputs(CFG)],
             output:
                 str(OP.table()),
+            params:
+                policies=ood_checkpoints(),
             localrule: True
             resources:
                 **R("cpu_small"),
             shell:
-                "{SPARSERL} ood-table --config {CONFIGS}"
+                "{SPARSERL} ood-table --config {CONFIGS} --harness {input} --policies {params.policies} --out {output}"

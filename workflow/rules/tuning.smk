@@ -36,9 +36,10 @@ if LR_TUNING and not _lrt.borrowed(CFG):
 
     def lr_tune_inputs(w):
         """A tuning run reads what the run reads (Run.inputs), the split, and what the split is
-        checked against (engines.lr_tuning.guard_validation)."""
-        return (list(lr_tune_run_of(w).inputs) + [str(P.validation_split())]
-                + [str(P.train_pool()), str(P.pretrain_corpus())] + [str(P.benchmark(b)) for b in BENCHMARKS])
+        checked against (engines.lr_tuning.guard_validation): the pool, the corpus, the benchmarks."""
+        return {"run": list(lr_tune_run_of(w).inputs), "validation": str(P.validation_split()),
+                "pool": str(P.train_pool()), "corpus": str(P.pretrain_corpus()),
+                "benchmarks": [str(P.benchmark(b)) for b in BENCHMARKS]}
 
     rule make_validation:
         input:
@@ -54,11 +55,12 @@ if LR_TUNING and not _lrt.borrowed(CFG):
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} make-validation --config {CONFIGS} > {log} 2>&1"
+            "{SPARSERL} make-validation --config {CONFIGS} --pool {input.pool} --corpus {input.corpus} "
+            "--benchmarks {input.benchmarks} --out {output} > {log} 2>&1"
 
     rule lr_tune_run:
         input:
-            lr_tune_inputs,
+            unpack(lr_tune_inputs),
         output:
             str(P.tuning("{setting}", "lr{lr}", "seed{seed}", "validation.parquet")),
         wildcard_constraints:
@@ -74,12 +76,14 @@ if LR_TUNING and not _lrt.borrowed(CFG):
             **R("rl"),
         shell:
             "{SPARSERL} lr-tune-run --config {CONFIGS} --setting {wildcards.setting} "
-            "--lr {wildcards.lr} --seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+            "--lr {wildcards.lr} --seed {wildcards.seed} --validation {input.validation} --pool {input.pool} "
+            "--corpus {input.corpus} --benchmarks {input.benchmarks} --out {output} --threads {threads} > {log} 2>&1"
 
     rule lr_tuning:
         input:
-            [str(_lrt.validation_table(CFG, st, lr, s))
-             for st in LR_SETTINGS for lr in LR_TUNING["grid"] for s in LR_TUNING["seeds"]],
+            tables=[str(_lrt.validation_table(CFG, st, lr, s))
+                    for st in LR_SETTINGS for lr in LR_TUNING["grid"] for s in LR_TUNING["seeds"]],
+            validation=str(P.validation_split()),
         output:
             table=str(P.tuning("lr.parquet")),
             csv=str(P.tuning("lr.csv")),
@@ -91,4 +95,6 @@ if LR_TUNING and not _lrt.borrowed(CFG):
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} lr-tune-select --config {CONFIGS} > {log} 2>&1"
+            "{SPARSERL} lr-tune-select --config {CONFIGS} --tables {input.tables} --validation {input.validation} "
+            "--out-table {output.table} --out-csv {output.csv} --out-md {output.markdown} --out-json {output.chosen} "
+            "> {log} 2>&1"

@@ -1,13 +1,17 @@
-"""`python -m sparserl critique-*`: Le Critique's stage (workflow/rules/critique.smk).
+"""`python -m sparserl critique-*`: Le Critique's stage (workflow/rules/critique.smk). Each command
+reads and writes the paths it is given (the DAG resolves them; results/tiny/critique/ below).
 
-    sparserl critique-world                 # the envs' demonstrations + the world's tokenizer
+    C=results/tiny/critique
+    sparserl critique-world --corpus $C/tasks/pretrain_corpus.parquet --tokenizer $C/tokenizer
     sparserl critique-pretrain --threads 1  # policy c on those demonstrations (resumable)
-    sparserl critique-start --env rg        # the start policy's held-out reward on one env
-    sparserl critique-train --experiment rg_k8 --method lc_tether --seed 0
-    sparserl critique-summary               # every run's metrics in one table
+    sparserl critique-start --env rg --policy $C/policies/c --out $C/start_eval/rg.json
+    sparserl critique-train --experiment rg_k8 --method lc_tether --seed 0 --policy $C/policies/c \
+        --metrics $C/runs/rg_k8/lc_tether/seed0/metrics.parquet --summary $C/runs/rg_k8/lc_tether/seed0/summary.json
+    sparserl critique-summary --runs $C/runs/*/*/seed*/summary.json --starts $C/start_eval/*.json \
+        --out-runs $C/runs.parquet --out-final $C/final.parquet
 
 Paper scale (rollout.backend vllm, critique.policy_hub): no world, no pre-training;
-    sparserl critique-start --env rg        # the hub policy's held-out reward (vLLM, one GPU)
+    sparserl critique-start --env rg --out $C/start_eval/rg.json   # the hub policy's held-out reward (vLLM)
     sparserl critique-openrlhf --experiment rg_k8 --method lc_tether --seed 0   # OpenRLHF on Ray
 """
 from __future__ import annotations
@@ -21,15 +25,16 @@ def _cfg(args):
 def cmd_world(args):
     from sparserl.core.artifacts import write_table
     from sparserl.core.logs import get_logger
-    from sparserl.envs.world import CritiquePaths, build_corpus, critique_world
+    from sparserl.envs.world import build_corpus, critique_world
     from sparserl.models.tokenizer import train_tokenizer
     cfg = _cfg(args)
-    CP, world = CritiquePaths(cfg), critique_world(cfg)
+    world = critique_world(cfg)
     corpus = build_corpus(cfg)
-    write_table(corpus, CP.corpus(), cfg=cfg, extra={"rows_per_env": corpus.groupby("env").size().to_dict()})
+    write_table(corpus, args.corpus, cfg=cfg, extra={"rows_per_env": corpus.groupby("env").size().to_dict()})
     tok = train_tokenizer([p + a for p, a in zip(corpus["problem"], corpus["answer"])],
-                          world["tokenizer"]["vocab_size"], CP.tokenizer(), world["tokenizer"]["max_length"])
-    get_logger("sparserl.critique").info(f"critique world: {len(corpus)} rows, tokenizer {len(tok)} -> {CP.root}")
+                          world["tokenizer"]["vocab_size"], args.tokenizer, world["tokenizer"]["max_length"])
+    get_logger("sparserl.critique").info(f"critique world: {len(corpus)} rows -> {args.corpus}, "
+                                         f"tokenizer {len(tok)} -> {args.tokenizer}")
 
 
 def cmd_pretrain(args):
@@ -41,26 +46,36 @@ def cmd_pretrain(args):
 def cmd_start(args):
     from sparserl.core.artifacts import write_json
     from sparserl.core.paths import rl_engine
-    from sparserl.envs.world import CritiquePaths
     cfg = _cfg(args)
     if rl_engine(cfg) == "openrlhf":  # paper scale: the hub policy on vLLM
-        from sparserl.engines.openrlhf.envs import start_reward
+        from sparserl.engines.openrlhf.critique import start_reward
+        out = start_reward(cfg, args.env)
     else:
         from sparserl.engines.local.critique import start_reward
-    out = start_reward(cfg, args.env)
-    write_json(out, CritiquePaths(cfg).start_eval(args.env))
+        if not args.policy:
+            raise SystemExit("critique-start: give --policy, policy c's checkpoint dir "
+                             "(results/<scale>/critique/policies/c)")
+        out = start_reward(cfg, args.env, args.policy)
+    write_json(out, args.out)
     print(out)
 
 
 def cmd_train(args):
+    from pathlib import Path
+
     from sparserl.engines.local.critique import train
-    print(train(_cfg(args), args.experiment, args.method, args.seed, threads=args.threads))
+    run_dir = Path(args.summary).parent  # the trainer writes its whole run folder (final/, tensorboard/)
+    if Path(args.metrics) != run_dir / "metrics.parquet":
+        raise SystemExit(f"critique-train: --metrics {args.metrics} is not beside --summary {args.summary}; "
+                         f"give {run_dir / 'metrics.parquet'}")
+    print(train(_cfg(args), args.experiment, args.method, args.seed, threads=args.threads, run_dir=run_dir,
+                policy=args.policy))
 
 
 def cmd_openrlhf(args):
     import shlex
 
-    from sparserl.engines.openrlhf.envs import run_critique
+    from sparserl.engines.openrlhf.critique import run_critique
     argv = run_critique(_cfg(args), args.experiment, args.method, args.seed, dry_run=args.dry_run,
                         config_paths=args.config)
     if args.dry_run:
@@ -69,23 +84,34 @@ def cmd_openrlhf(args):
 
 def cmd_summary(args):
     from sparserl.studies.le_critique import write_runs_table
-    print(write_runs_table(_cfg(args)))
+    print(write_runs_table(_cfg(args), args.runs, args.starts, args.out_runs, args.out_final))
 
 
 def register(sub, add) -> None:
-    add("critique-world", cmd_world, "Le Critique: the envs' pre-training demonstrations and tokenizer")
+    p = add("critique-world", cmd_world, "Le Critique: the envs' pre-training demonstrations and tokenizer")
+    p.add_argument("--corpus", required=True, help="the demonstrations table to write (.parquet)")
+    p.add_argument("--tokenizer", required=True, help="the tokenizer folder to write")
     add("critique-pretrain", cmd_pretrain, "Le Critique: pre-train policy c (resumable)", threads=True)
     p = add("critique-start", cmd_start, "Le Critique: held-out reward of the start policy on an env")
     p.add_argument("--env", required=True)
+    p.add_argument("--policy", help="policy c's checkpoint dir (tiny/small; paper scale: the config's hub policy)")
+    p.add_argument("--out", required=True, help="the JSON to write (start_eval/<env>.json)")
     p = add("critique-train", cmd_train, "Le Critique: one RL run (experiment x method x seed; resumable)",
             threads=True)
     p.add_argument("--experiment", required=True)
     p.add_argument("--method", required=True)
     p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--policy", required=True, help="the start policy's checkpoint dir (policy c)")
+    p.add_argument("--metrics", required=True, help="the run's metrics.parquet (in the run folder)")
+    p.add_argument("--summary", required=True, help="the run's summary.json; its folder is the run's")
     p = add("critique-openrlhf", cmd_openrlhf, "Le Critique at paper scale: one run on OpenRLHF (Ray on the "
             "SLURM allocation); writes the run's metrics.parquet and summary.json")
     p.add_argument("--experiment", required=True)
     p.add_argument("--method", required=True)
     p.add_argument("--seed", type=int, required=True)
     p.add_argument("--dry-run", action="store_true", help="validate and print the OpenRLHF arguments, start nothing")
-    add("critique-summary", cmd_summary, "Le Critique: every run's metrics and summary in one table")
+    p = add("critique-summary", cmd_summary, "Le Critique: every run's metrics and summary in one table")
+    p.add_argument("--runs", nargs="+", required=True, help="each run's summary.json (metrics.parquet beside it)")
+    p.add_argument("--starts", nargs="+", required=True, help="each env's start_eval/<env>.json")
+    p.add_argument("--out-runs", required=True, help="runs.parquet to write")
+    p.add_argument("--out-final", required=True, help="final.parquet to write")

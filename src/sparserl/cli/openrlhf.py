@@ -23,7 +23,7 @@ def cmd_openrlhf_args(args):
     from sparserl.core.config import load_config
     from sparserl.methods.spec import load_method
 
-    from sparserl.engines.openrlhf.flags import openrlhf_argv
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
 
     cfg = load_config(args.config)

@@ -15,7 +15,12 @@ from typing import Any, Iterable, Iterator, Mapping
 import jsonschema
 import yaml
 
-from sparserl.core.paths import snapshot_tag
+
+def snapshot_tag(fraction: float) -> str:
+    """The tag of a pre-training snapshot at `fraction` of the steps (0.5 -> "p50"), as policy
+    references (`m@p50`) and their folders name it."""
+    return f"p{round(fraction * 100):02d}"
+
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 # Top-level settings whose schema defaults load_config writes into the cfg: every resolved config
@@ -268,9 +273,14 @@ def _check_semantics(cfg: dict, layers) -> None:
         check(cfg, lambda path: _origin(path, layers))
 
 
-# OpenRLHF's cluster shape where rl.openrlhf leaves it out (engines.openrlhf.flags reads these)
-OPENRLHF_SHAPE_DEFAULTS = {"nodes": 1, "gpus_per_node": 8, "vllm.tensor_parallel_size": 1,
-                           "train.micro_batch_size": 4}
+# OpenRLHF's cluster shape: rl.openrlhf's keys whose schema defaults `openrlhf_shape` fills in
+OPENRLHF_SHAPE_KEYS = ("nodes", "gpus_per_node", "vllm.tensor_parallel_size", "train.micro_batch_size")
+
+
+def openrlhf_shape(over: dict | None) -> dict:
+    """An rl.openrlhf mapping over the schema defaults of OpenRLHF's cluster shape
+    (`OPENRLHF_SHAPE_KEYS`); the config itself is left as it is."""
+    return {**{k: schema_default("rl", "openrlhf", k) for k in OPENRLHF_SHAPE_KEYS}, **(over or {})}
 
 
 def _check_cluster(cfg: dict, layers) -> None:
@@ -287,11 +297,12 @@ def _check_cluster(cfg: dict, layers) -> None:
         sections += [(f"critique.experiments.{n}.rl", {**crit["rl"], **(e.get("rl") or {})})
                      for n, e in (crit.get("experiments") or {}).items()]
     for key, rl in sections:
-        over = {**OPENRLHF_SHAPE_DEFAULTS, **(rl.get("openrlhf") or {})}
+        over = openrlhf_shape(rl.get("openrlhf"))
         where = _origin([*key.split("."), "openrlhf"], layers)
         nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
-        if int(res.get("nodes", 1)) != nodes:
-            raise ConfigError(f"{where}: resources.rl.nodes = {res.get('nodes', 1)} but {key}.openrlhf.nodes = "
+        res_nodes = int(section_setting(res, "$defs", "resources", "nodes"))
+        if res_nodes != nodes:
+            raise ConfigError(f"{where}: resources.rl.nodes = {res_nodes} but {key}.openrlhf.nodes = "
                               f"{nodes}: Ray would wait for nodes SLURM never gives; set both to the same count")
         if int(res["gpus"]) != nodes * gpn:
             raise ConfigError(f"{where}: resources.rl.gpus = {res['gpus']} (the job's total) but {key}.openrlhf "

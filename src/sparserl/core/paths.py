@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sparserl.core.config import setting, snapshot_tag
+
 
 def split_policy(ref: str) -> tuple[str, str | None]:
     """'m' -> ('m', None); 'm@p50' -> ('m', 'p50'): a snapshot at 50% of pre-training."""
     name, _, snap = ref.partition("@")
     return name, (snap or None)
-
-
-def snapshot_tag(fraction: float) -> str:
-    return f"p{round(fraction * 100):02d}"
 
 
 MODELS_DIR = "models"  # hub models, fetched on the submit host (rule fetch_models), relative to the workdir
@@ -195,7 +193,6 @@ class Paths:
         rl, basis = self.cfg.get("rl") or {}, self.cfg.get("basis") or {}
         if rl.get("policy") != name or not basis:
             return None
-        from sparserl.core.config import setting  # core.config imports this module
         if setting(self.cfg, "basis", "reference_n") < setting(self.cfg, "passrate", "samples"):
             return None
         return self.reference_cache(name)

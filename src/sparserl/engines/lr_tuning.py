@@ -111,10 +111,12 @@ def tuner(cfg: dict, setting: str) -> str:
     return methods[setting][0]
 
 
-def tuning_run(cfg: dict, setting: str, lr: float, seed: int | str) -> Run:
-    """A tuning run: the setting's method at `lr` (`tuning_config`), in tuning/<setting>/lr<lr>/seed<s>."""
-    return resolve_run(tuning_config(cfg, lr), tuner(cfg, setting), seed,
-                       root=Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}"), lr=lr)
+def tuning_run(cfg: dict, setting: str, lr: float, seed: int | str, root: str | Path | None = None) -> Run:
+    """A tuning run: the setting's method at `lr` (`tuning_config`), in `root` (the DAG's; else
+    tuning/<setting>/lr<lr>/seed<s>)."""
+    if root is None:
+        root = Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}")
+    return resolve_run(tuning_config(cfg, lr), tuner(cfg, setting), seed, root=root, lr=lr)
 
 
 def run_paths(cfg: dict, setting: str, lr: float, seed: int | str) -> RunPaths:
@@ -191,19 +193,20 @@ def _norm(problem: str) -> str:
     return " ".join(str(problem).split())
 
 
-def guard_validation(cfg: dict, valid: pd.DataFrame, where: Path | str) -> None:
-    """Refuse a validation split that meets a benchmark, the RL pool or the pre-training corpus:
-    by problem text (whitespace normalised) and by the hash split (`procedural.split_of`: no
-    problem on the benchmarks' 'eval' side, all on the pool's side). The files are read again here,
-    so the scoring checks what it scores, whatever wrote `where`."""
+def guard_validation(cfg: dict, valid: pd.DataFrame, where: Path | str, pool: str | Path, corpus: str | Path,
+                     benchmarks: list) -> None:
+    """Refuse a validation split that meets a benchmark (the tables `benchmarks`), the RL pool
+    (`pool`) or the pre-training corpus (`corpus`): by problem text (whitespace normalised) and by
+    the hash split (`procedural.split_of`: no problem on the benchmarks' 'eval' side, all on the
+    pool's side). The files are read again here, so the scoring checks what it scores, whatever
+    wrote `where`."""
     from sparserl.core.artifacts import read_table
     from sparserl.tasks.procedural import pool_side, split_of, task_split
-    P = Paths(cfg)
     split = task_split(cfg["tasks"])
     side = pool_side(split)
     probs = {_norm(p) for p in valid["problem"]}
-    sources = [("benchmark " + b, P.benchmark(b)) for b in P.benchmark_names()]
-    sources += [("RL pool", P.train_pool()), ("pre-training corpus", P.pretrain_corpus())]
+    sources = [("benchmark " + Path(b).stem, Path(b)) for b in benchmarks]
+    sources += [("RL pool", Path(pool)), ("pre-training corpus", Path(corpus))]
     for what, path in sources:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{where}: cannot check the validation split against the {what}: "
@@ -220,19 +223,22 @@ def guard_validation(cfg: dict, valid: pd.DataFrame, where: Path | str) -> None:
                          "rebuild the split (rule make_validation)")
 
 
-def validation_problems(cfg: dict) -> pd.DataFrame:
-    """The validation split the scoring uses, after `guard_validation`."""
+def validation_problems(cfg: dict, path: str | Path, pool: str | Path, corpus: str | Path,
+                        benchmarks: list) -> pd.DataFrame:
+    """The validation split `path` the scoring uses, after `guard_validation` against the pool,
+    corpus and benchmark tables."""
     from sparserl.core.artifacts import read_table
-    path = Paths(cfg).validation_split()
     valid = read_table(path)
-    guard_validation(cfg, valid, path)
+    guard_validation(cfg, valid, path, pool, corpus, benchmarks)
     return valid
 
 
-def tune_run(cfg: dict, setting: str, lr: float, seed: int, threads: int = 1) -> pd.DataFrame:
-    """One tuning run (resumable, the RL trainer's own loop) of the setting's method at `lr`, then
-    each checkpoint of `checkpoint_steps` on the validation split; writes and returns
-    validation.parquet (one row per checkpoint, `steps` its training step)."""
+def tune_run(cfg: dict, setting: str, lr: float, seed: int, out: str | Path, validation: str | Path,
+             pool: str | Path, corpus: str | Path, benchmarks: list, threads: int = 1) -> pd.DataFrame:
+    """One tuning run (resumable, the RL trainer's own loop) of the setting's method at `lr` in the
+    folder of `out`, then each checkpoint of `checkpoint_steps` on the validation split
+    `validation` (guarded against `pool`, `corpus` and `benchmarks`); writes `out`, the run's
+    validation.parquet (one row per checkpoint, `steps` its training step), and returns it."""
     from sparserl.core.artifacts import write_table
     from sparserl.engines.local.trainer import Trainer
     from sparserl.evaluation.evaluate import evaluate_checkpoint
@@ -241,8 +247,9 @@ def tune_run(cfg: dict, setting: str, lr: float, seed: int, threads: int = 1) ->
     s = check(cfg)
     if s is None:
         raise ConfigError("lr-tune-run: rl.lr_tuning.enabled is not true in the config")
-    valid = validation_problems(cfg)  # before hours of training, not after
-    run = tuning_run(cfg, setting, lr, seed)
+    out = Path(out)
+    valid = validation_problems(cfg, validation, pool, corpus, benchmarks)  # before hours of training, not after
+    run = tuning_run(cfg, setting, lr, seed, root=out.parent)
     rp, m = run.paths, run.spec
     steps = checkpoint_steps(cfg, m)
     trainer = Trainer(tuning_config(cfg, lr), run, threads=threads)
@@ -260,9 +267,9 @@ def tune_run(cfg: dict, setting: str, lr: float, seed: int, threads: int = 1) ->
                                               f"{setting} lr {lr_label(lr)} seed{seed} step {st}",
                                               threads=threads, extra_cols=extra, verifier=ver,
                                               benchmarks={VALIDATION: valid}))
-    out = pd.concat(tables, ignore_index=True)
-    write_table(out, rp.dir / "validation.parquet", cfg=cfg, extra={"setting": setting, "lr": float(lr)})
-    return out
+    table = pd.concat(tables, ignore_index=True)
+    write_table(table, out, cfg=cfg, extra={"setting": setting, "lr": float(lr)})
+    return table
 
 
 def validation_argmax(table: pd.DataFrame, grid: list[float] | None = None,
@@ -312,14 +319,15 @@ def validation_argmax(table: pd.DataFrame, grid: list[float] | None = None,
     return agg[list(TABLE_COLUMNS)]
 
 
-def table_markdown(table: pd.DataFrame, cfg: dict) -> str:
-    """lr.md: the tuning table as a markdown page, the choice marked and its edge flags spelt out."""
+def table_markdown(table: pd.DataFrame, cfg: dict, validation: str | Path) -> str:
+    """lr.md: the tuning table as a markdown page, the choice marked and its edge flags spelt out;
+    `validation` the split it was scored on."""
     s = settings(cfg)
     lines = [f"# Learning rates and steps chosen on the validation split (scale {cfg['scale']})", "",
              ("Rule: `sparserl.engines.lr_tuning.validation_argmax` (the (lr, steps) with the highest "
               f"validation mean@k averaged over seeds {list(s['seeds'])}; ties: the smaller lr, then fewer steps). "
               f"Grid: {[lr_label(x) for x in s['grid']]}; scored at {list(s['checkpoints'])} of each setting's "
-              f"steps on {Paths(cfg).validation_split()} (no benchmark, pool or corpus problem)."), "",
+              f"steps on {validation} (no benchmark, pool or corpus problem)."), "",
              "| setting | method | lr | steps | seeds | mean | sd | min | max | choice |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
@@ -332,9 +340,11 @@ def table_markdown(table: pd.DataFrame, cfg: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def select(cfg: dict) -> dict:
-    """Every tuning run's validation scores -> the rule (`validation_argmax`) -> tuning/lr.parquet,
-    lr.csv, lr.md (the table) and tuning/lr.json (the choice per setting, read by the trainer)."""
+def select(cfg: dict, tables: list, validation: str | Path, out_table: str | Path, out_csv: str | Path,
+           out_md: str | Path, out_json: str | Path) -> dict:
+    """Every tuning run's validation scores (`tables`, each run's validation.parquet, scored on the
+    split `validation`) -> the rule (`validation_argmax`) -> the table (`out_table`, `out_csv`,
+    `out_md`) and the choice per setting (`out_json`, tuning/lr.json, read by the trainer)."""
     from sparserl.core.artifacts import (
         atomic_write_text,
         read_table,
@@ -344,20 +354,17 @@ def select(cfg: dict) -> dict:
     s = check(cfg)
     if s is None:
         raise ConfigError("lr-tune-select: rl.lr_tuning.enabled is not true in the config")
-    P = Paths(cfg)
     members = setting_methods(cfg)
-    rows = [read_table(validation_table(cfg, st, lr, seed))
-            for st in members for lr in s["grid"] for seed in s["seeds"]]
-    scores = pd.concat(rows, ignore_index=True)
+    scores = pd.concat([read_table(t) for t in tables], ignore_index=True)
     floor = {st: min_steps(cfg, ms) for st, ms in members.items()}
     table = validation_argmax(scores, [float(x) for x in s["grid"]], floor)
     meta = {"rule": "sparserl.engines.lr_tuning.validation_argmax", "grid": [float(x) for x in s["grid"]],
             "seeds": list(s["seeds"]), "checkpoints": [float(f) for f in s["checkpoints"]],
             "metric": str(scores["metric"].iloc[0]) if "metric" in scores else "accuracy",
-            "validation": str(P.validation_split())}
-    write_table(table, P.tuning("lr.parquet"), cfg=cfg, extra=meta)
-    atomic_write_text(P.tuning("lr.csv"), table.to_csv(index=False))
-    atomic_write_text(P.tuning("lr.md"), table_markdown(table, cfg))
+            "validation": str(validation)}
+    write_table(table, out_table, cfg=cfg, extra=meta)
+    atomic_write_text(out_csv, table.to_csv(index=False))
+    atomic_write_text(out_md, table_markdown(table, cfg, validation))
     chosen = table[table["chosen"]].set_index("setting")
     out = {**meta,
            "settings": {st: {"method": r["method"], "lr": float(r["lr"]), "steps": int(r["steps"]),
@@ -367,7 +374,7 @@ def select(cfg: dict) -> dict:
                              "lr_at_grid_edge": bool(r["lr_at_grid_edge"]), "methods": members[st]}
                         for st, r in chosen.iterrows()},
            "methods": {m: st for st, ms in members.items() for m in ms}}
-    write_json(out, P.tuning("lr.json"), cfg=cfg)
+    write_json(out, out_json, cfg=cfg)
     for st, r in chosen.iterrows():
         edge = " AT GRID EDGE" if r["lr_at_grid_edge"] else ""
         log.info(f"{st}: lr {r['lr']:.3g}, {int(r['steps'])} steps ({r['method']}, validation "

@@ -40,8 +40,8 @@ def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]
 
 def openrlhf_step_offset(method) -> int:
     """OpenRLHF's global step minus the policy step: the critic's warm-up steps W (0 without a
-    critic; `engines.openrlhf.flags.critic_warmup_steps`, which imports no OpenRLHF)."""
-    from sparserl.engines.openrlhf.flags import critic_warmup_steps
+    critic; `engines.openrlhf.critic_warmup.critic_warmup_steps`, which imports no OpenRLHF)."""
+    from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
     return critic_warmup_steps(method)
 
 

@@ -11,7 +11,7 @@ Two kinds of numbers, kept apart:
 Decode is memory-bound: a decode step reads the weights once for the whole batch plus every running
 sequence's KV cache, so generation time = (decode steps x weight bytes + sum over sequences of the
 KV bytes of each context) / achieved bandwidth. An RL step waits for its longest response: at least
-max_new_tokens sequential steps (x OSLA's rounds), whatever the batch. tests/test_paper_resources.py
+max_new_tokens sequential steps (x OSLA's rounds), whatever the batch. tests/workflow/test_paper_resources.py
 checks each job of the paper dry run against its estimate; docs/cluster.md's table is `sizing_table`.
 """
 from __future__ import annotations
@@ -21,7 +21,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparserl.core.config import start_samples
+from sparserl.core.config import openrlhf_shape, schema_default, section_setting, setting, start_samples
+from sparserl.engines.openrlhf.checkpoints import save_plan
+from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
+from sparserl.engines.openrlhf.flags import hf_steps, save_steps
 
 MARGIN = 1.5  # runtime (and memory) asked / estimated
 
@@ -278,16 +281,17 @@ def _h(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
+def _openrlhf_default(key: str):
+    """An rl.openrlhf OpenRLHF flag's schema default (the cluster profile, `flags.cluster_defaults`)."""
+    return schema_default("rl", "openrlhf", key)
+
+
 def _openrlhf_shape(cfg: dict, over: dict | None = None) -> dict:
     """GPUs, engines and tensor parallelism of an OpenRLHF job (flags.openrlhf_flags' reading)."""
-    from sparserl.core.config import OPENRLHF_SHAPE_DEFAULTS
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS
-    over = over or {}
-    nodes = int(over.get("nodes", OPENRLHF_SHAPE_DEFAULTS["nodes"]))
-    gpn = int(over.get("gpus_per_node", OPENRLHF_SHAPE_DEFAULTS["gpus_per_node"]))
-    tp = int(over.get("vllm.tensor_parallel_size", CLUSTER_DEFAULTS["vllm.tensor_parallel_size"]))
+    over = openrlhf_shape(over)
+    nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
     engines = int(over.get("vllm.num_engines", max(1, nodes * gpn // tp)))
-    util = float(over.get("vllm.gpu_memory_utilization", CLUSTER_DEFAULTS["vllm.gpu_memory_utilization"]))
+    util = float(over.get("vllm.gpu_memory_utilization", _openrlhf_default("vllm.gpu_memory_utilization")))
     return {"gpus": nodes * gpn, "engines": engines, "tp": tp, "mem_util": util}
 
 
@@ -304,8 +308,7 @@ def rl_run_estimate(rule: str, job: str, shape: ModelShape, gpu: GPU, *, steps: 
                     save_steps: int, hf_steps: list, save_hf: bool, kept: int, eval_s: float = 0.0,
                     note: str = "") -> Estimate:
     """One OpenRLHF run: (warm-up + policy) steps of generation, training and overhead, plus saves
-    (`flags.save_plan`: every `save_steps` and at `hf_steps`, the only steps with an HF copy)."""
-    from sparserl.engines.openrlhf.flags import save_plan
+    (`checkpoints.save_plan`: every `save_steps` and at `hf_steps`, the only steps with an HF copy)."""
     gen = generation_s(shape, gpu, rollouts, L, prompt=prompt, engines=osh["engines"], tp=osh["tp"],
                        mem_util=osh["mem_util"], rounds=rounds)
     tr = train_s(shape, gpu, osh["gpus"], rollouts, L, prompt=prompt, reference=reference, critic=critic)
@@ -365,7 +368,6 @@ def rl_resume_save_steps(cfg: dict, method) -> int:
 
 
 def _rl_cluster(cfg: dict, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estimate:
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS, critic_warmup_steps, hf_steps, save_steps
     from sparserl.methods.spec import load_method, total_steps
     rl = cfg["rl"]
     m = load_method(w["method"])
@@ -375,14 +377,13 @@ def _rl_cluster(cfg: dict, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estim
                            warmup=W, rollouts=p["rollouts"], rounds=p["rounds"], L=p["L"], prompt=PROMPT_TOKENS,
                            osh=p["osh"], reference=m.kl_coef > 0, critic=m.critic is not None,
                            save_steps=save_steps(rl, m, rl_resume_save_steps(cfg, m)),
-                           hf_steps=hf_steps(rl, m), save_hf=bool(CLUSTER_DEFAULTS["ckpt.save_hf"]),
-                           kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]))
+                           hf_steps=hf_steps(rl, m), save_hf=bool(_openrlhf_default("ckpt.save_hf")),
+                           kept=int(_openrlhf_default("ckpt.max_num")))
 
 
 def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
     """The pieces of a Le Critique run's estimate (also its resume cadence, `critique_save_steps`)."""
-    from sparserl.engines.openrlhf.envs import run_method, settings
-    from sparserl.engines.openrlhf.flags import critic_warmup_steps
+    from sparserl.engines.openrlhf.experiment import run_method, settings
     from sparserl.envs.world import CritiquePaths, experiment
     s, e = settings(cfg, exp), experiment(cfg, exp)
     m = run_method(cfg, exp, method_name)
@@ -395,7 +396,7 @@ def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
     rollouts = int(s["rollouts_per_step"])
     gen = generation_s(shape, gpu, rollouts, L, engines=osh["engines"], tp=osh["tp"], mem_util=osh["mem_util"])
     tr = train_s(shape, gpu, osh["gpus"], rollouts, L, reference=m.kl_coef > 0, critic=m.critic is not None)
-    ev = generation_s(shape, gpu, int(s["eval"]["problems"]) * int(s["eval"].get("samples", 4)), L,
+    ev = generation_s(shape, gpu, eval_rollouts(s), L,
                       engines=osh["engines"], tp=osh["tp"], mem_util=osh["mem_util"])
     return {"m": m, "s": s, "shape": shape, "L": L, "osh": osh, "rollouts": rollouts, "gen": gen, "train": tr,
             "eval": ev, "warmup": critic_warmup_steps(m), "step_s": gen + tr + RL_STEP_OVERHEAD_S}
@@ -408,22 +409,27 @@ def critique_save_steps(cfg: dict, exp: str, method_name: str) -> int:
 
 
 def _critique_train(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS
     p = critique_step(cfg, w["exp"], w["method"], gpu)
     return rl_run_estimate("critique_train", f"exp={w['exp']}, method={w['method']}, seed={w['seed']}", p["shape"],
                            gpu, steps=int(p["s"]["steps"]), warmup=p["warmup"], rollouts=p["rollouts"], rounds=1,
                            L=p["L"], prompt=PROMPT_TOKENS, osh=p["osh"], reference=p["m"].kl_coef > 0,
                            critic=p["m"].critic is not None,
                            save_steps=critique_save_steps(cfg, w["exp"], w["method"]), hf_steps=[], save_hf=False,
-                           kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]), eval_s=p["eval"])
+                           kept=int(_openrlhf_default("ckpt.max_num")), eval_s=p["eval"])
+
+
+def eval_rollouts(s: dict) -> int:
+    """Rollouts of a Le Critique run's held-out evaluation: problems x samples (critique.rl.eval)."""
+    return int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "problems")) * \
+        int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "samples"))
 
 
 def _one_gpu_generation(cfg: dict, rule: str, job: str, hf: str, shape: ModelShape, gpu: GPU, rollouts: float,
                         cap: int, *, models: int = 1, prompt: int = PROMPT_TOKENS, what: str = "") -> Estimate:
     v = cfg["rollout"].get("vllm") or {}
     L = response_lengths(hf, cap)
-    gen = generation_s(shape, gpu, rollouts, L, prompt=prompt, tp=int(v.get("tensor_parallel_size", 1)),
-                       mem_util=float(v.get("gpu_memory_utilization", 0.85)))
+    gen = generation_s(shape, gpu, rollouts, L, prompt=prompt, tp=int(section_setting(v, "rollout", "vllm", "tensor_parallel_size")),
+                       mem_util=float(section_setting(v, "rollout", "vllm", "gpu_memory_utilization")))
     total = gen + models * ENGINE_START_S
     rate = rollouts * L.mean / gen
     return Estimate(rule, job, 1, total, f"{what}{rollouts:.0f} rollouts x {L.mean:.0f} tokens / {rate:,.0f} tokens/s "
@@ -455,7 +461,7 @@ def _rl_eval(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 def _reference_cache_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     b = cfg["basis"]
-    K = int(b.get("reference_shards", 1))
+    K = int(setting(cfg, "basis", "reference_shards"))
     hf, shape = _policy(cfg, w["policy"])
     per = math.ceil(DAPO_PROMPTS * int(b["reference_n"]) / K)
     return _one_gpu_generation(cfg, "reference_cache_shard", f"policy={w['policy']}, shard={w['shard']}", hf, shape,
@@ -464,7 +470,7 @@ def _reference_cache_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 
 def _critique_start(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-    from sparserl.engines.openrlhf.envs import settings
+    from sparserl.engines.openrlhf.experiment import settings
     from sparserl.envs.world import CritiquePaths, experiments
     exps = [e for e in experiments(cfg) if e.env == w["env"]]
     secs, parts = 0.0, []
@@ -473,7 +479,7 @@ def _critique_start(cfg: dict, w: dict, gpu: GPU) -> Estimate:
         hf = e.policy_hub or cfg["critique"]["policy_hub"]
         shape = model_shape(hf, CritiquePaths(cfg).policy(e.name))
         est = _one_gpu_generation(cfg, "critique_start", "", hf, shape, gpu,
-                                  int(s["eval"]["problems"]) * int(s["eval"].get("samples", 4)),
+                                  eval_rollouts(s),
                                   int(s["max_len"]) - PROMPT_TOKENS)
         secs += est.seconds
         parts.append(f"{e.name}: {est.work}")
@@ -530,7 +536,6 @@ def _v0_harvest_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     from sparserl.engines.harvest_settings import harvest_config, harvest_settings
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS, hf_steps, save_steps
     from sparserl.methods.spec import load_method, prompts_per_step, total_steps
     h = harvest_settings(cfg)
     hc = harvest_config(cfg, w["policy"])
@@ -542,7 +547,7 @@ def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
                            rollouts=rollouts, rounds=1, L=response_lengths(hf, cap), prompt=PROMPT_TOKENS,
                            osh=_openrlhf_shape(cfg, rl.get("openrlhf")), reference=m.kl_coef > 0, critic=False,
                            save_steps=save_steps(rl, m), hf_steps=hf_steps(rl, m), save_hf=True,
-                           kept=int(CLUSTER_DEFAULTS["ckpt.max_num"]))
+                           kept=int(_openrlhf_default("ckpt.max_num")))
 
 
 def v0_rule_estimates(cfg: dict) -> dict:
@@ -658,7 +663,8 @@ def dry_run_jobs(repo: str | Path, workdir: str | Path, configfiles: list | None
 
 def gpu_job_estimates(cfg: dict, jobs: list[dict], gpu: str | None = None) -> list[tuple[dict, Estimate]]:
     """(job, estimate) of every job that asks for a GPU."""
-    return [(j, estimate(cfg, j["rule"], j["wildcards"], gpu)) for j in jobs if int(j["resources"].get("gpu", 0))]
+    return [(j, estimate(cfg, j["rule"], j["wildcards"], gpu)) for j in jobs
+            if int(j["resources"].get("gpu") or 0)]  # a Snakemake job's resources, not a config key
 
 
 def sizing_table(cfg: dict, jobs: list[dict]) -> str:

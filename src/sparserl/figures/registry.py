@@ -123,7 +123,7 @@ def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], captio
     """Decorator: register the drawing function under `fig_id` and return it unchanged, so one
     function may draw several figures (one decorator each). `frame(data)` gives the DataFrame of
     its CSV (default: `default_frame`); `note(cfg)` a line the footer adds; `bars` what its error
-    bars or bands are (every figure that draws some must say: tests/test_figures.py checks)."""
+    bars or bands are (every figure that draws some must say: tests/figures/test_figures.py checks)."""
     group, _, name = fig_id.partition("/")
     if not group or not name or "/" in name:
         raise ValueError(f"figure id must be '<group>/<name>', got {fig_id!r}")

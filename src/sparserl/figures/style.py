@@ -10,7 +10,7 @@ family's anchor hue among those at least `MIN_DELTA_E` from every colour already
 table lacks (a method added to configs/methods later) takes a colour of `NEW_COLORS`, a second set
 chosen to stay far from the table and from each other, by a hash of its name; two new methods of
 configs/methods whose hashes meet are resolved in name order, so each still gets its own colour.
-tests/test_figures.py checks the distances for every registered method. Le Critique's roles (Mean,
+tests/figures/test_figures.py checks the distances for every registered method. Le Critique's roles (Mean,
 VF, Pvf, ...) keep fixed tab10 colours (`ROLE_COLORS`).
 """
 from __future__ import annotations

@@ -124,11 +124,13 @@ def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None
                inputs=run_inputs(cfg, spec, tuned), identity=identity, key=config_hash(identity))
 
 
-def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str) -> Run:
+def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str, root: str | Path | None = None,
+                         policy: str | Path | None = None) -> Run:
     """One of Le Critique's runs (experiment x method x seed; `engines.local.critique`, and
-    `engines.openrlhf.envs` at paper scale): the method with the experiment's K and the scale's
+    `engines.openrlhf.critique` at paper scale): the method with the experiment's K and the scale's
     critic lr, trained on the experiment's rl settings (critique.rl with its own overrides). Its
-    key is the one each engine's DAG has keyed these runs by."""
+    key is the one each engine's DAG has keyed these runs by. `root` and `policy`: the run's folder
+    and start policy as the DAG resolved them (`critique-train`), else `CritiquePaths`'."""
     from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl
     seed = int(seed)
     e = experiment(cfg, exp)
@@ -140,12 +142,13 @@ def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str) -> R
     if rl_engine(cfg) == "local":
         identity = {"rl": c["rl"], "env": c["envs"][e.env], "k": e.k, "method": base.to_dict(),
                     "rollout": cfg["rollout"], **({"exp_rl": e.rl} if e.rl else {})}  # an experiment's own rl
-        policy = CP.policy()
+        policy = CP.policy() if policy is None else Path(policy)
     else:
-        policy = CP.policy(exp)
+        policy = CP.policy(exp) if policy is None else Path(policy)
         identity = {"rl": rl, "env": c["envs"][e.env], "k": e.k, "method": base.to_dict(), "policy": str(policy)}
     return Run(spec=spec, method=method, seed=seed, owner=method, settings=rl, lr=float(rl["lr"]),
                lr_source="fixed", steps=int(rl["steps"]),
                prompts_per_step=prompts_per_step(spec, int(rl["rollouts_per_step"])), snapshot_steps=(),
-               study_steps=(), paths=CP.run(exp, method, seed), inputs=(str(policy),), identity=identity,
+               study_steps=(), paths=CP.run(exp, method, seed) if root is None else RunPaths(Path(root), method, seed),
+               inputs=(str(policy),), identity=identity,
                key=config_hash(identity), experiment=exp)

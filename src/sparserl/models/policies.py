@@ -19,9 +19,9 @@ import torch
 
 from sparserl.core.artifacts import (atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint,
                                      write_manifest)
-from sparserl.core.config import setting, start_seed
+from sparserl.core.config import setting, snapshot_tag, start_seed
 from sparserl.core.logs import get_logger, progress
-from sparserl.core.paths import Paths, snapshot_tag
+from sparserl.core.paths import Paths
 from sparserl.tasks import corpus_targets, format_prompt
 
 

@@ -217,7 +217,7 @@ class Qwen3LM(nn.Module):
         `prompt_lens` [U]), responses `resp_ids` [R, Lr] (right-padded) continuing prompt
         `row_prompt` [R]. Position 0 is the prompt's last token, position t the response's token
         t - 1: what `hidden` gives at those positions of the rows written out in full (to float
-        rounding; tests/test_precision.py), for a group's G rows at one prompt's cost."""
+        rounding; tests/engines/local/test_precision.py), for a group's G rows at one prompt's cost."""
         U, Lp = prompt_ids.shape
         R, Lr = resp_ids.shape
         plen = prompt_lens[row_prompt]

@@ -30,22 +30,27 @@ from typing import Sequence
 
 import numpy as np
 
+from sparserl.core.config import section_setting
 from sparserl.rollout.base import RolloutBackend, RolloutBatch, SamplingParams, expand_n
 
 
-def llm_kwargs(model: str, seed: int, tensor_parallel_size: int = 1,
-               gpu_memory_utilization: float = 0.85, max_model_len: int | None = None,
-               dtype: str = "bfloat16", enable_prefix_caching: bool = True,
-               enforce_eager: bool = False, kv_cache_memory_bytes: int | None = None) -> dict:
-    """vLLM engine arguments from `rollout.vllm`'s keys (the schema lists the same names)."""
-    kw = {"model": model, "seed": seed, "tensor_parallel_size": tensor_parallel_size,
-          "gpu_memory_utilization": gpu_memory_utilization, "dtype": dtype,
-          "enable_prefix_caching": enable_prefix_caching, "enforce_eager": enforce_eager,
+# rollout.vllm's keys with a schema default (the others are passed only where a config sets them)
+ENGINE_DEFAULTED = ("tensor_parallel_size", "gpu_memory_utilization", "dtype", "enable_prefix_caching",
+                    "enforce_eager")
+
+
+def llm_kwargs(model: str, seed: int, **engine) -> dict:
+    """vLLM engine arguments from `rollout.vllm`'s keys (the schema lists the same names, with
+    their defaults)."""
+    unknown = sorted(set(engine) - set(ENGINE_DEFAULTED) - {"max_model_len", "kv_cache_memory_bytes"})
+    if unknown:
+        raise TypeError(f"rollout.vllm: unknown engine argument(s) {unknown}; the schema's rollout.vllm lists them")
+    kw = {"model": model, "seed": seed, **{k: section_setting(engine, "rollout", "vllm", k) for k in ENGINE_DEFAULTED},
           "trust_remote_code": False, "logprobs_mode": "processed_logprobs"}
-    if max_model_len:
-        kw["max_model_len"] = max_model_len
-    if kv_cache_memory_bytes:
-        kw["kv_cache_memory_bytes"] = kv_cache_memory_bytes
+    if engine.get("max_model_len"):
+        kw["max_model_len"] = engine["max_model_len"]
+    if engine.get("kv_cache_memory_bytes"):
+        kw["kv_cache_memory_bytes"] = engine["kv_cache_memory_bytes"]
     return kw
 
 

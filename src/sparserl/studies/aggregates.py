@@ -138,7 +138,7 @@ def improvement_pairs(methods: list[str], best: str, reference: str = REFERENCE)
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
     """rliable's `metrics.probability_of_improvement` (Mann-Whitney U / (n_x n_y), ties count one
     half, averaged over tasks) without a scipy call per task: the bootstrap calls it thousands of
-    times per pair, which took minutes at tiny scale. tests/test_aggregates.py checks the two agree."""
+    times per pair, which took minutes at tiny scale. tests/studies/test_aggregates.py checks the two agree."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     d = x[:, None, :] - y[None, :, :]                     # (runs_x, runs_y, tasks)
     return float(((d > 0).mean(axis=(0, 1)) + 0.5 * (d == 0).mean(axis=(0, 1))).mean())

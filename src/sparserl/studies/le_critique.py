@@ -9,12 +9,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_table
-from sparserl.envs.world import CritiquePaths, experiments, seeds
 from sparserl.methods.spec import load_method
 
 FINAL_FRACTION = 0.2
@@ -34,12 +34,6 @@ def role(method: str) -> str:
     return base if lam in (1, 1.0, None) else f"{base}, λ=0.4^(1/L)"
 
 
-def run_files(cfg: dict) -> list:
-    CP = CritiquePaths(cfg)
-    return [(e, m, s, CP.run(e.name, m, s)) for e in experiments(cfg) for m in e.methods
-            for s in seeds(cfg, e.name)]
-
-
 def final_row(metrics: pd.DataFrame, summary: dict, start: dict) -> dict:
     n = len(metrics)
     tail = metrics.iloc[-max(1, int(round(FINAL_FRACTION * n))):]
@@ -55,22 +49,28 @@ def final_row(metrics: pd.DataFrame, summary: dict, start: dict) -> dict:
             "wall_time_s": float(metrics["wall_time_s"].sum())}
 
 
-def write_runs_table(cfg: dict) -> str:
-    CP = CritiquePaths(cfg)
+def write_runs_table(cfg: dict, summaries: list, starts: list, runs_out, final_out) -> str:
+    """runs.parquet (`runs_out`) and final.parquet (`final_out`) from each run's summary.json
+    (`summaries`, in the tables' row order; its metrics.parquet beside it) and each env's start
+    evaluation (`starts`). A run's identity (experiment, env, K, method, seed) is its summary's."""
     rows, finals = [], []
-    starts = {}
-    for e, m, s, rp in run_files(cfg):
-        met = read_table(rp.metrics)
-        summary = json.loads((rp.dir / "summary.json").read_text())
-        if e.env not in starts:
-            starts[e.env] = json.loads(CP.start_eval(e.env).read_text())
-        keys = {"experiment": e.name, "env": e.env, "k": e.k, "method": m, "seed": s}
+    start = {}
+    for path in starts:
+        doc = json.loads(Path(path).read_text())
+        start[doc["env"]] = doc
+    for path in summaries:
+        summary = json.loads(Path(path).read_text())
+        keys = {k: summary[k] for k in ("experiment", "env", "k", "method", "seed")}
+        if keys["env"] not in start:
+            raise ValueError(f"{path}: env {keys['env']!r} has no start evaluation among {list(map(str, starts))}; "
+                             "pass its start_eval/<env>.json (rule critique_start)")
+        met = read_table(Path(path).parent / "metrics.parquet")
         rows.append(met.assign(**keys))
-        finals.append({**keys, **final_row(met, summary, starts[e.env])})
+        finals.append({**keys, **final_row(met, summary, start[keys["env"]])})
     runs = pd.concat(rows, ignore_index=True)
-    write_table(runs, CP.runs_table(), cfg=cfg)
-    write_table(pd.DataFrame(finals), CP.final_table(), cfg=cfg)
-    return str(CP.runs_table())
+    write_table(runs, runs_out, cfg=cfg)
+    write_table(pd.DataFrame(finals), final_out, cfg=cfg)
+    return str(runs_out)
 
 
 def seed_stats(final: pd.DataFrame, col: str) -> pd.DataFrame:

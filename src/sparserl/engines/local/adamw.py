@@ -4,7 +4,7 @@ Why: `torch.optim.Optimizer` imports `torch._dynamo` on first use (1.45 s here),
 starts 48 short RL processes of about 12 s each. This is the arithmetic of
 `torch.optim.AdamW`'s single-tensor path, the one it takes for CPU tensors (decoupled weight
 decay, bias-corrected moments, `eps` added after the square root), op for op, so it gives the
-same bits (tests/test_adamw.py). `state_dict` uses torch's layout, so a run checkpointed by
+same bits (tests/engines/local/test_adamw.py). `state_dict` uses torch's layout, so a run checkpointed by
 either optimiser resumes with the other.
 """
 from __future__ import annotations

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,7 @@ from sparserl.engines.local.critic_loop import (critic_rows, evaluate_critic, ma
                                                 to_trajectories, with_critic_lr)
 from sparserl.engines.local.trainer import Trainer, load_policy
 from sparserl.envs import make_env
-from sparserl.envs.world import CritiquePaths, critique_cfg, experiment
+from sparserl.envs.world import critique_cfg, experiment
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages
 from sparserl.methods.run import resolve_critique_run
 from sparserl.rollout import SamplingParams, make_live_backend
@@ -113,15 +114,14 @@ class CritiqueTrainer(Trainer):
     # construction hooks (`Trainer.__init__`) -------------------------------------------------
     def setup_task(self) -> tuple[str, str]:
         """The experiment, its settings (critique.rl with its own overrides), its env and the env's
-        training problems; the start policy c, on the CPU engine."""
+        training problems; the start policy c (the run's input), on the CPU engine."""
         c = critique_cfg(self.cfg)
         self.exp = experiment(self.cfg, self.record.experiment)
         self.rl = self.record.settings
-        self.CP = CritiquePaths(self.cfg)
         env_spec = c["envs"][self.exp.env]
         self.env = make_env(env_spec["kind"], env_spec, self.cfg["seed"])
         self.pool = self.env.problems("rl", int(self.rl["pool"]))
-        return str(self.CP.policy()), "cpu"
+        return self.record.inputs[0], "cpu"
 
     def setup_generation(self) -> None:
         self.max_new = int(self.rl["max_new_tokens"])
@@ -270,18 +270,19 @@ def sampling_params(rl: dict) -> SamplingParams:
 def heldout_reward(env, backend, rl: dict, seed: int = 0) -> float:
     """Mean reward on the env's held-out problems (`rl.eval`: problems x samples), `rl` the run's
     settings (critique.rl with its experiment's overrides)."""
-    ev = rl.get("eval", {"problems": 128, "samples": 4})
-    problems = env.problems("eval", int(ev["problems"]))
-    ep = play(env, backend, problems, int(ev["samples"]), sampling_params(rl), seed=424_242)
+    ev = rl.get("eval")
+    problems = env.problems("eval", int(section_setting(ev, "$defs", "critique_rl", "eval", "problems")))
+    ep = play(env, backend, problems, int(section_setting(ev, "$defs", "critique_rl", "eval", "samples")),
+              sampling_params(rl), seed=424_242)
     return float(ep.rewards.mean())
 
 
-def start_reward(cfg: dict, env_name: str) -> dict:
-    """Held-out reward of the start policy c on one env (the runs' common starting point)."""
-    CP = CritiquePaths(cfg)
+def start_reward(cfg: dict, env_name: str, policy: str | Path) -> dict:
+    """Held-out reward of the start policy c (its checkpoint dir `policy`) on one env (the runs'
+    common starting point)."""
     c = critique_cfg(cfg)
     env = make_env(c["envs"][env_name]["kind"], c["envs"][env_name], cfg["seed"])
-    model, tok = load_policy(str(CP.policy()), "cpu")
+    model, tok = load_policy(str(policy), "cpu")
     backend = make_live_backend(cfg, model, tok)
     try:
         rl = critique_cfg(cfg)["rl"]
@@ -296,7 +297,9 @@ def _pool_reward(env, backend, rl: dict) -> float:
     return float(play(env, backend, problems, 4, sampling_params(rl), seed=171_717).rewards.mean())
 
 
-def train(cfg: dict, exp: str, method: str, seed: int, threads: int = 1, stop_after: int | None = None):
-    """Le Critique's run of `method` on experiment `exp` at `seed`, trained or resumed."""
-    run = resolve_critique_run(cfg, exp, method, seed)
+def train(cfg: dict, exp: str, method: str, seed: int, threads: int = 1, stop_after: int | None = None,
+          run_dir: str | Path | None = None, policy: str | Path | None = None):
+    """Le Critique's run of `method` on experiment `exp` at `seed`, trained or resumed, in `run_dir`
+    from `policy` (the DAG's paths; else `CritiquePaths`')."""
+    run = resolve_critique_run(cfg, exp, method, seed, root=run_dir, policy=policy)
     return CritiqueTrainer(cfg, run, threads=threads).run(stop_after=stop_after)

@@ -5,7 +5,7 @@ every global step that is a multiple of --ckpt.save_steps (`BasePPOTrainer.save_
 A critic's W warm-up steps move policy step s to global step s + W, so the evaluated steps are no
 longer the multiples of one cadence (with the gcd the lc_math runs saved every 10 steps, 41 HF
 copies). With --sparserl.hf_steps (the evaluated global steps, `flags.hf_steps`) OpenRLHF's save
-condition becomes `flags.saves_at`: a multiple of --ckpt.save_steps (the resume cadence) or an
+condition becomes `saves_at`: a multiple of --ckpt.save_steps (the resume cadence) or an
 evaluated step; and `DeepspeedStrategy.save_model` writes ``<ckpt.path>/global_step<N>_hf`` only for
 an evaluated N, so resume-only saves are DeepSpeed states alone, pruned to --ckpt.max_num.
 Without --sparserl.hf_steps: OpenRLHF's own rule. Installed by the worker hook
@@ -25,11 +25,20 @@ import os
 import re
 from pathlib import Path
 
-from sparserl.engines.openrlhf.flags import saves_at
-
 STATE_ATTR = "sparserl_checkpoint_state"  # on a DeepSpeed engine: () -> the state saved beside it
 TAG = re.compile(r"(?:best_)?global_step(\d+)")
 HF_DIR = re.compile(r"global_step(\d+)_hf")
+
+
+def saves_at(global_step: int, every: float, hf: "set[int] | list[int]") -> bool:
+    """Whether OpenRLHF saves after `global_step` under our plan: the resume cadence (`every`,
+    --ckpt.save_steps; inf: never) or an evaluated step (`hf`)."""
+    return global_step in hf or (every != float("inf") and global_step % int(every) == 0)
+
+
+def save_plan(total: int, every: float, hf: "list[int]") -> list[int]:
+    """Global steps 1..total that `saves_at` saves."""
+    return [g for g in range(1, int(total) + 1) if saves_at(g, every, set(hf))]
 
 
 def critic_state_file(tag_dir: str | os.PathLike, rank: int) -> Path:
@@ -96,7 +105,7 @@ def load_critic_state(args, rank: int) -> dict | None:
 
 
 def save_logs_and_checkpoints(original):
-    """`BasePPOTrainer.save_logs_and_checkpoints` saving where `flags.saves_at` says (module doc)."""
+    """`BasePPOTrainer.save_logs_and_checkpoints` saving where `saves_at` says (module doc)."""
 
     def wrapped(self, global_step, logs_dict=None, client_states=None):
         steps = hf_steps(self.args)

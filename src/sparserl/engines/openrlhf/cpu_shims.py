@@ -26,14 +26,14 @@ Shims (OpenRLHF's module paths, in the order a run meets them):
 """
 from __future__ import annotations
 
-import importlib
-import importlib.abc
 import importlib.machinery
 import os
 import sys
 import tempfile
 import types
 from pathlib import Path
+
+from sparserl.engines.openrlhf import hooks
 
 ENV_FLAG = "SPARSERL_OPENRLHF_CPU"  # "1": install the shims in this process (inherited by children)
 _DONE: set[str] = set()
@@ -112,14 +112,18 @@ def flash_attn_stub_modules() -> dict[str, types.ModuleType]:
     return mods
 
 
-def _exec_with_flash_attn_stub(loader, module) -> None:
-    """Run `module` (ring_attn_utils) with the stub in sys.modules, then take the stub away again:
-    nothing else ever sees a flash_attn it could mistake for the real one."""
+def _exec_with_flash_attn_stub(exec_module, module) -> None:
+    """Around-exec hook of ring_attn_utils (`hooks.around_exec`): without a real flash_attn, run
+    it with the stub in sys.modules, then take the stub away again: nothing else ever sees a
+    flash_attn it could mistake for the real one."""
+    if _real_flash_attn():
+        exec_module()
+        return
     stub = flash_attn_stub_modules()
     added = [n for n in stub if n not in sys.modules]
     sys.modules.update({n: stub[n] for n in added})
     try:
-        loader.exec_module(module)
+        exec_module()
     finally:
         for n in added:
             sys.modules.pop(n, None)
@@ -273,7 +277,7 @@ def _shim_worker_wrap(mod) -> None:
              "receive on the CPU, load through vLLM's layerwise reload, re-tie lm_head")
 
 
-# module -> shims run right after it is imported (or at once when it already is)
+# module -> shims run right after it is imported (or at once when it already is): `hooks`, before patches
 MODULE_SHIMS = {
     "torch": [lambda m: _shim_torch_cuda(m.cuda)],  # after torch's own import has finished
     "openrlhf.utils.deepspeed.deepspeed_utils": [lambda m: _shim_ds_config(m, m.__name__)],
@@ -284,51 +288,6 @@ MODULE_SHIMS = {
     "openrlhf.trainer.ray.vllm_worker_wrap": [_shim_worker_wrap],
 }
 STUB_IMPORTERS = ("openrlhf.models.ring_attn_utils",)
-
-
-class _ShimLoader(importlib.abc.Loader):
-    def __init__(self, loader):
-        self._loader = loader
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        if module.__name__ in STUB_IMPORTERS and not _real_flash_attn():
-            _exec_with_flash_attn_stub(self._loader, module)
-        else:
-            self._loader.exec_module(module)
-        if _wanted(module.__name__):
-            for shim in MODULE_SHIMS.get(module.__name__, ()):
-                shim(module)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
-class _ShimFinder(importlib.abc.MetaPathFinder):
-    """sys.meta_path entry: finds the shimmed modules with the other finders (patches.py's
-    post-import patcher among them, which asks us back: the guard answers None) and wraps the loader."""
-
-    _busy: set[str] = set()
-
-    def find_spec(self, fullname, path, target=None):
-        if ((fullname not in MODULE_SHIMS and fullname not in STUB_IMPORTERS) or fullname in self._busy
-                or not _wanted(fullname)):
-            return None
-        self._busy.add(fullname)
-        try:
-            for finder in sys.meta_path:
-                if isinstance(finder, _ShimFinder) or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    if spec.loader is not None and not isinstance(spec.loader, _ShimLoader):
-                        spec.loader = _ShimLoader(spec.loader)
-                    return spec
-            return None
-        finally:
-            self._busy.discard(fullname)
 
 
 def _real_flash_attn() -> bool:
@@ -350,23 +309,13 @@ def install_import_shims(force: bool = False, cuda: bool = False) -> bool:
     flash_attn stub) and nothing that changes torch in its own process."""
     if not force and cuda_present():
         return False
-    if not any(isinstance(f, _ShimFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _ShimFinder())
-    if cuda:
-        _WANT.add("torch")
+    hooks.install()
+    for name in STUB_IMPORTERS:
+        hooks.around_exec(name, "cpu_shims", _exec_with_flash_attn_stub, hooks.SHIMS)
     for name, shims in MODULE_SHIMS.items():
-        mod = sys.modules.get(name)
-        if mod is not None and _wanted(name):
-            for shim in shims:
-                shim(mod)
+        if name != "torch" or cuda:  # torch's own module only with `cuda` (registered once asked)
+            hooks.after_import(name, "cpu_shims", lambda m, shims=shims: [shim(m) for shim in shims], hooks.SHIMS)
     return True
-
-
-_WANT: set[str] = set()
-
-
-def _wanted(name: str) -> bool:
-    return not name.startswith("torch") or name in _WANT
 
 
 def install_if_flagged() -> bool:

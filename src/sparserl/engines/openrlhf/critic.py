@@ -31,7 +31,7 @@ evaluated in the experience maker and trained after each step. Its pieces we rep
               OpenRLHF's ``--critic.freezing_steps F``: `PPOTrainer.ppo_train` trains the actor only
               when ``global_steps > F`` (global_steps counts the steps before this one, from 0), so
               F + 1 steps are critic-only. Each warm-up step uses its fresh batch the most it may
-              (N updates), so W = ceil(warmup_updates / N) steps, F = W - 1 (`warmup_schedule`);
+              (N updates), so W = ceil(warmup_updates / N) steps, F = W - 1 (`critic_warmup`);
               afterwards `updates_per_step` updates per step. A value update is one critic
               optimiser step on ``--train.batch_size`` trajectories (the rollout batch with one
               mini-batch, the paper's "same rollout batch size").
@@ -61,6 +61,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from sparserl.engines.openrlhf import checkpoints
+from sparserl.engines.openrlhf.critic_warmup import updates_at, warmup_steps
+from sparserl.engines.openrlhf.labels import decode_label, experience_uids, method_spec
 from sparserl.values.critic_inputs import answer_context, loo_group_context
 
 CONTEXT_KEY = "critic_ctx"  # label key: the critic's privileged token ids of the rollout
@@ -69,36 +72,12 @@ REPLAY_CAPACITY_BATCHES = 4  # FIFO bound in value batches [our choice; as value
 REPLAY_SEED = 0xC817
 
 
-# --------------------------------------------------------------------------- spec and schedule
-
-
-def warmup_schedule(critic) -> list[int]:
-    """Value updates of each critic-only step: N = replay_reuse per step (each fresh batch used the
-    most it may), the last step the remainder; sum = warmup_updates. [] without warm-up."""
-    w, n = int(critic.warmup_updates), max(1, int(critic.replay_reuse))
-    return [n] * (w // n) + ([w % n] if w % n else [])
-
-
-def warmup_steps(critic) -> int:
-    """Critic-only RL steps before the first policy update (each consumes a rollout batch)."""
-    return len(warmup_schedule(critic))
-
-
-def freezing_steps(critic) -> int:
-    """OpenRLHF's --critic.freezing_steps for the warm-up: the actor trains when global_steps > F."""
-    return warmup_steps(critic) - 1
-
-
-def updates_at(critic, fit_index: int) -> int:
-    """Value updates of the critic's `fit_index`-th fit (0-based): warm-up, then updates_per_step."""
-    sched = warmup_schedule(critic)
-    return sched[fit_index] if fit_index < len(sched) else int(critic.updates_per_step)
+# --------------------------------------------------------------------------- spec
 
 
 def critic_method(args):
     """The run's method spec when it trains our critic (a token-level estimator with a critic
     mapping), else None: OpenRLHF's own gae and every sequence estimator keep its paths."""
-    from sparserl.engines.openrlhf.experience import method_spec
     from sparserl.methods.spec import MethodSpec
 
     spec = method_spec(args)
@@ -118,7 +97,6 @@ def critic_method(args):
 
 def with_context(label: Any, ids: Sequence[int]) -> str:
     """The label with the critic's context ids added (a plain label becomes {"answer": ...})."""
-    from sparserl.engines.openrlhf.experience import decode_label
     d = dict(decode_label(label))
     d[CONTEXT_KEY] = [int(x) for x in ids]
     return json.dumps(d, sort_keys=True)
@@ -126,7 +104,6 @@ def with_context(label: Any, ids: Sequence[int]) -> str:
 
 def with_warmup_tag(label: Any) -> str:
     """The label marked as a warm-up rollout: the critic trains on it, the policy never does."""
-    from sparserl.engines.openrlhf.experience import decode_label
     d = dict(decode_label(label))
     d[WARMUP_KEY] = 1
     return json.dumps(d, sort_keys=True)
@@ -134,13 +111,11 @@ def with_warmup_tag(label: Any) -> str:
 
 def is_warmup(item) -> bool:
     """A replay item (its labels) from a critic warm-up step."""
-    from sparserl.engines.openrlhf.experience import decode_label
     return any(bool(decode_label(lab).get(WARMUP_KEY)) for lab in (item.labels or []) if lab is not None)
 
 
 def label_context(label: Any) -> list[int]:
     """The critic's context ids a label carries ([] when none)."""
-    from sparserl.engines.openrlhf.experience import decode_label
     if label is None:
         return []
     return [int(x) for x in decode_label(label).get(CONTEXT_KEY) or []]
@@ -252,7 +227,6 @@ def privileged_contexts(kind: str, samples_list: Sequence, tokenizer) -> list[li
     """The critic's context ids of every rollout, one list per micro-batch (`values.critic_inputs`):
     none -> []; answer -> the label's "privileged" (else "answer") as `answer_context`;
     loo_group -> the other responses of the rollout's uid group with their rewards, step order."""
-    from sparserl.engines.openrlhf.experience import decode_label, experience_uids
     sizes = [len(s.sequences) for s in samples_list]
     if kind == "none":
         return [[[] for _ in range(n)] for n in sizes]
@@ -426,7 +400,6 @@ def _make_trainer_class():
             self.fits = 0
             self.value_updates = 0
             # saved beside each DeepSpeed checkpoint of the critic, restored from the one it loaded
-            from sparserl.engines.openrlhf import checkpoints
             checkpoints.attach_state(self.critic, self.sparserl_state)
             st = checkpoints.load_critic_state(self.args, checkpoints.rank_of(self.strategy))
             if st is not None:
@@ -526,5 +499,5 @@ def __getattr__(name: str):
 
 __all__ = ["BCEValueLoss", "CONTEXT_KEY", "FifoReplay", "SparseRLActorTrainer", "SparseRLCriticTrainer",
            "WARMUP_KEY", "action_start", "critic_batch", "critic_item", "critic_method", "critic_probs",
-           "critic_row", "freezing_steps", "is_warmup", "label_context", "privileged_contexts", "updates_at",
-           "values_to_actor", "warmup_schedule", "warmup_steps", "with_context", "with_warmup_tag"]
+           "critic_row", "is_warmup", "label_context", "privileged_contexts", "values_to_actor", "with_context",
+           "with_warmup_tag"]

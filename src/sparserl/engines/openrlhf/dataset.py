@@ -1,5 +1,5 @@
 """The run's prompt dataset: one JSONL row {"input", "label"} per prompt of every step, the label
-carrying uid, answer and the static side data (`experience.encode_label`); a Le Critique method
+carrying uid, answer and the static side data (`labels.encode_label`); a Le Critique method
 adds its critic warm-up steps' prompts, and a pool column "privileged" (an env's critic context,
 `envs.base.Problem.privileged`) travels in the labels of `critic.privileged: answer` methods."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 from sparserl.core.artifacts import atomic_write_text, read_table
 from sparserl.core.config import ConfigError
 from sparserl.core.paths import Paths
-from sparserl.engines.openrlhf.experience import encode_label
-from sparserl.engines.openrlhf.flags import critic_warmup_steps
+from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
+from sparserl.engines.openrlhf.labels import encode_label
 from sparserl.methods.spec import MethodSpec, prompts_per_step, total_steps
 from sparserl.tasks.prompts import PAPER_INSTRUCTION, format_prompt
 from sparserl.values.priors import prior_for_method
@@ -49,7 +49,7 @@ def prompt_side_data(cfg: dict, method: MethodSpec, ids: list, seed: int) -> dic
 
 def build_prompt_dataset(cfg: dict, method: MethodSpec, seed: int, out_path: str | Path) -> Path:
     """Write the run's prompt dataset: steps x prompts_per_step rows {"input", "label"} (JSONL),
-    the pool shuffled by seed and cycled as needed; label = `experience.encode_label` JSON."""
+    the pool shuffled by seed and cycled as needed; label = `labels.encode_label` JSON."""
     P = Paths(cfg)
     pool = read_table(P.train_pool())
     ids = [str(i) for i in pool["id"]]

@@ -46,7 +46,7 @@ Registry path, per step (all rollouts of the step at once, as OpenRLHF does):
      the `reinforce_pp` estimator, per rollout).
 
 How side data travels: THROUGH THE DATASET'S LABEL FIELD. The launcher writes the prompt
-dataset with ``label`` = a JSON object (`encode_label`):
+dataset with ``label`` = a JSON object (`labels.encode_label`):
     {"uid": "<pool prompt id>", "answer": "<gold answer>", "phat": <BASIS reference pass rate>,
      "prior": <V0.5 prior p>}
 OpenRLHF carries the label string untouched from the dataloader through vLLM (where our
@@ -79,7 +79,7 @@ import itertools
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -89,7 +89,9 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from sparserl.engines.openrlhf.critic import (critic_batch, critic_method, critic_probs, privileged_contexts,
-                                              values_to_actor, warmup_steps, with_context, with_warmup_tag)
+                                              values_to_actor, with_context, with_warmup_tag)
+from sparserl.engines.openrlhf.critic_warmup import warmup_steps
+from sparserl.engines.openrlhf.labels import decode_label, experience_uids, method_spec
 from sparserl.engines.openrlhf.syncwatch import check_vllm_kl, step_vllm_kl
 from sparserl.estimators import list_estimators
 from sparserl.estimators.gae import gae, terminal_rewards
@@ -98,71 +100,6 @@ from sparserl.methods.sidedata import CalibrationState, SideData, advantages, fl
 from sparserl.methods.spec import MethodSpec
 from sparserl.values.priors import prior_for_method
 from sparserl.values.support import LivePrior, SupportBuffer
-
-# --------------------------------------------------------------------------- labels
-
-LABEL_FIELDS = ("uid", "answer", "phat", "prior")
-
-
-def encode_label(uid: Any, answer: Any, **side: Any) -> str:
-    """The dataset label of one prompt: JSON with uid, answer and optional side data (phat, prior,
-    task metadata). None values are dropped."""
-    d = {"uid": str(uid), "answer": None if answer is None else str(answer)}
-    d.update({k: (float(v) if isinstance(v, (np.floating, np.integer)) else v)
-              for k, v in side.items() if v is not None})
-    return json.dumps(d, sort_keys=True)
-
-
-def decode_label(label: Any) -> dict:
-    """Inverse of `encode_label`; a non-JSON label (plain answer) gives {"answer": label}."""
-    if isinstance(label, dict):
-        return label
-    if isinstance(label, (bytes, bytearray)):
-        label = label.decode()
-    if isinstance(label, str) and label.startswith("{"):
-        try:
-            d = json.loads(label)
-        except json.JSONDecodeError:
-            d = None
-        if isinstance(d, dict):
-            return d
-    return {"answer": label}
-
-
-def experience_uids(experiences: Sequence) -> list[str]:
-    """One uid per rollout, in concatenation order: the label's uid, else the prompt text."""
-    out = []
-    for e in experiences:
-        n = len(e.rewards) if e.rewards is not None else len(e.labels)
-        labels = list(e.labels) if e.labels else [None] * n
-        prompts = list(e.prompts) if e.prompts else [None] * n
-        if len(labels) != n or len(prompts) != n:
-            raise ValueError(f"experience has {n} rewards but {len(labels)} labels / {len(prompts)} prompts")
-        for lab, prm in zip(labels, prompts):
-            uid = decode_label(lab).get("uid") if lab is not None else None
-            if uid is None:
-                if prm is None:
-                    raise ValueError("a rollout has neither a JSON label with 'uid' nor a prompt to group by")
-                uid = "prompt:" + str(prm)
-            out.append(str(uid))
-    return out
-
-
-def method_spec(args) -> MethodSpec | None:
-    """The method spec the launcher put in ``--sparserl.spec`` (JSON), or None when absent. Keys a
-    hand-written spec leaves out come from OpenRLHF's own flags (estimator, n_samples_per_prompt)
-    and the spec defaults (`sparserl.methods.spec`)."""
-    ns = getattr(args, "sparserl", None)
-    raw = getattr(ns, "spec", None) if ns is not None else None
-    if not raw:
-        return None
-    d = json.loads(raw) if isinstance(raw, str) else dict(raw)
-    d.setdefault("name", getattr(ns, "method", None) or "openrlhf")
-    d.setdefault("estimator", args.algo.advantage.estimator)
-    d.setdefault("group_size", int(getattr(args.rollout, "n_samples_per_prompt", 1) or 1))
-    d.setdefault("loss", {"type": "ppo_clip"})
-    return MethodSpec.from_dict(d)
-
 
 def is_registry_estimator(name: str) -> bool:
     return name in list_estimators(level="sequence")
@@ -180,7 +117,7 @@ def _side(labels: list[dict], key: str, what: str) -> np.ndarray:
 
 
 _LIVE_PRIORS: dict = {}
-# a test's control run (tests/test_openrlhf_cpu.py): "1" negates every advantage, so the policy
+# a test's control run (tests/engines/openrlhf/test_openrlhf_cpu.py): "1" negates every advantage, so the policy
 # unlearns; read in the experience maker's process, which inherits the launcher's environment
 NEGATE_ENV = "SPARSERL_CONTROL_NEGATE_ADVANTAGES"
 STATE_FILE = "estimator_state.jsonl"  # under <run>/openrlhf/: what each step carries into the next
@@ -455,7 +392,7 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
     def compute_advantages_and_returns(self, experiences):
         """`_advantages_and_returns`; with the test-only control `NEGATE_ENV` = 1, negated."""
         experiences = self._advantages_and_returns(experiences)
-        if os.environ.get(NEGATE_ENV) == "1":  # tests/test_openrlhf_cpu.py: reward must fall
+        if os.environ.get(NEGATE_ENV) == "1":  # tests/engines/openrlhf/test_openrlhf_cpu.py: reward must fall
             print(f"[sparserl] {NEGATE_ENV}=1: advantages negated (a test's control run, never a result)", flush=True)
             for e in experiences:
                 e.advantages = -e.advantages
@@ -573,6 +510,6 @@ class SparseRLExperienceMaker(RemoteExperienceMaker):
         return experiences
 
 
-__all__ = ["LABEL_FIELDS", "NEGATE_ENV", "SparseRLExperienceMaker", "decode_label", "encode_label", "experience_uids",
-           "harvest", "is_registry_estimator", "keep_harvest", "live_prior", "method_spec", "restore_support",
+__all__ = ["NEGATE_ENV", "SparseRLExperienceMaker",
+           "harvest", "is_registry_estimator", "keep_harvest", "live_prior", "restore_support",
            "resume_step", "save_state", "saved_state", "side_data", "state_path", "step_prior"]

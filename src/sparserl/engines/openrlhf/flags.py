@@ -1,65 +1,39 @@
-"""A method spec + config -> OpenRLHF's argument list (`openrlhf_argv`).
+"""A method spec + config -> OpenRLHF's flags (`openrlhf_flags`) and argument list (`flags_to_argv`).
 
-Cluster defaults live in `CLUSTER_DEFAULTS`, overridable from the config's free-form
-``rl.openrlhf`` mapping (dotted OpenRLHF flag names, e.g. ``{"vllm.num_engines": 16}``; plus the
-launcher keys ``nodes``, ``gpus_per_node``, ``cpus_per_node``, ``ray_port``).
+Cluster defaults (`cluster_defaults`) are the schema's defaults of ``rl.openrlhf``'s dotted keys
+(src/sparserl/core/config.schema.yaml), overridable from the config's free-form ``rl.openrlhf``
+mapping (dotted OpenRLHF flag names, e.g. ``{"vllm.num_engines": 16}``; plus the launcher keys
+``nodes``, ``gpus_per_node``, ``cpus_per_node``, ``ray_port``). The resume cadence is the caller's
+(`launcher.resume_cadence`): this module reads the config and the method only.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from sparserl.core.config import OPENRLHF_SHAPE_DEFAULTS, ConfigError, rl_max_new_tokens, v0_actor_settings
+from sparserl.core.config import (ConfigError, load_schema, openrlhf_shape, rl_max_new_tokens, schema_default,
+                                  section_setting, v0_actor_settings)
 from sparserl.core.paths import Paths, RunPaths
+from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps, freezing_steps
 from sparserl.methods.spec import MethodSpec, prompts_per_step, snapshot_steps, total_steps
 
-# Cluster defaults (one 8-GPU node, everything colocated, vLLM sleeping during training);
-# override any of them from the config: rl: {openrlhf: {"vllm.num_engines": 16, nodes: 2}}.
-CLUSTER_DEFAULTS: dict[str, Any] = {
-    "actor.num_nodes": 1,
-    "actor.num_gpus_per_node": 8,
-    "ref.num_nodes": 1,
-    "ref.num_gpus_per_node": 8,
-    "vllm.num_engines": 8,
-    "vllm.tensor_parallel_size": OPENRLHF_SHAPE_DEFAULTS["vllm.tensor_parallel_size"],
-    "vllm.gpu_memory_utilization": 0.6,
-    "vllm.enable_prefix_caching": True,
-    "vllm.enable_sleep": True,
-    "train.colocate_all": True,
-    "ds.enable_sleep": True,
-    "ds.zero_stage": 3,
-    "ds.param_dtype": "bf16",
-    "ds.packing_samples": True,
-    "ds.attn_implementation": "flash_attention_2",
-    "actor.gradient_checkpointing_enable": True,
-    "train.micro_batch_size": OPENRLHF_SHAPE_DEFAULTS["train.micro_batch_size"],
-    "rollout.micro_batch_size": 8,
-    "actor.adam.lr": 1e-6,
-    "actor.lr_scheduler": "constant_with_warmup",  # OSLA's step sizes vary: no max_steps-based decay
-    "actor.lr_warmup_ratio": 0.0,
-    "actor.max_norm": 1.0,
-    "rollout.top_p": 1.0,
-    "algo.advantage.gamma": 1.0,
-    "eval.steps": -1,  # evaluation runs as its own Snakemake rule on the saved checkpoints
-    "logger.logging_steps": 1,
-    # coefficient 0: OpenRLHF computes and logs the policy's entropy (metrics' `entropy`: V0.5 Fig. 4,
-    # the sharpening curves) and adds nothing to the loss. It costs one softmax over the vocabulary
-    # per micro-batch (`openrlhf.models.utils.compute_entropy`); null drops it
-    "actor.entropy_coef": 0.0,
-    "ckpt.save_hf": True,
-    # two DeepSpeed resume checkpoints (ZeRO-3 states of a 4B model with Adam: ~56 GB each) per
-    # run: `DeepspeedStrategy.save_ckpt` prunes the old one before writing the new, so with one a
-    # kill during a save leaves nothing to resume from. HF checkpoints are never pruned by
-    # OpenRLHF: they are written at the evaluated steps only (`hf_steps`, engines.openrlhf.checkpoints)
-    "ckpt.max_num": 2,
-    # a step whose |vllm_kl| (vLLM's log-probs of its sampled tokens against the trainer's; logged
-    # every step, engines.openrlhf.syncwatch) passes this fails: a stale or broken weight sync.
-    # Room for bf16 numerics (the CPU run's live sync: below 1e-3); a sync that loads nothing
-    # passes it once training has moved the weights (docs/cluster.md)
-    "sparserl.vllm_kl_max": 0.05,
-}
+
+@functools.lru_cache(maxsize=1)
+def _cluster_keys() -> tuple[str, ...]:
+    props = load_schema()["$defs"]["openrlhf"]["properties"]
+    return tuple(k for k, v in props.items() if "." in k and "default" in v)
+
+
+def cluster_defaults() -> dict[str, Any]:
+    """The OpenRLHF flags every run starts from (one 8-GPU node, everything colocated, vLLM
+    sleeping during training): rl.openrlhf's dotted keys with a schema default, in the schema's
+    order (the argv's order); a fresh dict."""
+    return {k: schema_default("rl", "openrlhf", k) for k in _cluster_keys()}
+
+
 LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port", "v0_gpus", "v0_threads",
                  "v0_timeout_s", "v0_start_timeout_s")
 AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
@@ -75,7 +49,7 @@ def run_files(method: MethodSpec, seed: int, out_dir: str | Path) -> RunPaths:
 def save_steps(rl: dict, method: MethodSpec, resume_every: int | None = None) -> int:
     """OpenRLHF's ckpt.save_steps, the resume cadence: `resume_every` when given (at cluster scale
     `sizing.rl_resume_save_steps`, a few hours of estimated work, so a killed job loses no more),
-    with the evaluated steps saved besides (`hf_steps`, `saves_at`; docs/cluster.md: storage).
+    with the evaluated steps saved besides (`hf_steps`, `checkpoints.saves_at`; docs/cluster.md: storage).
     Without it: the gcd of the steps whose checkpoint is evaluated (`rl.eval_fractions`;
     `rl.checkpoint_every` when none is), so the resume points are the evaluated steps. A critic run
     needs it: with a warm-up of W steps, policy step s is OpenRLHF's global step s + W, and the gcd
@@ -84,9 +58,9 @@ def save_steps(rl: dict, method: MethodSpec, resume_every: int | None = None) ->
         return max(1, int(resume_every))
     if critic_warmup_steps(method):
         raise ValueError(f"method {method.name}: a critic run's save cadence is its resume_every "
-                         "(sizing.rl_resume_save_steps); pass it")
+                         "(launcher.resume_cadence: sizing.rl_resume_save_steps); pass it")
     every = math.gcd(*snapshot_steps(rl, method))
-    return every if every > 0 else int(rl.get("checkpoint_every", 10))
+    return every if every > 0 else int(section_setting(rl, "rl", "checkpoint_every"))
 
 
 def hf_steps(rl: dict, method: MethodSpec) -> list[int]:
@@ -97,32 +71,12 @@ def hf_steps(rl: dict, method: MethodSpec) -> list[int]:
     return [s + W for s in snapshot_steps(rl, method)]
 
 
-def saves_at(global_step: int, every: float, hf: "set[int] | list[int]") -> bool:
-    """Whether OpenRLHF saves after `global_step` under our plan: the resume cadence (`every`,
-    --ckpt.save_steps; inf: never) or an evaluated step (`hf`)."""
-    return global_step in hf or (every != float("inf") and global_step % int(every) == 0)
-
-
-def save_plan(total: int, every: float, hf: "list[int]") -> list[int]:
-    """Global steps 1..total that `saves_at` saves."""
-    return [g for g in range(1, int(total) + 1) if saves_at(g, every, set(hf))]
-
-
-def critic_warmup_steps(method: MethodSpec) -> int:
-    """Critic-only RL steps before the first policy update (0 without a critic; `critic.warmup_steps`)."""
-    if method.critic is None:
-        return 0
-    from sparserl.engines.openrlhf.critic import warmup_steps
-    return warmup_steps(method.critic)
-
-
 def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node: int) -> dict[str, Any]:
     """OpenRLHF's critic flags of a Le Critique method: a copy of the policy with a fresh value
     head (B.3: --critic.model_name_or_path = the actor's model), the spec's learning rate on a
-    constant schedule (as the actor's), the warm-up as --critic.freezing_steps (`critic.freezing_steps`),
+    constant schedule (as the actor's), the warm-up as --critic.freezing_steps (`critic_warmup.freezing_steps`),
     placed like the actor (colocated). Loss, replay and value batches come from the spec through
     the worker hook (`critic.SparseRLCriticTrainer`)."""
-    from sparserl.engines.openrlhf.critic import freezing_steps
     c = method.critic
     f: dict[str, Any] = {
         "critic.model_name_or_path": policy_path,
@@ -142,9 +96,9 @@ def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node
 def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
                    policy_path: str | None = None, config_paths: list | None = None,
                    resume_every: int | None = None, paths: RunPaths | None = None) -> dict[str, Any]:
-    """OpenRLHF flags (dotted names -> values) for one method + config + seed (see `openrlhf_argv`);
-    `resume_every`: the save cadence (default: the config's ckpt.save_steps, else at cluster scale or
-    with a critic `sizing.rl_resume_save_steps`); `paths`: the run's files (`methods.run.Run.paths`,
+    """OpenRLHF flags (dotted names -> values) for one method + config + seed (`launcher.openrlhf_argv`);
+    `resume_every`: the save cadence (`launcher.resume_cadence`; None: the config's ckpt.save_steps,
+    else the evaluated steps', `save_steps`; a critic run or one at cluster scale must pass it); `paths`: the run's files (`methods.run.Run.paths`,
     absolute), else those under ``out_dir``'s parent."""
     rl = cfg["rl"]
     if method.sampler == "budget":
@@ -156,10 +110,10 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
         pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
         policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)
 
-    f: dict[str, Any] = dict(CLUSTER_DEFAULTS)
+    f: dict[str, Any] = cluster_defaults()
     # cluster shape from the launcher keys
-    nodes = int(over.get("nodes", OPENRLHF_SHAPE_DEFAULTS["nodes"]))
-    gpn = int(over.get("gpus_per_node", OPENRLHF_SHAPE_DEFAULTS["gpus_per_node"]))
+    shape = openrlhf_shape(over)
+    nodes, gpn = int(shape["nodes"]), int(shape["gpus_per_node"])
     f.update({"actor.num_nodes": nodes, "ref.num_nodes": nodes, "actor.num_gpus_per_node": gpn,
               "ref.num_gpus_per_node": gpn})
     tp = int(over.get("vllm.tensor_parallel_size", f["vllm.tensor_parallel_size"]))
@@ -193,13 +147,13 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
         f["actor.adam.weight_decay"] = float(rl["weight_decay"])
     if "ppo_epochs" in rl:
         f["train.max_epochs"] = int(rl["ppo_epochs"])
-    # the resume cadence: the config's own, else at cluster scale (a `sizing` section) or with a
-    # critic a few hours of estimated work; else the evaluated steps (save_steps)
+    # the resume cadence: the caller's (launcher.resume_cadence), else the config's own; at cluster
+    # scale (a `sizing` section) the caller sizes it, else the evaluated steps (save_steps)
     if resume_every is None and "ckpt.save_steps" in over:  # applied with the overrides below
         resume_every = int(over["ckpt.save_steps"])
-    elif resume_every is None and (critic_warmup_steps(method) or cfg.get("sizing")):
-        from sparserl.engines.sizing import rl_resume_save_steps
-        resume_every = rl_resume_save_steps(cfg, method)
+    elif resume_every is None and cfg.get("sizing") and not critic_warmup_steps(method):
+        raise ValueError(f"method {method.name}: at cluster scale (a `sizing` section) the save cadence is "
+                         "sized (launcher.resume_cadence); pass it as resume_every")
     f["ckpt.save_steps"] = save_steps(rl, method, resume_every)
     f["sparserl.hf_steps"] = hf_steps(rl, method)  # saved too, the only HF copies (checkpoints)
     # a retried job resumes from <ckpt.path>/_actor (and _critic: the critic's fit counter and
@@ -212,7 +166,7 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     B = prompts_per_step(method, int(rl["rollouts_per_step"]))
     steps = total_steps(cfg["rl"], method)
     # rl.mini_batches optimiser steps per rollout step, as the local trainer takes
-    mini = max(1, int(rl.get("mini_batches", 1)))
+    mini = max(1, int(section_setting(rl, "rl", "mini_batches")))
     # a critic's warm-up steps consume prompts too: the policy still gets `steps` updates
     f.update({"rollout.n_samples_per_prompt": G, "rollout.batch_size": B,
               "data.max_samples": (steps + critic_warmup_steps(method)) * B, "train.batch_size": max(1, B * G // mini)})
@@ -293,20 +247,3 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return repr(v) if math.isfinite(v) else str(v)
     return str(v)
-
-
-def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, **kw) -> list[str]:
-    """The OpenRLHF argument list for one run.
-
-    Method -> flags: group_size -> --rollout.n_samples_per_prompt; rollouts_per_step / group_size
-    (or the method's prompts_per_step) -> --rollout.batch_size; steps x steps_factor x that -> --data.max_samples (one episode);
-    estimator -> --algo.advantage.estimator (our registry name); loss.type -> --actor.policy_loss_type
-    (ppo | gspo | gpg); clip_low/high -> --actor.eps_clip_low_high; agg -> --actor.loss_agg_mode;
-    kl_coef -> --algo.kl.init_coef (+ --algo.kl.use_loss k3 when > 0); dynamic_sampling ->
-    --algo.dynamic_filtering_enable/range 0 1; overlong -> --reward.overlong_buffer_len
-    (fraction x max_new_tokens) / --reward.overlong_penalty_factor; the spec itself ->
-    --sparserl.spec. The train batch is the step's rollouts (one optimizer step per RL step), or
-    osla.pad_multiple for OSLA. A critic (Le Critique) -> `critic_flags`, and its warm-up steps are
-    added to --data.max_samples.
-    """
-    return flags_to_argv(openrlhf_flags(cfg, method, seed, out_dir, **kw))

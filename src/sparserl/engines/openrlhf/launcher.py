@@ -12,14 +12,50 @@ from pathlib import Path
 from typing import Iterable
 
 from sparserl.core.artifacts import write_json, write_table
-from sparserl.core.config import ConfigError, load_config
+from sparserl.core.config import ConfigError, load_config, schema_default
 from sparserl.engines.openrlhf import OPENRLHF_VERSION, cpu_shims, slurm
-from sparserl.engines.openrlhf.flags import critic_warmup_steps, openrlhf_argv
+from sparserl.engines.openrlhf.checkpoints import TAG, critic_state_file
+from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
+from sparserl.engines.openrlhf.dataset import build_prompt_dataset
+from sparserl.engines.openrlhf.flags import flags_to_argv, openrlhf_flags
 from sparserl.engines.openrlhf.metrics import harvested_rollouts, metrics_from_tensorboard
 from sparserl.engines.openrlhf.parser import parse_args
 from sparserl.engines.openrlhf.patches import init_ray, install_patches
 from sparserl.engines.openrlhf.placement import plan_from_args
+from sparserl.engines.sizing import rl_resume_save_steps
 from sparserl.methods.run import resolve_run
+from sparserl.methods.spec import MethodSpec
+
+
+def resume_cadence(cfg: dict, method: MethodSpec) -> int | None:
+    """--ckpt.save_steps of a run (`flags.save_steps`): the config's own (rl.openrlhf
+    ``ckpt.save_steps``), else at cluster scale (a `sizing` section) or with a critic a resume point
+    every few hours of estimated work (`sizing.rl_resume_save_steps`); None: the evaluated steps'."""
+    over = cfg["rl"].get("openrlhf") or {}
+    if "ckpt.save_steps" in over:
+        return int(over["ckpt.save_steps"])
+    if critic_warmup_steps(method) or cfg.get("sizing"):
+        return rl_resume_save_steps(cfg, method)
+    return None
+
+
+def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, **kw) -> list[str]:
+    """The OpenRLHF argument list for one run.
+
+    Method -> flags: group_size -> --rollout.n_samples_per_prompt; rollouts_per_step / group_size
+    (or the method's prompts_per_step) -> --rollout.batch_size; steps x steps_factor x that -> --data.max_samples (one episode);
+    estimator -> --algo.advantage.estimator (our registry name); loss.type -> --actor.policy_loss_type
+    (ppo | gspo | gpg); clip_low/high -> --actor.eps_clip_low_high; agg -> --actor.loss_agg_mode;
+    kl_coef -> --algo.kl.init_coef (+ --algo.kl.use_loss k3 when > 0); dynamic_sampling ->
+    --algo.dynamic_filtering_enable/range 0 1; overlong -> --reward.overlong_buffer_len
+    (fraction x max_new_tokens) / --reward.overlong_penalty_factor; the spec itself ->
+    --sparserl.spec. The train batch is the step's rollouts (one optimizer step per RL step), or
+    osla.pad_multiple for OSLA. A critic (Le Critique) -> `critic_flags`, and its warm-up steps are
+    added to --data.max_samples. The save cadence, unless `kw` gives one (resume_every): `resume_cadence`.
+    """
+    if kw.get("resume_every") is None:
+        kw["resume_every"] = resume_cadence(cfg, method)
+    return flags_to_argv(openrlhf_flags(cfg, method, seed, out_dir, **kw))
 
 
 def launch(argv: list[str], *, address: str | None = None, extra_env: dict | None = None):
@@ -59,7 +95,6 @@ def _tags(d: Path, latest_step: int, critic_ranks: int = 0) -> dict[str, int]:
     """Tag folders of a DeepSpeed checkpoint dir that a resume may load: model states saved, not
     newer than ``latest`` (newer ones are a save a kill cut short), and with a critic the trainer
     state of each of its ranks (`checkpoints.save_ckpt` writes it after DeepSpeed's save)."""
-    from sparserl.engines.openrlhf.checkpoints import TAG, critic_state_file
     out = {}
     for p in d.iterdir() if d.is_dir() else ():
         m = TAG.fullmatch(p.name)
@@ -71,7 +106,6 @@ def _tags(d: Path, latest_step: int, critic_ranks: int = 0) -> dict[str, int]:
 
 
 def _latest(d: Path) -> tuple[str, int | None]:
-    from sparserl.engines.openrlhf.checkpoints import TAG
     tag = (d / "latest").read_text().strip() if (d / "latest").is_file() else ""
     m = TAG.fullmatch(tag)
     return tag, (int(m.group(1)) if m else None)
@@ -109,7 +143,6 @@ def resume_checkpoint(actor_dir: Path, *, critic_ranks: int = 0, log=print) -> i
         return 0
     best = max(common, key=lambda t: (common[t], t == tag))
     from sparserl.core.artifacts import atomic_write_text
-    from sparserl.engines.openrlhf.checkpoints import TAG
     for d in dirs:
         if _latest(d)[0] != best:
             log(f"[openrlhf-launch] {d}: resuming {best}, the newest checkpoint complete for "
@@ -124,7 +157,7 @@ def resume_checkpoint(actor_dir: Path, *, critic_ranks: int = 0, log=print) -> i
 
 def critic_ranks(args) -> int:
     """Ranks of our critic trainer (each saves its own state), 0 without one."""
-    from sparserl.engines.openrlhf.critic import critic_method
+    from sparserl.engines.openrlhf.critic import critic_method  # imports torch: only where a run resumes
     if not args.critic.model_name_or_path or critic_method(args) is None:
         return 0
     return int(args.critic.num_nodes) * int(args.critic.num_gpus_per_node)
@@ -133,7 +166,7 @@ def critic_ranks(args) -> int:
 def train_with_ray(argv: list[str], over: dict, *, log=print) -> None:
     """Ray on the SLURM allocation (launcher keys of `over`: ray_port, gpus_per_node,
     cpus_per_node), or a local Ray outside one; `launch(argv)`; Ray and its processes stopped."""
-    cluster = slurm.plan_from_env(port=int(over.get("ray_port", 6379)),
+    cluster = slurm.plan_from_env(port=int(over.get("ray_port", schema_default("rl", "openrlhf", "ray_port"))),
                                   gpus_per_node=over.get("gpus_per_node"),
                                   cpus_per_node=over.get("cpus_per_node"))
     procs = []
@@ -159,8 +192,6 @@ def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str |
         dry_run: bool = False, log=print) -> list[str]:
     """`openrlhf-launch`: dataset + argv, Ray on the SLURM allocation (or local), training, metrics."""
     cpu_shims.install_import_shims()  # without CUDA: OpenRLHF imports flash_attn at module level
-    from sparserl.engines.openrlhf.dataset import build_prompt_dataset
-
     config_paths = list(config_paths)
     cfg = load_config(config_paths)
     if "rl" not in cfg:

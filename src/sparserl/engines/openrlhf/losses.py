@@ -19,7 +19,7 @@ class where `openrlhf.trainer.ray.ppo_actor` looks `PolicyLoss` up.
 
 `reward_func(queries, prompts, labels)` is the function OpenRLHF loads from the file named by
 ``--reward.remote_url <path>.py`` (this file) inside each vLLM engine: it decodes our JSON label
-(`experience.decode_label`) and scores the response against its "answer" with `sparserl.grading.verifier`.
+(`labels.decode_label`) and scores the response against its "answer" with `sparserl.grading.verifier`.
 """
 from __future__ import annotations
 

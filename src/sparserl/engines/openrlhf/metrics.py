@@ -18,7 +18,7 @@ def metrics_from_tensorboard(tb_dir: str | Path, warmup_steps: int = 0):
     'entropy_loss'. Empty (a 'step' column only) without tensorboard installed.
 
     'step' is the POLICY step: with a critic warm-up of W = `warmup_steps` critic-only steps
-    (`flags.critic_warmup_steps`), OpenRLHF's global step g is policy step g - W; 'global_step'
+    (`critic_warmup.critic_warmup_steps`), OpenRLHF's global step g is policy step g - W; 'global_step'
     keeps g, and the W warm-up rows (step <= 0, the start policy's rollouts) stay, flagged
     'critic_warmup' = 1.
 

@@ -8,8 +8,8 @@ start of every worker. It patches the module attributes where OpenRLHF looks the
 `openrlhf.cli.train_ppo_ray.placement_group` (names the colocated group, `placement`),
 `.ActorPPOTrainer` and `openrlhf.trainer.ray.ppo_critic.CriticPPOTrainer` (looked up when the model
 actors build their trainers):
-at once where the module is already imported, else right after its first import (a post-import
-hook on sys.meta_path, so vLLM and other workers that never import the trainer pay nothing).
+at once where the module is already imported, else right after its first import (`hooks`, after
+the CPU shims of the same module, so vLLM and other workers that never import the trainer pay nothing).
 `METHOD_PATCHES` wraps methods of OpenRLHF's classes the same way (the save plan and the critic
 state beside its checkpoints, `checkpoints`): classes importable by name reach the workers by
 reference, so the wrapped method is what they run; a `@ray.remote` subclass holds a copy of the
@@ -18,11 +18,9 @@ method, wrapped too (`ray_actor_classes`).
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import os
-import sys
 
-from sparserl.engines.openrlhf import HOOK  # noqa: E402  (one spelling of the hook path)
+from sparserl.engines.openrlhf import HOOK, hooks
 
 # module -> attribute -> "module:Class" of ours
 PATCHES: dict[str, dict[str, str]] = {
@@ -69,7 +67,7 @@ METHOD_PATCHES: dict[str, dict[str, str]] = {
 }
 ORIGINAL = "__sparserl_original__"  # on a wrapped method: OpenRLHF's own
 
-# --------------------------------------------------------------------------- patches / hook
+# --------------------------------------------------------------------------- patches
 
 
 def _resolve(target: str):
@@ -108,53 +106,16 @@ def ray_actor_classes(module, cls, name: str) -> list[type]:
     return out
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Wraps a module's real loader; applies our patches right after the module executes."""
-
-    def __init__(self, loader):
-        self._loader = loader
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        _apply(module.__name__, module)
-
-    def __getattr__(self, name):  # get_source, get_filename, is_package, ...
-        return getattr(self._loader, name)
-
-
-class _PostImportPatcher(importlib.abc.MetaPathFinder):
-    """sys.meta_path entry: finds PATCHES' modules with the other finders, wraps their loader."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in PATCHES and fullname not in METHOD_PATCHES:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or isinstance(finder, _PostImportPatcher) or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and not isinstance(spec.loader, _PatchingLoader):
-                    spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
-
-
 def install_patches() -> list[tuple[str, str]]:
     """Put our classes where OpenRLHF looks them up (see the module docstring); idempotent.
 
     Returns the (module, attribute) pairs patched now; modules not imported yet are patched on
     their first import.
     """
-    if not any(isinstance(f, _PostImportPatcher) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PostImportPatcher())
+    hooks.install()
     done = []
     for modname in {**PATCHES, **METHOD_PATCHES}:
-        mod = sys.modules.get(modname)
-        if mod is not None:
-            done += _apply(modname, mod)
+        done += hooks.after_import(modname, "patches", lambda m, n=modname: _apply(n, m), hooks.PATCHES) or []
     return done
 
 

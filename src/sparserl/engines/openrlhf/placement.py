@@ -155,10 +155,10 @@ def check_v0_actor(cfg: dict, origin) -> None:
     rl = cfg.get("rl") or {}
     if not rl.get("methods"):
         return
-    from sparserl.core.config import OPENRLHF_SHAPE_DEFAULTS, ConfigError, v0_actor_settings
-    from sparserl.engines.openrlhf.flags import CLUSTER_DEFAULTS
+    from sparserl.core.config import ConfigError, openrlhf_shape, v0_actor_settings
+    from sparserl.engines.openrlhf.flags import cluster_defaults
     from sparserl.methods.spec import load_method
-    over = {**CLUSTER_DEFAULTS, **OPENRLHF_SHAPE_DEFAULTS, **(rl.get("openrlhf") or {})}
+    over = {**cluster_defaults(), **openrlhf_shape(rl.get("openrlhf"))}
     nodes, gpn, tp = int(over["nodes"]), int(over["gpus_per_node"]), int(over["vllm.tensor_parallel_size"])
     shape = dict(nodes=nodes, gpus_per_node=gpn, tensor_parallel_size=tp,
                  vllm_engines=int(over.get("vllm.num_engines") or max(1, nodes * gpn // tp)),

@@ -41,7 +41,8 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
 from sparserl.estimators import pad_to_multiple
 
-from sparserl.engines.openrlhf.experience import decode_label, method_spec, step_prior
+from sparserl.engines.openrlhf.experience import step_prior
+from sparserl.engines.openrlhf.labels import decode_label, method_spec
 from sparserl.methods.osla_sampler import run_osla
 from sparserl.methods.spec import MethodSpec
 

@@ -18,7 +18,6 @@ from sparserl.core.logs import get_logger
 
 from .common import (
     EVALPLUS_NAMES,
-    OODPaths,
     to_table,
     ood_settings,
     parse_label,
@@ -115,12 +114,12 @@ def find_evalplus_results(root: Path, dataset: str) -> Path:
     return found[0]
 
 
-def run_harness(cfg: dict, label: str, tool: str, model: str, dataset: str | None = None,
-                out: Path | None = None, dry_run: bool = False) -> list[str] | Path:
-    """Run one harness on one checkpoint in a scratch folder beside its output, then copy the
-    harness's results JSON to `OODPaths.harness(label, tool, dataset)` atomically (a killed job
-    leaves no half file that Snakemake would take as done). `dry_run`: the argv only."""
-    out = Path(out or OODPaths(cfg).harness(label, tool, dataset))
+def run_harness(cfg: dict, label: str, tool: str, model: str, out: str | Path, dataset: str | None = None,
+                dry_run: bool = False) -> list[str] | Path:
+    """Run one harness on one checkpoint in a scratch folder beside its output `out`, then copy
+    the harness's results JSON to `out` atomically (a killed job leaves no half file that
+    Snakemake would take as done). `dry_run`: the argv only."""
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     # the harness runs in its scratch folder: every path it gets must be absolute
     work = (Path(tempfile.mkdtemp(prefix=f".{out.stem}.", dir=out.parent)).resolve() if not dry_run
@@ -215,12 +214,19 @@ def parse_evalplus(obj: dict, dataset: str, cfg: dict, where: str | Path = "<eva
              "score": score, "stderr": se, "problems": len(ev)}]
 
 
-def harness_table(cfg: dict, models: dict[str, str] | None = None) -> pd.DataFrame:
-    """Parse every harness JSON of the config into `results/{scale}/ood/ood.parquet`."""
-    O = OODPaths(cfg)
+def harness_table(cfg: dict, files: list, out: str | Path, models: dict[str, str] | None = None) -> pd.DataFrame:
+    """Parse every harness JSON of the config (`files`, in `harness_outputs` order, each ending
+    `<label>/lm_eval.json` or `<label>/evalplus_<dataset>.json`) into the OOD table `out`."""
+    want = harness_outputs(cfg)
+    if len(files) != len(want):
+        raise ValueError(f"ood-table: {len(files)} harness files for the config's {len(want)} (label, tool, "
+                         "dataset) jobs; pass each job's JSON, in harness_outputs order")
     rows = []
-    for label, tool, ds in harness_outputs(cfg):
-        path = O.harness(label, tool, ds)
+    for path, (label, tool, ds) in zip(map(Path, files), want):
+        name = "lm_eval.json" if tool == "lm_eval" else f"evalplus_{ds}.json"
+        if not path.as_posix().endswith(f"{label}/{name}"):
+            raise ValueError(f"ood-table: {path} is not the {tool} JSON of {label} (expected a path ending "
+                             f"{label}/{name}); pass the files in harness_outputs order")
         if not path.exists():
             raise FileNotFoundError(f"{path}: missing; `snakemake {path}` runs its harness")
         obj = json.loads(path.read_text())
@@ -228,7 +234,7 @@ def harness_table(cfg: dict, models: dict[str, str] | None = None) -> pd.DataFra
         method, seed = parse_label(label)
         rows += [{**r, "policy": label, "method": method, "seed": seed, "k": 1,
                   "checkpoint": (models or {}).get(label), "scale": cfg["scale"]} for r in found]
-    out = to_table(rows)
-    write_table(out, O.table(), cfg=cfg, extra={"suite": "lm_eval+evalplus"})
-    log.info("OOD scores:\n" + out.pivot(index="policy", columns="benchmark", values="score").round(3).to_string())
-    return out
+    table = to_table(rows)
+    write_table(table, out, cfg=cfg, extra={"suite": "lm_eval+evalplus"})
+    log.info("OOD scores:\n" + table.pivot(index="policy", columns="benchmark", values="score").round(3).to_string())
+    return table

@@ -11,11 +11,10 @@ import pandas as pd
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.config import ConfigError, rollout_max_new_tokens, section_setting
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths
 from sparserl.evaluation.evaluate import per_prompt_rates
 from sparserl.evaluation.progress import rollout_progress
 
-from .common import OODPaths, to_table, ood_settings
+from .common import to_table, ood_settings
 
 log = get_logger(__name__)
 
@@ -33,9 +32,12 @@ def load_fast_tokenizer(tok_dir: Path):
     return Tokenizer.from_file(str(path))
 
 
-def build_ood_tasks(cfg: dict, tokenizer=None, corpus: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
+def build_ood_tasks(cfg: dict, tokenizer, corpus: pd.DataFrame,
+                    benchmarks: list[pd.DataFrame] = ()) -> dict[str, pd.DataFrame]:
     """One table per `ood.benchmarks` family: its held-out problems (columns of the benchmarks'
-    records plus `prompt_tokens`, `unseen_prompt_tokens`), drawn like the in-domain benchmarks.
+    records plus `prompt_tokens`, `unseen_prompt_tokens`), drawn like the in-domain benchmarks, none
+    of them a problem of the in-domain `benchmarks` tables. `tokenizer`: the world's (a
+    `tokenizers.Tokenizer`); `corpus`: its pre-training corpus.
 
     Refuses a family whose answer targets hold a token the corpus never has (the policy was
     never trained to write it: a decimal point, a letter), naming the family, the token and the fix.
@@ -43,18 +45,13 @@ def build_ood_tasks(cfg: dict, tokenizer=None, corpus: pd.DataFrame | None = Non
     from sparserl.tasks import format_prompt, format_target
     from sparserl.tasks.procedural import _records, distinct_problems, task_split
     s = ood_settings(cfg)
-    P = Paths(cfg)
-    tokenizer = tokenizer or load_fast_tokenizer(P.tokenizer())
-    if corpus is None:
-        corpus = read_table(P.pretrain_corpus())
     seen = {i for ids in _token_ids(tokenizer, [format_prompt(cfg, p) + format_target(cfg, a)
                                                 for p, a in zip(corpus["problem"], corpus["answer"])])
             for i in ids}
     split = task_split(cfg["tasks"])
     taken = set()
-    for b in P.benchmark_names():  # no in-domain benchmark problem is an OOD one
-        if P.benchmark(b).exists():
-            taken |= set(read_table(P.benchmark(b))["problem"])
+    for b in benchmarks:  # no in-domain benchmark problem is an OOD one
+        taken |= set(b["problem"])
     in_domain = {lv["name"] for lv in cfg["tasks"].get("benchmarks", []) if isinstance(lv, dict)}
     out = {}
     for bi, lv in enumerate(s["benchmarks"]):
@@ -84,16 +81,33 @@ def build_ood_tasks(cfg: dict, tokenizer=None, corpus: pd.DataFrame | None = Non
     return out
 
 
-def write_ood_tasks(cfg: dict) -> dict[str, Path]:
-    O = OODPaths(cfg)
-    out = {}
-    for name, df in build_ood_tasks(cfg).items():
+def task_files(cfg: dict, paths: list) -> dict[str, Path]:
+    """`ood.benchmarks` family name -> its task table among `paths` (named `<family>.parquet`);
+    a family without one is an error naming it."""
+    by_name = {Path(p).stem: Path(p) for p in paths}
+    names = [lv["name"] for lv in ood_settings(cfg)["benchmarks"]]
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ValueError(f"ood tasks: no file for the ood.benchmarks families {missing} among "
+                         f"{[str(p) for p in paths]}; give one <family>.parquet each")
+    return {n: by_name[n] for n in names}
+
+
+def write_ood_tasks(cfg: dict, tokenizer_dir: str | Path, corpus: str | Path, benchmarks: list,
+                    out: list) -> dict[str, Path]:
+    """The OOD task tables (`build_ood_tasks`) from the world's tokenizer folder, pre-training
+    corpus and in-domain benchmark tables, each written to its `<family>.parquet` of `out`."""
+    dest = task_files(cfg, out)
+    tables = build_ood_tasks(cfg, load_fast_tokenizer(tokenizer_dir), read_table(corpus),
+                             [read_table(b) for b in benchmarks])
+    written = {}
+    for name, df in tables.items():
         share = float(df["unseen_prompt_tokens"].sum() / df["prompt_tokens"].sum())
-        out[name] = write_table(df, O.task(name), cfg=cfg, extra={
+        written[name] = write_table(df, dest[name], cfg=cfg, extra={
             "unseen_prompt_token_share": share, "max_prompt_tokens": int(df["prompt_tokens"].max())})
         log.info(f"ood task {name}: {len(df)} problems, {share:.1%} of prompt tokens unseen in "
-                 f"pre-training -> {out[name]}")
-    return out
+                 f"pre-training -> {written[name]}")
+    return written
 
 
 def _max_positions(checkpoint: str) -> int | None:
@@ -103,15 +117,17 @@ def _max_positions(checkpoint: str) -> int | None:
     return None
 
 
-def evaluate_ood(cfg: dict, checkpoints: list[tuple[str, str, int | None, str]], threads: int = 1) -> pd.DataFrame:
-    """Evaluate every (label, method, seed, checkpoint dir) on the `ood.benchmarks` tables and
-    write `results/{scale}/ood/ood.parquet`. A checkpoint two labels share (a method whose spec
-    repeats another's reports that run) is rolled out once; every checkpoint sees the same seeds."""
+def evaluate_ood(cfg: dict, checkpoints: list[tuple[str, str, int | None, str]], tasks: list, out: str | Path,
+                 threads: int = 1) -> pd.DataFrame:
+    """Evaluate every (label, method, seed, checkpoint dir) on the `ood.benchmarks` task tables
+    (`tasks`, one `<family>.parquet` each) and write the OOD table to `out`. A checkpoint two
+    labels share (a method whose spec repeats another's reports that run) is rolled out once;
+    every checkpoint sees the same seeds."""
     from sparserl.grading.verifier import open_verifier
     from sparserl.rollout import SamplingParams, make_backend, rollout
     from sparserl.tasks import format_prompt
     s = ood_settings(cfg)
-    O = OODPaths(cfg)
+    files = task_files(cfg, tasks)
     spec = dict(cfg["evaluation"]["default"])
     spec.update(s.get("protocol") or {})
     greedy = spec.get("protocol") == "greedy"
@@ -121,7 +137,7 @@ def evaluate_ood(cfg: dict, checkpoints: list[tuple[str, str, int | None, str]],
                             top_p=section_setting(spec, "$defs", "sampling", "top_p"),
                             greedy=greedy, max_new_tokens=max_new)
     metric = "greedy" if greedy else f"{'avg' if spec.get('protocol') == 'avg_at_k' else 'mean'}@{k}"
-    benches = [(lv["name"], lv["generator"], read_table(O.task(lv["name"]))) for lv in s["benchmarks"]]
+    benches = [(lv["name"], lv["generator"], read_table(files[lv["name"]])) for lv in s["benchmarks"]]
     by_ckpt: dict[str, list[dict]] = {}
     rows = []
     with open_verifier(cfg) as ver:
@@ -155,8 +171,8 @@ def evaluate_ood(cfg: dict, checkpoints: list[tuple[str, str, int | None, str]],
             rows += [{**r, "policy": label, "method": method, "seed": seed, "checkpoint": ckpt,
                       "scale": cfg["scale"]} for r in by_ckpt[ckpt]]
         timeouts = ver.timeout_counts()
-    out = to_table(rows)
-    write_table(out, O.table(), cfg=cfg, extra={"suite": "reasoning_gym", "metric": metric,
-                                               "verifier": timeouts, "checkpoints_rolled_out": len(by_ckpt)})
-    log.info("OOD accuracy:\n" + out.pivot(index="policy", columns="benchmark", values="score").round(3).to_string())
-    return out
+    table = to_table(rows)
+    write_table(table, out, cfg=cfg, extra={"suite": "reasoning_gym", "metric": metric,
+                                            "verifier": timeouts, "checkpoints_rolled_out": len(by_ckpt)})
+    log.info("OOD accuracy:\n" + table.pivot(index="policy", columns="benchmark", values="score").round(3).to_string())
+    return table
