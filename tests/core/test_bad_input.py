@@ -513,11 +513,17 @@ def test_a_truncated_policy_stops_a_job_in_one_line(repo, policy_dirs, tmp_path)
     cfg = str(repo / "configs/smoke.yaml")
     run = lambda *a: subprocess.run([sys.executable, "-m", "sparserl", *a, "--config", cfg],  # noqa: E731
                                     capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert run("make-tasks").returncode == 0
+    from sparserl.core.config import load_config
+    from sparserl.core.paths import Paths
+    P = Paths(load_config(cfg))  # relative to the job's folder, as the DAG passes them
+    bench = [str(P.benchmark(b)) for b in P.benchmark_names()]
+    assert run("make-tasks", "--pool", str(P.train_pool()), "--corpus", str(P.pretrain_corpus()),
+               "--benchmarks", *bench).returncode == 0
     ckpt = tmp_path / "results" / "smoke" / "policies" / "s"
     shutil.copytree(policy_dirs[0], ckpt)
     _damage("truncated", ckpt, None)
-    out = run("evaluate", "--policy", "s")
+    out = run("evaluate", "--policy", "s", "--policy-dir", str(P.policy("s")), "--benchmarks", *bench,
+              "--out", str(P.eval_table("s")), "--curve", str(P.pass_at_k_curve("s")))
     assert out.returncode == 1
     assert "Traceback" not in out.stderr and "SafetensorError" not in out.stderr, out.stderr[-3000:]
     errors = [line for line in out.stderr.splitlines() if " ERROR " in line]

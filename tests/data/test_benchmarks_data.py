@@ -369,8 +369,8 @@ def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, re
         return pd.DataFrame({"id": [f"{name}/0"], "problem": ["1+1"], "answer": ["2"], "source": [name]})
 
     monkeypatch.setattr(download, "fetch_from_hub", fake_hub)
-    download.fetch_for_config(cfg)
     P = Paths(cfg)
+    download.fetch_for_config(cfg, pool=P.train_pool(), benchmarks=[P.benchmark(b) for b in P.benchmark_names()])
     assert sorted(asked) == ["dapo_math_17k", "hmmt_feb_2025"]
     assert len(pd.read_parquet(P.train_pool())) == 1
     assert len(pd.read_parquet(P.benchmark("math500"))) == 500

@@ -114,6 +114,13 @@ def test_pass_at_k_and_greedy_beside_an_unchanged_mean_at_k(tmp_path, tiny_lm, r
         assert row["greedy_accuracy"] == pytest.approx(np.mean(want))
 
 
+def _eval_files(cfg, ref):
+    """The paths rule evaluate passes (workflow/rules/evaluation.smk)."""
+    P = Paths(cfg)
+    return dict(policy_dir=P.policy(ref), benchmarks=[P.benchmark(b) for b in P.benchmark_names()],
+                out=P.eval_table(ref), curve=P.pass_at_k_curve(ref))
+
+
 def test_the_start_policy_draws_start_k_samples_and_writes_its_unbiased_pass_at_k_curve(tmp_path, tiny_lm, repo, monkeypatch):
     """rl.policy is evaluated at evaluation.start_k samples a problem (a greedy benchmark
     stays one greedy rollout); pass@k is the unbiased estimate from them, its curve runs to start_k;
@@ -135,7 +142,7 @@ def test_the_start_policy_draws_start_k_samples_and_writes_its_unbiased_pass_at_
     for ref in ("s", "m"):
         save_hf(model, tok, P.policy(ref), {"test": True})
     monkeypatch.setattr(EV, "open_verifier", lambda cfg: contextlib.nullcontext(_ParityVerifier()))
-    start, other = EV.evaluate_policy(cfg, "s"), EV.evaluate_policy(cfg, "m")
+    start, other = EV.evaluate_policy(cfg, "s", **_eval_files(cfg, "s")), EV.evaluate_policy(cfg, "m", **_eval_files(cfg, "m"))
     sampled = start["protocol"] != "greedy"
     assert sampled.any() and (~sampled).any()  # smoke: one greedy override
     assert start.loc[sampled, "samples"].eq(8).all() and start.loc[~sampled, "samples"].eq(1).all()
@@ -177,7 +184,7 @@ def test_every_evaluation_records_its_start_policy_seed(tmp_path, tiny_lm, repo,
     model, tok = tiny_lm
     save_hf(model, tok, P.policy("s"), {"test": True})
     monkeypatch.setattr(EV, "open_verifier", lambda cfg: contextlib.nullcontext(_ParityVerifier()))
-    EV.evaluate_policy(cfg, "s")
+    EV.evaluate_policy(cfg, "s", **_eval_files(cfg, "s"))
     table = P.eval_table("s")
     assert (pd.read_parquet(per_problem_path(table))["start"] == 3).all()
     for path in (table, per_problem_path(table), P.pass_at_k_curve("s")):

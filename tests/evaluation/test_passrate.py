@@ -17,6 +17,12 @@ def _cfg(tmp_path, samples=4, reference_n=8):
             "policies": {"s": {"source": "pretrain"}, "m": {"source": "pretrain"}}}
 
 
+def _files(cfg, ref):
+    """The paths rule passrate passes (workflow/rules/policies.smk)."""
+    P = Paths(cfg)
+    return dict(policy_dir=P.policy(ref), pool=P.train_pool(), out=P.passrate(ref), cache=P.passrate_cache(ref))
+
+
 def test_passrate_cache_is_the_rl_start_policys_reference_cache(tmp_path):
     P = Paths(_cfg(tmp_path))
     assert P.passrate_cache("s") == P.reference_cache("s")
@@ -42,7 +48,7 @@ def test_measure_passrate_reads_the_cache_and_rolls_out_nothing(tmp_path, monkey
     def no_rollouts(*a, **k):
         raise AssertionError("the pass rates of s must come from its reference cache")
     monkeypatch.setattr(ev, "make_backend", no_rollouts)
-    out = ev.measure_passrate(cfg, "s")
+    out = ev.measure_passrate(cfg, "s", **_files(cfg, "s"))
     # the first `samples` = 4 rollouts of each prompt, in pool order
     assert out["per_prompt"]["id"] == ["a", "b", "c"]
     assert out["per_prompt"]["p"] == [0.5, 0.0, 1.0]
@@ -62,7 +68,7 @@ def test_a_cache_without_lengths_or_prompts_is_named(tmp_path):
                         "rewards": [[1] + [0] * 7] * 2})
     write_table(old, P.reference_cache("s"))
     with pytest.raises(ValueError, match=r"reference/s\.parquet: columns \['lengths'\] are missing"):
-        ev.measure_passrate(cfg, "s")
+        ev.measure_passrate(cfg, "s", **_files(cfg, "s"))
     write_table(old.assign(lengths=[[2] * 8] * 2).iloc[:1], P.reference_cache("s"))
     with pytest.raises(ValueError, match=r"no rollouts of pool prompt 'b'"):
-        ev.measure_passrate(cfg, "s")
+        ev.measure_passrate(cfg, "s", **_files(cfg, "s"))

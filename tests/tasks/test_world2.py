@@ -209,7 +209,9 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
     train_tokenizer([format_prompt(cfg, p) + t for p, t in zip(corpus["problem"], corpus_targets(cfg, corpus))],
                     cfg["tokenizer"]["vocab_size"], P.tokenizer(), cfg["tokenizer"]["max_length"])
     pretrain(cfg, "s")
-    report = world_report(cfg)
+    report = world_report(cfg, {"s": P.policy("s")}, pool=P.train_pool(), corpus=P.pretrain_corpus(),
+                          tokenizer=P.tokenizer(), benchmarks=[P.benchmark(b) for b in P.benchmark_names()],
+                          out=P.world_report())
     gw = report["policies"]["s"]["greedy_wrong"]
     assert gw["problems"] == 36 and 0 <= gw["heldout"] <= 1
     assert gw["slip_problems"] == sum(

@@ -454,7 +454,11 @@ def test_tables_1_and_2_carry_the_reference_rows(tmp_path, monkeypatch):
                               "source": [LEVELS[q % 4] for q in range(6)]}), P.train_pool())
     write_table(_level_harvest(queries=16).assign(domain="in-domain"), P.harvest_table())
     for protocol in ("sequential", "strict"):
-        res = experiments.run_protocol(cfg, protocol, threads=1, coupled=False, log=lambda *a: None)
+        res = experiments.run_protocol(
+            cfg, protocol, harvest=P.harvest_table(), embeddings=tmp_path / "harvest.pt",
+            level_tables=[P.train_pool()] + [P.benchmark(b) for b in P.benchmark_names()],
+            out=P.value_eval(f"v0_{protocol}"), predictions=P.value_eval(f"v0_{protocol}_predictions"),
+            model_file=tmp_path / f"v0.{protocol}.pt", threads=1, coupled=False, log=lambda *a: None)
         got = res[res.model == "all"].set_index("method")
         assert {"oracle_p", "oracle_p_resampled", "level_only"} <= set(got.index), protocol
         assert got.loc["oracle_p", "intra_auc"] == 1.0 and got.loc["oracle_p", "calibration_mse"] == 0.0
@@ -619,7 +623,7 @@ def test_table_6_reads_its_base_row_from_the_tables_predictions_of_the_same_prot
     pd.testing.assert_frame_equal(got, preds[preds["method"] == "v0"].drop(columns="method").reset_index(drop=True))
     for protocol, seed in (("sequential", 0), ("strict", 1)):
         with pytest.raises(ValueError, match=r"v0_strict_predictions\.parquet.*protocol 'strict', seed 0.*"
-                                             r"v0-table --protocol|leave out --base-predictions"):
+                                             r"rerun rule v0_table \(`snakemake --cores 2 \S*v0_strict_predictions\.parquet`\)"):
             _table_predictions(path, protocol, seed)
     old = write_table(preds, tmp_path / "old_predictions.parquet")  # written before the manifest said
     with pytest.raises(ValueError, match=r"protocol None, seed None"):

@@ -53,7 +53,7 @@ def test_v0_tables_and_prior_embed_the_user_message_under_a_chat_template(tmp_pa
     write_table(pd.DataFrame({"query_id": ["p0", "h0"], "problem": ["1 + 2", "5 + 5"], "model": "s",
                               "step": 0, "value": 0.5}), P.harvest_table())
     pool = pool_embeddings(cfg, path=tmp_path / "pool.pt")          # v05_osla_v0's prior
-    harvest = experiments.harvest_embeddings(cfg)                    # Tables 1, 2, 6 and routing
+    harvest = experiments.harvest_embeddings(cfg, P.harvest_table(), tmp_path / "harvest.pt")  # Tables 1, 2, 6, routing
     want = {q: f"{p}\n\n{PAPER_INSTRUCTION}" for q, p in [("p0", "1 + 2"), ("p1", "3 + 4"), ("h0", "5 + 5")]}
     assert sorted(emb.texts) == sorted([want["p0"], want["p1"], want["p0"], want["h0"]])
     assert pool.ids == ["p0", "p1"] and harvest.ids == ["h0", "p0"]
@@ -147,28 +147,54 @@ def _fake_harvest_inputs(cfg, policy, monkeypatch):
     write_table(pd.DataFrame({"step": np.repeat(np.arange(1, 9), 6), "prompt_id": [f"t{i}" for i in range(6)] * 8,
                               "reward": rng.integers(0, 2, 48).astype(float)}), rp.rollouts)
 
-    def fake_eval(hcfg, path, out, label, threads=1):
+    def fake_eval(hcfg, path, out, label, threads=1, benchmarks=None):
+        assert list(benchmarks) == P.benchmark_names()  # the files the command was given
         rows = [{"id": f"{b}{i}", "benchmark": b, "p": (hash((label, b, i)) % 11) / 10}
                 for b in P.benchmark_names() for i in range(4)]
         write_table(pd.DataFrame(rows), Path(out).with_name(Path(out).stem + "_per_problem.parquet"))
     monkeypatch.setattr(EV, "evaluate_checkpoint", fake_eval)
 
 
+def _harvest_files(cfg, policy):
+    """The paths rules v0_harvest_values / _shard / _merge pass (workflow/rules/values.smk)."""
+    P = Paths(cfg)
+    run = P.harvest_run(policy)
+    return dict(policy_dir=P.policy(policy), final=run / "final", rollouts=run / "rollouts.parquet",
+                pool=P.train_pool(), benchmarks=[P.benchmark(b) for b in P.benchmark_names()],
+                out=P.harvest(policy))
+
+
+def _shard_files(cfg, policy, shard):
+    from sparserl.engines.harvest import harvest_settings, harvest_shard_path
+    f = _harvest_files(cfg, policy)
+    n = harvest_settings(cfg)["shards"]
+    return dict(policy_dir=f["policy_dir"], final=f["final"], benchmarks=f["benchmarks"],
+                out=harvest_shard_path(f["out"], shard, n))
+
+
+def _merge_files(cfg, policy):
+    from sparserl.engines.harvest import harvest_settings, harvest_shard_path
+    f = _harvest_files(cfg, policy)
+    n = harvest_settings(cfg)["shards"]
+    return dict(shards=[harvest_shard_path(f["out"], i, n) for i in range(n)], rollouts=f["rollouts"],
+                pool=f["pool"], out=f["out"])
+
+
 @pytest.mark.e2e  # a sharded harvest and its merge
 def test_sharded_harvest_then_merge_is_the_unsharded_table(tmp_path, monkeypatch):
-    from sparserl.engines.harvest import (harvest_checkpoints, harvest_merge, harvest_settings,
-                                          harvest_shard_path, harvest_values, harvest_values_shard)
+    from sparserl.engines.harvest import (harvest_merge, harvest_settings, harvest_shard_path, harvest_steps,
+                                          harvest_values, harvest_values_shard)
     harvest = {"policies": ["s"], "steps": 8, "rollouts_per_step": 16, "checkpoint_samples": 32, "k": 2}
     one = _cfg(tmp_path / "one", v0={"harvest": harvest})
     _fake_harvest_inputs(one, "s", monkeypatch)
-    assert harvest_settings(one)["shards"] == 1 and len(harvest_checkpoints(one, "s")) == 5
-    harvest_values(one, "s")
+    assert harvest_settings(one)["shards"] == 1 and len(harvest_steps(one)) == 5
+    harvest_values(one, "s", **_harvest_files(one, "s"))
     sharded = _cfg(tmp_path / "sharded", v0={"harvest": {**harvest, "shards": 3}})
     _fake_harvest_inputs(sharded, "s", monkeypatch)
     for i in (2, 0, 1):
-        harvest_values_shard(sharded, "s", i)
+        harvest_values_shard(sharded, "s", i, **_shard_files(sharded, "s", i))
     assert read_manifest(harvest_shard_path(Paths(sharded).harvest("s"), 1, 3))["checkpoints"] == [2, 8]
-    harvest_merge(sharded, "s")
+    harvest_merge(sharded, "s", **_merge_files(sharded, "s"))
     a, b = Paths(one).harvest("s"), Paths(sharded).harvest("s")
     assert a.read_bytes() == b.read_bytes()
     drop = lambda m: {k: v for k, v in m.items() if k not in ("created", "config_hash", "process_wall_s")}  # noqa: E731
@@ -178,9 +204,9 @@ def test_sharded_harvest_then_merge_is_the_unsharded_table(tmp_path, monkeypatch
     write_table(read_table(harvest_shard_path(b, 0, 3)), harvest_shard_path(b, 0, 3),
                 extra={"checkpoints": [0, 8]})
     with pytest.raises(ValueError, match=r"shard0of3.parquet: its manifest lists checkpoints \[0, 8\].*v0_harvest_values_shard"):
-        harvest_merge(sharded, "s")
+        harvest_merge(sharded, "s", **_merge_files(sharded, "s"))
     with pytest.raises(ConfigError, match="a shard is 0..2"):
-        harvest_values_shard(sharded, "s", 3)
+        harvest_values_shard(sharded, "s", 3, **_shard_files(sharded, "s", 3))
     with pytest.raises(ConfigError, match="at most one shard per checkpoint"):
         harvest_settings(_cfg(tmp_path / "x", v0={"harvest": {**harvest, "shards": 6}}))
 

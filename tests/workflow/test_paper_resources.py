@@ -98,8 +98,8 @@ def test_hub_models_are_local_copies_fetched_once(repo, tmp_path):
     old = os.getcwd()
     os.chdir(tmp_path)
     try:
-        fetch_models(cfg, download=download, log=lambda *_: None)
-        fetch_models(cfg, download=download, log=lambda *_: None)  # already there: no second download
+        fetch_models(Paths(cfg).hub_models(), download=download, log=lambda *_: None)
+        fetch_models(Paths(cfg).hub_models(), download=download, log=lambda *_: None)  # already there: no second download
     finally:
         os.chdir(old)
     assert calls == ["Qwen/Qwen3-4B-Instruct-2507"]

@@ -16,7 +16,8 @@ if CFG["tasks"]["source"] == "procedural":
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} make-tasks --config {CONFIGS} > {log} 2>&1"
+            "{SPARSERL} make-tasks --config {CONFIGS} --pool {output.pool} --corpus {output.corpus} "
+            "--benchmarks {output.benchmarks} > {log} 2>&1"
 
 else:
 
@@ -32,4 +33,5 @@ else:
             **R("download"),
         shell:
             # online although compute jobs run with HF_HUB_OFFLINE=1 (workflow/rules/models.smk)
-            "HF_HUB_OFFLINE=0 {SPARSERL} fetch-data --config {CONFIGS} > {log} 2>&1"
+            "HF_HUB_OFFLINE=0 {SPARSERL} fetch-data --config {CONFIGS} --pool {output.pool} "
+            "--benchmarks {output.benchmarks} > {log} 2>&1"

@@ -13,13 +13,16 @@ if HUB_MODELS:
     rule fetch_models:
         output:
             [directory(str(d)) for d in HUB_MODELS.values()],
+        params:
+            # each hub name with its output dir, in the output's order
+            models=" ".join(f"{n}={d}" for n, d in HUB_MODELS.items()),
         log:
             str(P.stage("logs", "fetch_models.log")),
         localrule: True
         resources:
             **R("download"),
         shell:
-            "HF_HUB_OFFLINE=0 {SPARSERL} fetch-models --config {CONFIGS} > {log} 2>&1"
+            "HF_HUB_OFFLINE=0 {SPARSERL} fetch-models --config {CONFIGS} --models {params.models} > {log} 2>&1"
 
 
 # Files a user places by hand (their config key, how to get them): the inputs of the rules that

@@ -8,13 +8,13 @@ if PRETRAINED:
         input:
             corpus=str(P.pretrain_corpus()),
         output:
-            directory(str(P.tokenizer())),
+            tokenizer=directory(str(P.tokenizer())),
         log:
             str(P.stage("logs", "train_tokenizer.log")),
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} train-tokenizer --config {CONFIGS} > {log} 2>&1"
+            "{SPARSERL} train-tokenizer --config {CONFIGS} --corpus {input.corpus} --out {output.tokenizer} > {log} 2>&1"
 
     rule pretrain_policy:
         # wildcard `name`, not `policy`: Snakemake first tries a consumer's own wildcards on a
@@ -39,7 +39,8 @@ if PRETRAINED:
         resources:
             **R("pretrain"),
         shell:
-            "{SPARSERL} pretrain --config {CONFIGS} --policy {wildcards.name} "
+            "{SPARSERL} pretrain --config {CONFIGS} --policy {wildcards.name} --corpus {input.corpus} "
+            "--tokenizer {input.tokenizer} --out {output.policy} --snapshots {output.snapshots} "
             "--threads {threads} > {log} 2>&1"
 
     rule passrate:
@@ -50,7 +51,7 @@ if PRETRAINED:
             # same sampling, more samples) instead of rolling the pool out again
             shared=lambda w: [str(c) for c in [P.passrate_cache(w.policy)] if c is not None],
         output:
-            str(P.passrate("{policy}")),
+            passrate=str(P.passrate("{policy}")),
         wildcard_constraints:
             policy="[^/]+",
         params:
@@ -61,8 +62,8 @@ if PRETRAINED:
         resources:
             **R("rollout"),
         shell:
-            "{SPARSERL} passrate --config {CONFIGS} --policy {wildcards.policy} "
-            "--threads {threads} > {log} 2>&1"
+            "{SPARSERL} passrate --config {CONFIGS} --policy {wildcards.policy} --policy-dir {input.policy} "
+            "--pool {input.pool} --cache {input.shared} --out {output.passrate} --threads {threads} > {log} 2>&1"
 
     rule world_report:
         # greedy vs sampled accuracy of the RL start policy on the pool and every benchmark: the
@@ -71,25 +72,34 @@ if PRETRAINED:
             policies=lambda w: [str(P.policy(r)) for r in P.world_policies()],
             pool=str(P.train_pool()),
             benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS],
+            corpus=str(P.pretrain_corpus()),
+            tokenizer=str(P.tokenizer()),
         output:
-            str(P.world_report()),
+            report=str(P.world_report()),
         params:
             key=cfg_key("world", "evaluation", "rollout"),
+            labels=" ".join(P.world_policies()),
         log:
             str(P.stage("logs", "world_report.log")),
         threads: T("rollout")
         resources:
             **R("rollout"),
         shell:
-            "{SPARSERL} world-report --config {CONFIGS} --threads {threads} > {log} 2>&1"
+            "{SPARSERL} world-report --config {CONFIGS} --policies {input.policies} --labels {params.labels} "
+            "--pool {input.pool} "
+            "--benchmarks {input.benchmarks} --corpus {input.corpus} --tokenizer {input.tokenizer} "
+            "--out {output.report} --threads {threads} > {log} 2>&1"
 
     rule passrate_summary:
         input:
-            [str(P.passrate(n)) for n in PRETRAINED],
+            passrates=[str(P.passrate(n)) for n in PRETRAINED],
         output:
-            str(P.passrates()),
+            summary=str(P.passrates()),
+        log:
+            str(P.stage("logs", "passrate_summary.log")),
         localrule: True
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} passrate-summary --config {CONFIGS}"
+            "{SPARSERL} passrate-summary --config {CONFIGS} --passrates {input.passrates} "
+            "--out {output.summary} > {log} 2>&1"

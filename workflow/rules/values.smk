@@ -21,17 +21,22 @@ rule v0_official:
     input:
         v0_sample_input,
     output:
-        str(P.v0_official("metrics.parquet")),
-        str(P.v0_official("predictions.parquet")),
+        metrics=str(P.v0_official("metrics.parquet")),
+        predictions=str(P.v0_official("predictions.parquet")),
     params:
         key=cfg_key("v0"),
+        # the sample's folder (its files are the input) and the outputs' (run_official writes
+        # embeddings and models beside the tables)
+        sample=lambda w, input: os.path.dirname(input[0]),
+        out=lambda w, output: os.path.dirname(output.metrics),
     log:
         str(P.stage("logs", "v0_official.log")),
     threads: T("cpu_small", 2)
     resources:
         **R("cpu_small"),
     shell:
-        "{SPARSERL} v0-official --config {CONFIGS} --threads {threads} > {log} 2>&1"
+        "{SPARSERL} v0-official --config {CONFIGS} --sample {params.sample:q} --out {params.out:q} "
+        "--threads {threads} > {log} 2>&1"
 
 
 from sparserl.values.v0.settings import v0_settings
@@ -48,10 +53,10 @@ V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(V0_EMBEDDER))
 
 rule v0_pool_embeddings:
     input:
-        str(P.train_pool()),
-        model_inputs("v0.embedder"),
+        pool=str(P.train_pool()),
+        embedder=model_inputs("v0.embedder"),
     output:
-        V0_POOL_EMBEDDINGS,
+        embeddings=V0_POOL_EMBEDDINGS,
     params:
         key=cfg_key("v0"),
     priority: 5
@@ -63,7 +68,8 @@ rule v0_pool_embeddings:
         # 36 GB of float16 states, twice while assembled (sizing.v0_rule_estimates)
         **R("v0_embed"),
     shell:
-        "{SPARSERL} v0-embed --pool --config {CONFIGS} --threads {threads} > {log} 2>&1"
+        "{SPARSERL} v0-embed --config {CONFIGS} --pool {input.pool} --out {output.embeddings} "
+        "--threads {threads} > {log} 2>&1"
 
 
 # V0's trajectory harvest (sparserl.engines.harvest): per policy a GRPO run with a checkpoint every
@@ -101,8 +107,8 @@ if V0_HARVEST is not None:
         resources:
             **SIZED("rl", "v0_harvest_run"),
         shell:
-            "{SPARSERL} v0-harvest-run --config {CONFIGS} --policy {wildcards.policy} "
-            "--threads {threads} > {log} 2>&1"
+            "{SPARSERL} v0-harvest-run --config {CONFIGS} --policy {wildcards.policy} --out {output.final} "
+            "--rollouts {output.rollouts} --threads {threads} > {log} 2>&1"
 
     import re
 
@@ -112,8 +118,8 @@ if V0_HARVEST is not None:
     V0_POLICY_RE = "|".join(re.escape(p) for p in V0_POLICIES)
 
     def v0_harvest_values_input(w):
-        return dict(final=str(P.harvest_run(w.policy) / "final"),
-                    rollouts=str(P.harvest_run(w.policy) / "rollouts.parquet"),
+        return dict(policy=policy_input(w.policy), final=str(P.harvest_run(w.policy) / "final"),
+                    rollouts=str(P.harvest_run(w.policy) / "rollouts.parquet"), pool=str(P.train_pool()),
                     benchmarks=[str(P.benchmark(b)) for b in BENCHMARKS])
 
     if V0_SHARDS == 1:
@@ -121,7 +127,7 @@ if V0_HARVEST is not None:
             input:
                 unpack(v0_harvest_values_input),
             output:
-                str(P.harvest("{policy}")),
+                harvest=str(P.harvest("{policy}")),
             wildcard_constraints:
                 policy=V0_POLICY_RE,
             params:
@@ -134,7 +140,8 @@ if V0_HARVEST is not None:
                 **R("rollout"),
             shell:
                 "{SPARSERL} v0-harvest-values --config {CONFIGS} --policy {wildcards.policy} "
-                "--threads {threads} > {log} 2>&1"
+                "--policy-dir {input.policy} --final {input.final} --rollouts {input.rollouts} --pool {input.pool} "
+                "--benchmarks {input.benchmarks} --out {output.harvest} --threads {threads} > {log} 2>&1"
     else:
         # v0.harvest.shards jobs per policy, each avg@k of checkpoints shard, shard + N, ...
         # (paper: one checkpoint a job; sparserl.engines.sizing sizes them)
@@ -142,7 +149,7 @@ if V0_HARVEST is not None:
             input:
                 unpack(v0_harvest_values_input),
             output:
-                harvest_shard_path(P.harvest("{policy}"), "{shard}", V0_SHARDS),
+                shard=harvest_shard_path(P.harvest("{policy}"), "{shard}", V0_SHARDS),
             wildcard_constraints:
                 policy=V0_POLICY_RE,
                 shard=r"\d+",
@@ -156,7 +163,8 @@ if V0_HARVEST is not None:
                 **R("rollout"),
             shell:
                 "{SPARSERL} v0-harvest-shard --config {CONFIGS} --policy {wildcards.policy} "
-                "--shard {wildcards.shard} --threads {threads} > {log} 2>&1"
+                "--shard {wildcards.shard} --policy-dir {input.policy} --final {input.final} "
+                "--benchmarks {input.benchmarks} --out {output.shard} --threads {threads} > {log} 2>&1"
 
         rule v0_harvest_merge:
             # the table v0_harvest_values writes in one job: the shards' rows plus the on-policy rows
@@ -164,8 +172,9 @@ if V0_HARVEST is not None:
                 shards=lambda w: [harvest_shard_path(P.harvest(w.policy), i, V0_SHARDS)
                                   for i in range(V0_SHARDS)],
                 rollouts=str(P.harvest_run("{policy}") / "rollouts.parquet"),
+                pool=str(P.train_pool()),
             output:
-                str(P.harvest("{policy}")),
+                harvest=str(P.harvest("{policy}")),
             wildcard_constraints:
                 policy=V0_POLICY_RE,
             params:
@@ -175,18 +184,21 @@ if V0_HARVEST is not None:
             resources:
                 **R("cpu_small"),
             shell:
-                "{SPARSERL} v0-harvest-merge --config {CONFIGS} --policy {wildcards.policy} > {log} 2>&1"
+                "{SPARSERL} v0-harvest-merge --config {CONFIGS} --policy {wildcards.policy} --shards {input.shards} "
+                "--rollouts {input.rollouts} --pool {input.pool} --out {output.harvest} > {log} 2>&1"
 
     rule v0_harvest:
         input:
-            [str(P.harvest(p)) for p in V0_POLICIES],
+            harvests=[str(P.harvest(p)) for p in V0_POLICIES],
         output:
-            str(P.harvest_table()),
+            table=str(P.harvest_table()),
+        log:
+            str(P.stage("logs", "v0_harvest.log")),
         localrule: True
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} v0-harvest-all --config {CONFIGS}"
+            "{SPARSERL} v0-harvest-all --config {CONFIGS} --harvests {input.harvests} --out {output.table} > {log} 2>&1"
 
     V0_EMBEDDINGS = str(P.v0_embeddings(V0_EMBEDDER))
 
@@ -194,10 +206,10 @@ if V0_HARVEST is not None:
         # the embedder over every harvest prompt, once: the table, ablation and routing jobs that
         # run side by side would each embed them again
         input:
-            str(P.harvest_table()),
-            model_inputs("v0.embedder"),
+            harvest=str(P.harvest_table()),
+            embedder=model_inputs("v0.embedder"),
         output:
-            V0_EMBEDDINGS,
+            embeddings=V0_EMBEDDINGS,
         params:
             key=cfg_key("v0"),
         priority: 5
@@ -209,25 +221,29 @@ if V0_HARVEST is not None:
             # 19k x 1024 x 1024 x 2 B = 37 GB of states, twice while assembled: ~126 GB
             **R("v0_embed"),
         shell:
-            "{SPARSERL} v0-embed --config {CONFIGS} --threads {threads} > {log} 2>&1"
+            "{SPARSERL} v0-embed --config {CONFIGS} --harvest {input.harvest} --out {output.embeddings} "
+            "--threads {threads} > {log} 2>&1"
 
     rule v0_table:
         # Table 1 (sequential alignment) and Table 2 (strict generalisation): V0 and its baselines
         input:
-            str(P.harvest_table()),
-            V0_EMBEDDINGS,
-            model_inputs("v0.head"),
+            harvest=str(P.harvest_table()),
+            embeddings=V0_EMBEDDINGS,
+            head=model_inputs("v0.head"),
             # the level-only reference row reads each query's level (values/v0/references.py)
-            str(P.train_pool()),
-            [str(P.benchmark(b)) for b in P.benchmark_names()],
+            pool=str(P.train_pool()),
+            benchmarks=[str(P.benchmark(b)) for b in P.benchmark_names()],
+            # the coupled value-model baselines train on each harvested policy
+            policies=[str(P.policy(p)) for p in V0_POLICIES],
         output:
-            str(P.value_eval("v0_{protocol}")),
-            str(P.value_eval("v0_{protocol}_predictions")),
-            str(P.value_model("v0") / "v0.{protocol}.seed0.pt"),  # the sequential one is the RL prior
+            table=str(P.value_eval("v0_{protocol}")),
+            predictions=str(P.value_eval("v0_{protocol}_predictions")),
+            model=str(P.value_model("v0") / "v0.{protocol}.seed0.pt"),  # the sequential one is the RL prior
         wildcard_constraints:
             protocol="sequential|strict",
         params:
             key=cfg_key("v0"),
+            labels=" ".join(V0_POLICIES),
         priority: 5
         log:
             str(P.stage("logs", "v0_table_{protocol}.log")),
@@ -239,7 +255,10 @@ if V0_HARVEST is not None:
             # the 37 GB table in host memory (copied to the GPU when it fits)
             **R("v0_train"),
         shell:
-            "{SPARSERL} v0-table --config {CONFIGS} --protocol {wildcards.protocol} "
+            "{SPARSERL} v0-table --config {CONFIGS} --protocol {wildcards.protocol} --seed 0 "
+            "--harvest {input.harvest} --embeddings {input.embeddings} --pool {input.pool} "
+            "--benchmarks {input.benchmarks} --policies {input.policies} --labels {params.labels} "
+            "--out {output.table} --predictions {output.predictions} --model {output.model} "
             "--threads {threads} > {log} 2>&1"
 
     rule v0_ablations:
@@ -251,7 +270,7 @@ if V0_HARVEST is not None:
             base=str(P.value_eval("v0_strict_predictions")),
             models=model_inputs("v0.head"),
         output:
-            str(P.value_eval("v0_ablations")),
+            table=str(P.value_eval("v0_ablations")),
         params:
             key=cfg_key("v0"),
         priority: 5
@@ -262,17 +281,22 @@ if V0_HARVEST is not None:
             # paper: five retrained variants of v0_table's training, 5 x 6.6 h
             **R("v0_ablations"),
         shell:
-            "{SPARSERL} v0-ablations --config {CONFIGS} --protocol strict --seed 0 "
-            "--base-predictions {input.base} --threads {threads} > {log} 2>&1"
+            "{SPARSERL} v0-ablations --config {CONFIGS} --protocol strict --seed 0 --harvest {input.harvest} "
+            "--embeddings {input.embeddings} --base-predictions {input.base} --out {output.table} "
+            "--threads {threads} > {log} 2>&1"
 
     rule v0_routing:
         # Figure 5 (right): the accuracy-cost frontier of routing across the policy fleet
         input:
-            str(P.harvest_table()),
-            V0_EMBEDDINGS,
-            str(P.value_eval("v0_strict_predictions")),
+            harvest=str(P.harvest_table()),
+            embeddings=V0_EMBEDDINGS,
+            predictions=str(P.value_eval("v0_strict_predictions")),
+            # each policy's routing cost: its checkpoint's parameter count
+            policies=[str(P.policy(p)) for p in V0_POLICIES],
         output:
-            str(P.value_eval("v0_routing")),
+            table=str(P.value_eval("v0_routing")),
+        params:
+            labels=" ".join(V0_POLICIES),
         priority: 5
         log:
             str(P.stage("logs", "v0_routing.log")),
@@ -280,7 +304,9 @@ if V0_HARVEST is not None:
             # no GPU: mean-pools the 37 GB table and fits a small matrix factorisation
             **R("v0_cpu"),
         shell:
-            "{SPARSERL} v0-routing --config {CONFIGS} > {log} 2>&1"
+            "{SPARSERL} v0-routing --config {CONFIGS} --harvest {input.harvest} --embeddings {input.embeddings} "
+            "--predictions {input.predictions} --policies {input.policies} --labels {params.labels} "
+            "--out {output.table} > {log} 2>&1"
 
     def v0_targets():
         return [str(P.value_eval(f"v0_{p}")) for p in ("sequential", "strict")] + \

@@ -37,82 +37,106 @@ def cmd_preflight(args):
     return 1 if bad else 0
 
 
+def _named_benchmarks(cmd: str, paths, cfg) -> None:
+    """Stop when the benchmark files are not the config's benchmarks (`Paths.benchmark_names`)."""
+    from pathlib import Path
+    got = [Path(p).stem for p in paths]
+    want = [b if isinstance(b, str) else b["name"] for b in cfg["tasks"].get("benchmarks", [])]
+    if got != want:
+        raise SystemExit(f"{cmd} --benchmarks: files {got} are not the config's benchmarks {want} "
+                         "(tasks/benchmarks/<name>.parquet, in config order)")
+
+
 def cmd_make_tasks(args):
+    from pathlib import Path
     from sparserl.core.artifacts import write_table
-    from sparserl.core.paths import Paths
     cfg = _cfg(args)
-    P = Paths(cfg)
     if cfg["tasks"]["source"] != "procedural":
         raise SystemExit("make-tasks builds procedural tasks; at hub scale use `fetch-data`")
+    _named_benchmarks("make-tasks", args.benchmarks, cfg)
     from sparserl.tasks import procedural
     pool = procedural.make_train_pool(cfg)
-    write_table(pool, P.train_pool(), cfg=cfg, extra={"levels": pool.groupby("source").size().to_dict()})
+    write_table(pool, Path(args.pool), cfg=cfg, extra={"levels": pool.groupby("source").size().to_dict()})
     corpus = procedural.make_pretrain_corpus(cfg)
-    write_table(corpus, P.pretrain_corpus(), cfg=cfg,
+    write_table(corpus, Path(args.corpus), cfg=cfg,
                 extra={"split": procedural.task_split(cfg["tasks"]),
                        "noisy_targets": int(corpus["noisy"].sum()),
                        "pool_problems_in_corpus": int(corpus["problem"].isin(set(pool["problem"])).sum())})
+    files = {Path(p).stem: Path(p) for p in args.benchmarks}
     for name, df in procedural.make_benchmarks(cfg).items():
-        write_table(df, P.benchmark(name), cfg=cfg)
-    log.info(f"tasks -> {P.stage('tasks')}")
+        write_table(df, files[name], cfg=cfg)
+    log.info(f"tasks -> {Path(args.pool).parent}")
 
 
 def cmd_fetch_data(args):
     from sparserl.data.download import fetch_for_config
     cfg = _cfg(args)
-    fetch_for_config(cfg)
+    _named_benchmarks("fetch-data", args.benchmarks, cfg)
+    fetch_for_config(cfg, pool=args.pool, benchmarks=args.benchmarks)
 
 
 def cmd_train_tokenizer(args):
+    from pathlib import Path
     import pandas as pd
-    from sparserl.core.paths import Paths
     from sparserl.tasks import corpus_targets, format_prompt
     from sparserl.models.tokenizer import train_tokenizer
     cfg = _cfg(args)
-    P = Paths(cfg)
-    corpus = pd.read_parquet(P.pretrain_corpus())
+    corpus = pd.read_parquet(args.corpus)
     texts = [format_prompt(cfg, p) + t for p, t in zip(corpus["problem"], corpus_targets(cfg, corpus))]
-    tok = train_tokenizer(texts, cfg["tokenizer"]["vocab_size"], P.tokenizer(),
+    tok = train_tokenizer(texts, cfg["tokenizer"]["vocab_size"], Path(args.out),
                           cfg["tokenizer"]["max_length"])
-    log.info(f"tokenizer ({len(tok)} tokens) -> {P.tokenizer()}")
+    log.info(f"tokenizer ({len(tok)} tokens) -> {args.out}")
 
 
 def cmd_pretrain(args):
     from sparserl.models.policies import pretrain
     cfg = _cfg(args)
-    out = pretrain(cfg, args.policy, threads=args.threads)
+    out = pretrain(cfg, args.policy, threads=args.threads, corpus=args.corpus, tokenizer=args.tokenizer,
+                   out=args.out, snapshots=args.snapshots)
     log.info(f"policy {args.policy} -> {out}")
 
 
 def cmd_passrate(args):
     from sparserl.evaluation import measure_passrate
     cfg = _cfg(args)
-    measure_passrate(cfg, args.policy, threads=args.threads)
+    measure_passrate(cfg, args.policy, policy_dir=args.policy_dir, pool=args.pool, out=args.out,
+                     cache=args.cache, threads=args.threads)
 
 
 def cmd_passrate_summary(args):
     from sparserl.evaluation import summarize_passrates
-    summarize_passrates(_cfg(args))
+    summarize_passrates(_cfg(args), args.passrates, args.out)
 
 
 def cmd_evaluate(args):
     from sparserl.evaluation import evaluate_policy
     cfg = _cfg(args)
-    evaluate_policy(cfg, args.policy, threads=args.threads)
+    _named_benchmarks("evaluate", args.benchmarks, cfg)
+    evaluate_policy(cfg, args.policy, policy_dir=args.policy_dir, benchmarks=args.benchmarks, out=args.out,
+                    curve=args.curve, threads=args.threads)
 
 
 def cmd_world_report(args):
     from sparserl.evaluation.world import world_report
-    if args.checkpoint and not args.out:
-        raise SystemExit("world-report --checkpoint: give --out too (the DAG's world.json is the "
-                         "report of the config's policies)")
-    ckpts = dict(c.split("=", 1) if "=" in c else (c, c) for c in args.checkpoint or [])
-    world_report(_cfg(args), out_path=args.out, threads=args.threads, checkpoints=ckpts or None)
+    cfg = _cfg(args)
+    _named_benchmarks("world-report", args.benchmarks, cfg)
+    models = dict(c.split("=", 1) if "=" in c else (c, c) for c in args.checkpoint or [])
+    if args.policies:
+        from pathlib import Path
+        labels = args.labels or [Path(d).name for d in args.policies]
+        if len(labels) != len(args.policies):
+            raise SystemExit(f"world-report --labels: {len(labels)} labels for {len(args.policies)} --policies")
+        models.update(zip(labels, args.policies))
+    if not models:
+        raise SystemExit("world-report: give --policies (the config's world policies' dirs, "
+                         "results/<scale>/policies/<name>) or --checkpoint [LABEL=]DIR")
+    world_report(cfg, models, pool=args.pool, benchmarks=args.benchmarks, corpus=args.corpus,
+                 tokenizer=args.tokenizer, out=args.out, threads=args.threads)
 
 
 def cmd_eval_summary(args):
     from sparserl.evaluation import summarize_evals
-    summarize_evals(_cfg(args))
+    summarize_evals(_cfg(args), args.evals, args.out)
 
 
 def cmd_mc_values(args):
@@ -124,7 +148,11 @@ def cmd_mc_values(args):
 
 def cmd_fetch_models(args):
     from sparserl.data.hub_models import fetch_models
-    fetch_models(_cfg(args))
+    _cfg(args)  # validates the config the DAG ran with
+    bad = [m for m in args.models if "=" not in m]
+    if bad:
+        raise SystemExit(f"fetch-models --models: {bad[0]!r} is not NAME=DIR (e.g. Qwen/Qwen3-4B=models/Qwen/Qwen3-4B)")
+    fetch_models(dict(m.split("=", 1) for m in args.models))
 
 
 def cmd_mc_values_merge(args):
@@ -188,21 +216,58 @@ def build_parser() -> argparse.ArgumentParser:
     add("validate-config", cmd_validate, "validate config files against the schema")
     add("preflight", cmd_preflight, "check this machine's prerequisites for a config (the DAG's "
         "onstart runs it): the CodeIO sandbox's self-test, a writable results folder")
-    add("make-tasks", cmd_make_tasks, "generate the procedural training pool, corpus and benchmarks")
-    add("fetch-data", cmd_fetch_data, "download (or copy local) paper-scale datasets and benchmarks")
-    add("fetch-models", cmd_fetch_models, "download every hub model the config names into models/ "
-        "(rule fetch_models, on a machine with internet)")
-    add("train-tokenizer", cmd_train_tokenizer, "train the tiny BPE tokenizer offline")
-    add("pretrain", cmd_pretrain, "pre-train a tiny policy (resumable)", policy=True, threads=True)
-    add("passrate", cmd_passrate, "pass rates of a policy on the training pool", policy=True, threads=True)
-    add("passrate-summary", cmd_passrate_summary, "collect pass rates and check their spread")
-    add("evaluate", cmd_evaluate, "evaluate a policy on the benchmarks", policy=True, threads=True)
-    add("eval-summary", cmd_eval_summary, "one table of every evaluated policy")
+    p = add("make-tasks", cmd_make_tasks, "generate the procedural training pool, corpus and benchmarks")
+    p.add_argument("--pool", required=True, help="training pool parquet (results/<scale>/tasks/train_pool.parquet)")
+    p.add_argument("--corpus", required=True, help="pre-training corpus parquet")
+    p.add_argument("--benchmarks", nargs="+", required=True,
+                   help="one parquet per config benchmark, tasks/benchmarks/<name>.parquet")
+    p = add("fetch-data", cmd_fetch_data, "download (or copy local) paper-scale datasets and benchmarks")
+    p.add_argument("--pool", required=True, help="training pool parquet")
+    p.add_argument("--benchmarks", nargs="+", required=True,
+                   help="one parquet per config benchmark, tasks/benchmarks/<name>.parquet")
+    p = add("fetch-models", cmd_fetch_models, "download every hub model the config names into models/ "
+            "(on a host with internet; compute jobs run offline)")
+    p.add_argument("--models", nargs="+", required=True, metavar="NAME=DIR",
+                   help="hub name and its local directory, one per model (rule fetch_models)")
+    p = add("train-tokenizer", cmd_train_tokenizer, "train the tiny BPE tokenizer offline")
+    p.add_argument("--corpus", required=True, help="pre-training corpus parquet")
+    p.add_argument("--out", required=True, help="tokenizer folder (results/<scale>/tokenizer)")
+    p = add("pretrain", cmd_pretrain, "pre-train a tiny policy (resumable)", policy=True, threads=True)
+    p.add_argument("--corpus", required=True, help="pre-training corpus parquet")
+    p.add_argument("--tokenizer", required=True, help="tokenizer folder")
+    p.add_argument("--out", required=True, help="policy folder (results/<scale>/policies/<name>)")
+    p.add_argument("--snapshots", nargs="*", default=[],
+                   help="one folder <name>@<tag> per pretrain.snapshots fraction")
+    p = add("passrate", cmd_passrate, "pass rates of a policy on the training pool", policy=True, threads=True)
+    p.add_argument("--policy-dir", required=True, help="the policy's checkpoint folder")
+    p.add_argument("--pool", required=True, help="training pool parquet")
+    p.add_argument("--cache", nargs="?", default=None,
+                   help="its reference cache (basis/reference/<policy>.parquet) to read the rates off")
+    p.add_argument("--out", required=True, help="output JSON (policies/<policy>.passrate.json)")
+    p = add("passrate-summary", cmd_passrate_summary, "collect pass rates and check their spread")
+    p.add_argument("--passrates", nargs="+", required=True, help="each pre-trained policy's passrate JSON")
+    p.add_argument("--out", required=True, help="output JSON (policies/passrates.json)")
+    p = add("evaluate", cmd_evaluate, "evaluate a policy on the benchmarks", policy=True, threads=True)
+    p.add_argument("--policy-dir", required=True, help="the policy's checkpoint folder (or hub copy)")
+    p.add_argument("--benchmarks", nargs="+", required=True,
+                   help="one parquet per config benchmark, tasks/benchmarks/<name>.parquet")
+    p.add_argument("--out", required=True, help="evaluation table (eval/<policy>/eval.parquet)")
+    p.add_argument("--curve", required=True, help="its pass@k curve (eval/<policy>/eval_pass_at_k.parquet)")
+    p = add("eval-summary", cmd_eval_summary, "one table of every evaluated policy")
+    p.add_argument("--evals", nargs="+", required=True, help="each policy's evaluation table")
+    p.add_argument("--out", required=True, help="output parquet (eval/summary.parquet)")
     p = add("world-report", cmd_world_report, "greedy vs sampled accuracy of the start policies on the "
             "pool and the benchmarks, and their overlap with the corpus", threads=True)
-    p.add_argument("--out", default=None, help="output JSON (default: results/<scale>/policies/world.json)")
+    p.add_argument("--policies", nargs="*", default=[], help="policy folders (the config's world policies)")
+    p.add_argument("--labels", nargs="*", default=None, help="their names (default: each folder's name)")
     p.add_argument("--checkpoint", nargs="*", metavar="[LABEL=]DIR",
-                   help="report these checkpoint dirs instead (e.g. an RL run's checkpoints/step00030)")
+                   help="checkpoint dirs to report too (e.g. an RL run's checkpoints/step00030)")
+    p.add_argument("--pool", required=True, help="training pool parquet")
+    p.add_argument("--benchmarks", nargs="+", required=True,
+                   help="one parquet per config benchmark, tasks/benchmarks/<name>.parquet")
+    p.add_argument("--corpus", default=None, help="pre-training corpus parquet (the overlap's third set)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer folder (corpus answer lengths)")
+    p.add_argument("--out", required=True, help="output JSON (results/<scale>/policies/world.json)")
     p = add("mc-values", cmd_mc_values, "n rollouts per training-pool prompt of a policy "
             "(BASIS reference cache, oracle values); resumable", policy=True, threads=True)
     p.add_argument("--n", type=int, required=True, help="rollouts per prompt")

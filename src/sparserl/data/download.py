@@ -117,17 +117,17 @@ def _say(name: str, info: dict, garbled: list[dict]) -> None:
         print(f"  garbled gold {g['id']}: {g['gold']!r}: {g['reason']}")
 
 
-def fetch_for_config(cfg: dict) -> None:
-    """The paper-scale data stage: the training pool and every benchmark of the config."""
-    from sparserl.core.paths import Paths
-    P = Paths(cfg)
+def fetch_for_config(cfg: dict, *, pool, benchmarks) -> None:
+    """The paper-scale data stage: the training pool into `pool`, each benchmark of the config into
+    its file of `benchmarks` (`tasks/benchmarks/<name>.parquet`, `Paths.benchmark`)."""
     t = cfg["tasks"]
     local = t.get("local_paths", {})
     train = t["train_pool"]["dataset"]
-    fetch_dataset(train, P.train_pool(), local.get(train), cfg=cfg)
-    for name in P.benchmark_names():
-        fetch_dataset(name, P.benchmark(name), local.get(name), cfg=cfg)
-    print(f"datasets -> {P.stage('tasks')}")
+    fetch_dataset(train, Path(pool), local.get(train), cfg=cfg)
+    for path in benchmarks:
+        name = Path(path).stem
+        fetch_dataset(name, Path(path), local.get(name), cfg=cfg)
+    print(f"datasets -> {Path(pool).parent}")
 
 
 __all__ = ["HUB_SOURCES", "download_datasets", "fetch_dataset", "fetch_for_config", "fetch_from_hub"]

@@ -7,19 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths
 
 _log = get_logger(__name__)
 
 
-def fetch_models(cfg: dict, *, download=None, log=_log.info) -> dict[str, Path]:
-    """Download each hub model into its directory (skipped when its config.json is there)."""
+def fetch_models(models: dict[str, Path], *, download=None, log=_log.info) -> dict[str, Path]:
+    """Download each hub model of `models` ({hub name: directory}, `Paths.hub_models`) into its
+    directory (skipped when its config.json is there)."""
     if download is None:
         from huggingface_hub import snapshot_download
 
         def download(repo_id, local_dir):
             snapshot_download(repo_id=repo_id, local_dir=str(local_dir))
-    out = Paths(cfg).hub_models()
+    out = {name: Path(path) for name, path in models.items()}
     for name, path in out.items():
         if (path / "config.json").exists():
             log(f"fetch-models: {name} already at {path}")

@@ -31,18 +31,18 @@ import pandas as pd
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths, RunPaths
+from sparserl.core.paths import RunPaths
 from sparserl.engines.harvest_settings import (checkpoint_steps, harvest_config,  # noqa: F401
                                                harvest_run, harvest_run_paths, harvest_settings)
 from sparserl.methods.spec import total_steps
 
 _log = get_logger(__name__)
 COLUMNS = ["model", "step", "samples", "query_id", "problem", "value", "n", "split", "benchmark", "domain"]
-def run_harvest(cfg: dict, policy: str, threads: int = 1) -> RunPaths:
-    """Step 1: policy's GRPO run with its checkpoints (resumable, as every RL run)."""
+def run_harvest(cfg: dict, policy: str, *, run_dir, threads: int = 1) -> RunPaths:
+    """Step 1: policy's GRPO run with its checkpoints in `run_dir` (resumable, as every RL run)."""
     h = harvest_settings(cfg)
     hcfg = harvest_config(cfg, policy)
-    run = harvest_run(cfg, policy)
+    run = harvest_run(cfg, policy, root=run_dir)
     rp, m = run.paths, run.spec
     if total_steps(hcfg["rl"], m) != h["steps"]:
         raise ConfigError(f"v0.harvest.method {h['method']} sets its own steps; the harvest needs "
@@ -59,20 +59,26 @@ def run_harvest(cfg: dict, policy: str, threads: int = 1) -> RunPaths:
     return rp
 
 
-def _problems(cfg: dict) -> pd.DataFrame:
+def _problems(cfg: dict, benchmarks) -> pd.DataFrame:
+    """The held-out queries: every benchmark file (`tasks/benchmarks/<name>.parquet`) with its domain."""
     from sparserl.tasks.procedural import in_distribution
-    P = Paths(cfg)
     ind = in_distribution(cfg)
-    return pd.concat([read_table(P.benchmark(b)).assign(benchmark=b, domain="in-domain" if ind.get(b, False) else "harder")
-                      for b in P.benchmark_names()], ignore_index=True)
+    return pd.concat([read_table(p).assign(benchmark=Path(p).stem,
+                                           domain="in-domain" if ind.get(Path(p).stem, False) else "harder")
+                      for p in benchmarks], ignore_index=True)
 
 
-def harvest_checkpoints(cfg: dict, policy: str) -> list[tuple[int, str]]:
-    """(step, checkpoint directory) of the start policy and every harvest checkpoint, in step order."""
-    P = Paths(cfg)
+def harvest_steps(cfg: dict) -> list[int]:
+    """The steps of the start policy (0) and every harvest checkpoint, in order."""
+    return [0] + checkpoint_steps(harvest_settings(cfg))
+
+
+def harvest_checkpoints(cfg: dict, policy: str, *, policy_dir, final) -> list[tuple[int, str]]:
+    """(step, checkpoint directory) of the start policy (`policy_dir`) and every harvest checkpoint
+    of the run whose final checkpoint is `final`, in step order."""
     h = harvest_settings(cfg)
-    rp = harvest_run_paths(cfg, policy)
-    return [(0, str(P.policy(policy)))] + \
+    rp = harvest_run_paths(cfg, policy, root=Path(final).parent)
+    return [(0, str(policy_dir))] + \
         [(s, str(rp.checkpoint(s) if s < h["steps"] else rp.final)) for s in checkpoint_steps(h)]
 
 
@@ -84,19 +90,21 @@ def harvest_shard_path(harvest_path, shard, shards) -> str:
     return f"{p[:-len('.parquet')]}.shard{shard}of{shards}.parquet"
 
 
-def _heldout_rows(cfg: dict, policy: str, checkpoints: list, parts: Path, threads: int) -> list[pd.DataFrame]:
-    """avg@k of each checkpoint on the held-out queries, one frame per checkpoint (resumable:
-    a checkpoint whose per-problem table is in `parts` is not evaluated again)."""
-    from sparserl.evaluation.evaluate import evaluate_checkpoint
+def _heldout_rows(cfg: dict, policy: str, checkpoints: list, parts: Path, benchmarks,
+                  threads: int) -> list[pd.DataFrame]:
+    """avg@k of each checkpoint on the held-out queries (the `benchmarks` files), one frame per
+    checkpoint (resumable: a checkpoint whose per-problem table is in `parts` is not evaluated again)."""
+    from sparserl.evaluation.evaluate import benchmark_tables, evaluate_checkpoint
     h = harvest_settings(cfg)
     hcfg = harvest_config(cfg, policy)
-    probs = _problems(cfg)
+    probs = _problems(cfg, benchmarks)
     rows = []
     for step, path in checkpoints:
         label = RunPaths.checkpoint_label(step)
         per_problem = parts / f"{label}_per_problem.parquet"
         if not per_problem.is_file():  # a resumed job keeps the checkpoints it has done
-            evaluate_checkpoint(hcfg, path, parts / f"{label}.parquet", f"{policy}@{label}", threads=threads)
+            evaluate_checkpoint(hcfg, path, parts / f"{label}.parquet", f"{policy}@{label}", threads=threads,
+                                benchmarks=benchmark_tables(benchmarks))
         pp = read_table(per_problem).merge(probs[["id", "benchmark", "problem", "domain"]], on=["id", "benchmark"],
                                             how="left", validate="one_to_one")
         rows.append(pd.DataFrame({"model": policy, "step": step, "samples": step * h["rollouts_per_step"],
@@ -106,14 +114,14 @@ def _heldout_rows(cfg: dict, policy: str, checkpoints: list, parts: Path, thread
     return rows
 
 
-def _write_harvest(cfg: dict, policy: str, heldout: list[pd.DataFrame], checkpoints: list, log) -> pd.DataFrame:
-    """The held-out frames (checkpoint order) plus the run's on-policy rollouts -> `Paths.harvest(policy)`."""
-    P = Paths(cfg)
+def _write_harvest(cfg: dict, policy: str, heldout: list[pd.DataFrame], steps: list[int], *, rollouts, pool,
+                   out, log) -> pd.DataFrame:
+    """The held-out frames (checkpoint order) plus the run's on-policy `rollouts` (problems from
+    the `pool` file) -> `out` (`Paths.harvest(policy)`)."""
     h = harvest_settings(cfg)
-    rp = harvest_run_paths(cfg, policy)
     rows = list(heldout)
-    ro = read_table(rp.rollouts)
-    pool = read_table(P.train_pool()).set_index("id")["problem"]
+    ro = read_table(rollouts)
+    pool = read_table(pool).set_index("id")["problem"]
     g = ro.groupby(["step", "prompt_id"], sort=True)["reward"].agg(["mean", "size"]).reset_index()
     rows.append(pd.DataFrame({"model": policy, "step": g["step"] - 1,
                               "samples": (g["step"] - 1) * h["rollouts_per_step"],
@@ -124,39 +132,43 @@ def _write_harvest(cfg: dict, policy: str, heldout: list[pd.DataFrame], checkpoi
     table["step"] = table["step"].astype(np.int64)
     table["samples"] = table["samples"].astype(np.int64)
     held = table[table.split == "heldout"]
-    write_table(table, P.harvest(policy), cfg=cfg, extra={
-        "policy": policy, "method": h["method"], "checkpoints": [s for s, _ in checkpoints],
+    write_table(table, Path(out), cfg=cfg, extra={
+        "policy": policy, "method": h["method"], "checkpoints": list(steps),
         "heldout_queries": int(held["query_id"].nunique()), "avg_at": int(h["k"]),
         "heldout_mean_by_step": {int(s): float(v) for s, v in held.groupby("step")["value"].mean().items()}})
-    log(f"harvest {policy}: {len(checkpoints)} checkpoints x {held['query_id'].nunique()} held-out "
-        f"queries, {int((table.split == 'onpolicy').sum())} on-policy rows -> {P.harvest(policy)}")
+    log(f"harvest {policy}: {len(steps)} checkpoints x {held['query_id'].nunique()} held-out "
+        f"queries, {int((table.split == 'onpolicy').sum())} on-policy rows -> {out}")
     return table
 
 
-def harvest_values(cfg: dict, policy: str, threads: int = 1, log=_log.info) -> pd.DataFrame:
-    """Steps 2-3 for one policy in one job: avg@k of the start policy and every checkpoint on the
-    held-out queries, plus the run's on-policy rollouts; writes `Paths.harvest(policy)`."""
+def harvest_values(cfg: dict, policy: str, *, policy_dir, final, rollouts, pool, benchmarks, out,
+                   threads: int = 1, log=_log.info) -> pd.DataFrame:
+    """Steps 2-3 for one policy in one job: avg@k of the start policy (`policy_dir`) and every
+    checkpoint of its run (final checkpoint `final`) on the held-out queries (`benchmarks` files),
+    plus the run's on-policy `rollouts`; writes `out` (`Paths.harvest(policy)`)."""
     import shutil
-    P = Paths(cfg)
-    checkpoints = harvest_checkpoints(cfg, policy)
-    parts = P.harvest(policy).with_name(P.harvest(policy).name + ".parts")
-    table = _write_harvest(cfg, policy, _heldout_rows(cfg, policy, checkpoints, parts, threads), checkpoints, log)
+    out = Path(out)
+    checkpoints = harvest_checkpoints(cfg, policy, policy_dir=policy_dir, final=final)
+    parts = out.with_name(out.name + ".parts")
+    table = _write_harvest(cfg, policy, _heldout_rows(cfg, policy, checkpoints, parts, benchmarks, threads),
+                           [s for s, _ in checkpoints], rollouts=rollouts, pool=pool, out=out, log=log)
     shutil.rmtree(parts, ignore_errors=True)
     return table
 
 
-def harvest_values_shard(cfg: dict, policy: str, shard: int, threads: int = 1, log=_log.info) -> Path:
+def harvest_values_shard(cfg: dict, policy: str, shard: int, *, policy_dir, final, benchmarks, out,
+                         threads: int = 1, log=_log.info) -> Path:
     """Step 2 for shard `shard` of `v0.harvest.shards`: checkpoints shard, shard + N, ... of the
-    policy; writes their held-out rows to `harvest_shard_path` (merged by `harvest_merge`)."""
+    policy; writes their held-out rows to `out` (`harvest_shard_path`, merged by `harvest_merge`)."""
     import shutil
     n = harvest_settings(cfg)["shards"]
     if not 0 <= int(shard) < n:
         raise ConfigError(f"harvest shard {shard} of policy {policy}: v0.harvest.shards is {n}, so a "
                           f"shard is 0..{n - 1}")
-    mine = harvest_checkpoints(cfg, policy)[int(shard)::n]
-    out = Path(harvest_shard_path(Paths(cfg).harvest(policy), int(shard), n))
+    mine = harvest_checkpoints(cfg, policy, policy_dir=policy_dir, final=final)[int(shard)::n]
+    out = Path(out)
     parts = out.with_name(out.name + ".parts")
-    rows = _heldout_rows(cfg, policy, mine, parts, threads)
+    rows = _heldout_rows(cfg, policy, mine, parts, benchmarks, threads)
     write_table(pd.concat(rows, ignore_index=True), out, cfg=cfg,
                 extra={"policy": policy, "shard": int(shard), "shards": n, "checkpoints": [s for s, _ in mine]})
     shutil.rmtree(parts, ignore_errors=True)
@@ -164,16 +176,18 @@ def harvest_values_shard(cfg: dict, policy: str, shard: int, threads: int = 1, l
     return out
 
 
-def harvest_merge(cfg: dict, policy: str, log=_log.info) -> pd.DataFrame:
-    """Step 3 after sharded step 2: the shards' held-out rows in checkpoint order plus the on-policy
-    rows; the same table `harvest_values` writes."""
+def harvest_merge(cfg: dict, policy: str, *, shards, rollouts, pool, out, log=_log.info) -> pd.DataFrame:
+    """Step 3 after sharded step 2: the `shards` files' held-out rows (shard 0..N-1) in checkpoint
+    order plus the on-policy rows; the same table `harvest_values` writes."""
     from sparserl.core.artifacts import read_manifest
     n = harvest_settings(cfg)["shards"]
-    checkpoints = harvest_checkpoints(cfg, policy)
+    if len(shards) != n:
+        raise ConfigError(f"harvest merge of {policy}: {len(shards)} shard files for v0.harvest.shards = {n}")
+    steps = harvest_steps(cfg)
     by_step = {}
-    for i in range(n):
-        path = Path(harvest_shard_path(Paths(cfg).harvest(policy), i, n))
-        want = [s for s, _ in checkpoints[i::n]]
+    for i, path in enumerate(shards):
+        path = Path(path)
+        want = steps[i::n]
         got = (read_manifest(path) or {}).get("checkpoints")
         if got != want:
             raise ValueError(f"{path}: its manifest lists checkpoints {got}, but shard {i} of {n} of "
@@ -181,16 +195,16 @@ def harvest_merge(cfg: dict, policy: str, log=_log.info) -> pd.DataFrame:
         t = read_table(path)
         for step, g in t.groupby("step", sort=False):
             by_step[int(step)] = g.reset_index(drop=True)
-    return _write_harvest(cfg, policy, [by_step[s] for s, _ in checkpoints], checkpoints, log)
+    return _write_harvest(cfg, policy, [by_step[s] for s in steps], steps, rollouts=rollouts, pool=pool,
+                          out=out, log=log)
 
 
-def harvest_all(cfg: dict) -> pd.DataFrame:
-    """One long table of every harvested policy (`Paths.harvest_table()`)."""
-    P = Paths(cfg)
+def harvest_all(cfg: dict, harvests, out) -> pd.DataFrame:
+    """One long table `out` (`Paths.harvest_table()`) of every harvested policy's table (`harvests`)."""
     h = harvest_settings(cfg)
-    table = pd.concat([read_table(P.harvest(p)) for p in h["policies"]], ignore_index=True)
+    table = pd.concat([read_table(p) for p in harvests], ignore_index=True)
     summary = table.groupby(["model", "split"]).agg(rows=("value", "size"), mean_value=("value", "mean"),
                                                     steps=("step", "nunique")).reset_index()
-    write_table(table, P.harvest_table(), cfg=cfg, extra={"policies": h["policies"],
-                                                          "summary": summary.to_dict("records")})
+    write_table(table, Path(out), cfg=cfg, extra={"policies": h["policies"],
+                                                 "summary": summary.to_dict("records")})
     return table

@@ -4,6 +4,7 @@ so that sizing and the OpenRLHF engine can read them without importing the local
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 from sparserl.core.config import ConfigError, with_defaults
 from sparserl.core.paths import Paths, RunPaths
@@ -59,13 +60,15 @@ def harvest_config(cfg: dict, policy: str) -> dict:
     return out
 
 
-def harvest_run(cfg: dict, policy: str) -> Run:
-    """Policy's harvest run: v0.harvest's method and seed under `harvest_config`, in
-    values/harvest/runs/<policy>, at that config's rl.lr (no tuned rate)."""
+def harvest_run(cfg: dict, policy: str, root=None) -> Run:
+    """Policy's harvest run: v0.harvest's method and seed under `harvest_config`, in `root` (the
+    DAG's values/harvest/runs/<policy>, `Paths.harvest_run`, its default), at that config's rl.lr
+    (no tuned rate)."""
     from sparserl.methods.run import resolve_run
     h = harvest_settings(cfg)
-    return resolve_run(harvest_config(cfg, policy), h["method"], h["seed"], root=Paths(cfg).harvest_run(policy))
+    root = Paths(cfg).harvest_run(policy) if root is None else Path(root)
+    return resolve_run(harvest_config(cfg, policy), h["method"], h["seed"], root=root)
 
 
-def harvest_run_paths(cfg: dict, policy: str) -> RunPaths:
-    return harvest_run(cfg, policy).paths
+def harvest_run_paths(cfg: dict, policy: str, root=None) -> RunPaths:
+    return harvest_run(cfg, policy, root).paths

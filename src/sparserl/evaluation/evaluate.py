@@ -74,22 +74,23 @@ def _rates_from_cache(path: Path, pool: pd.DataFrame, samples: int) -> tuple[np.
     return p, tokens
 
 
-def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
-    """Pass rates of a policy on the training pool from `passrate.samples` samples per prompt:
-    read off the reference cache when the policy has one (`Paths.passrate_cache`), else rolled out."""
-    P = Paths(cfg)
-    pool = read_table(P.train_pool())
+def measure_passrate(cfg: dict, ref: str, *, policy_dir, pool, out, cache=None, threads: int = 1) -> dict:
+    """Pass rates of policy `ref` (checkpoint `policy_dir`) on the training pool `pool` from
+    `passrate.samples` samples per prompt, written to `out`: read off the reference cache `cache`
+    when the DAG gives one (`Paths.passrate_cache`), else rolled out."""
+    pool_path, out = Path(pool), Path(out)
+    pool = read_table(pool_path)
     params = SamplingParams(temperature=setting(cfg, "passrate", "temperature"),
                             top_p=setting(cfg, "passrate", "top_p"),
                             max_new_tokens=rollout_max_new_tokens(cfg))
     samples = setting(cfg, "passrate", "samples")
-    cache = P.passrate_cache(ref)
+    cache = Path(cache) if cache is not None else None
     if cache is not None:
         p, mean_tokens = _rates_from_cache(cache, pool, samples)
         timeouts = (read_manifest(cache) or {}).get("verifier", {})
         log.info(f"passrate {ref}: the first {samples} rollouts per prompt of {cache}")
     else:
-        backend = make_backend(cfg, str(P.policy(ref)), threads=threads)
+        backend = make_backend(cfg, str(policy_dir), threads=threads)
         with open_verifier(cfg) as ver, \
                 rollout_progress(backend, len(pool) * samples, f"passrate {ref}", log):
             batch = rollout(backend, _prompts(cfg, pool, backend), list(pool["answer"]),
@@ -99,7 +100,7 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
         mean_tokens = float(batch.response_lengths().mean())
         timeouts = ver.timeout_counts()
     by_level = pd.DataFrame({"source": pool["source"], "p": p}).groupby("source")["p"].mean()
-    out = {
+    result = {
         "policy": ref, "samples_per_prompt": int(setting(cfg, "passrate", "samples")),
         "temperature": params.temperature, "top_p": params.top_p, "prompts": len(pool),
         "mean_pass_rate": float(p.mean()),
@@ -111,18 +112,21 @@ def measure_passrate(cfg: dict, ref: str, threads: int = 1) -> dict:
         "rollouts_from": str(cache) if cache is not None else "rolled out for this table",
         "per_prompt": {"id": list(pool["id"]), "p": p.round(4).tolist()},
     }
-    write_json(out, P.passrate(ref), cfg=cfg, extra={"verifier": timeouts})
-    log.info(f"passrate {ref}: mean={out['mean_pass_rate']:.3f} mixed={out['frac_mixed']:.3f} "
-             f"-> {P.passrate(ref)}")
-    return out
+    write_json(result, out, cfg=cfg, extra={"verifier": timeouts})
+    log.info(f"passrate {ref}: mean={result['mean_pass_rate']:.3f} mixed={result['frac_mixed']:.3f} "
+             f"-> {out}")
+    return result
 
 
-def summarize_passrates(cfg: dict, lo: float = 0.2, hi: float = 0.8, mixed: float = 0.4) -> dict:
-    """One JSON with every pre-trained policy's spread and the checks of the foundation issue."""
+def summarize_passrates(cfg: dict, passrates, out, lo: float = 0.2, hi: float = 0.8, mixed: float = 0.4) -> dict:
+    """One JSON `out` with the spread of every pre-trained policy (`passrates`: their
+    `measure_passrate` JSONs, in config order) and the checks of the foundation issue."""
     import json
-    P = Paths(cfg)
-    names = P.pretrained_policies()
-    rates = {n: json.loads(P.passrate(n).read_text()) for n in names}
+    rates = {}
+    for path in passrates:
+        r = json.loads(Path(path).read_text())
+        rates[r["policy"]] = r
+    names = list(rates)
     pp = {n: np.asarray(r["per_prompt"]["p"]) for n, r in rates.items()}
     pairs = {}
     for i, a in enumerate(names):
@@ -139,13 +143,13 @@ def summarize_passrates(cfg: dict, lo: float = 0.2, hi: float = 0.8, mixed: floa
     }
     checks["all_pass"] = (all(checks["mean_in_range"].values())
                           and all(checks["mixed_at_least"].values()) and checks["policies_differ"])
-    out = {"scale": cfg["scale"], "criteria": {"mean_range": [lo, hi], "min_frac_mixed": mixed},
-           "policies": table, "pairwise": pairs, "checks": checks}
-    write_json(out, P.passrates(), cfg=cfg)
+    summary = {"scale": cfg["scale"], "criteria": {"mean_range": [lo, hi], "min_frac_mixed": mixed},
+               "policies": table, "pairwise": pairs, "checks": checks}
+    write_json(summary, out, cfg=cfg)
     for n, t in table.items():
         log.info(f"{n}: mean pass {t['mean_pass_rate']:.3f}, 0<p<1 for {t['frac_mixed']:.1%}")
-    log.info(f"pass-rate checks: {'all pass' if checks['all_pass'] else 'FAILED'} -> {P.passrates()}")
-    return out
+    log.info(f"pass-rate checks: {'all pass' if checks['all_pass'] else 'FAILED'} -> {out}")
+    return summary
 
 
 def protocol_for(cfg: dict, bench: str) -> dict:
@@ -169,13 +173,18 @@ def is_start_policy(cfg: dict, ref: str) -> bool:
     return bool(cfg.get("rl")) and cfg["rl"].get("policy") == ref
 
 
-def evaluate_policy(cfg: dict, ref: str, threads: int = 1) -> pd.DataFrame:
-    """A policy's benchmark evaluation (the start policy at `evaluation.start_k` samples a
-    problem) and its pass@k curve (`Paths.pass_at_k_curve`)."""
-    P = Paths(cfg)
+def benchmark_tables(paths) -> dict[str, pd.DataFrame]:
+    """{name: problems} of benchmark files `tasks/benchmarks/<name>.parquet` (`Paths.benchmark`)."""
+    return {Path(p).stem: read_table(p) for p in paths}
+
+
+def evaluate_policy(cfg: dict, ref: str, *, policy_dir, benchmarks, out, curve, threads: int = 1) -> pd.DataFrame:
+    """Policy `ref`'s (checkpoint `policy_dir`) evaluation on the `benchmarks` files, written to
+    `out` (the start policy at `evaluation.start_k` samples a problem), and its pass@k curve to
+    `curve` (`Paths.eval_table`, `Paths.pass_at_k_curve`)."""
     samples = start_samples(cfg) if is_start_policy(cfg, ref) else None
-    return evaluate_checkpoint(cfg, str(P.policy(ref)), P.eval_table(ref), ref, threads=threads, samples=samples,
-                               curve=P.pass_at_k_curve(ref))
+    return evaluate_checkpoint(cfg, str(policy_dir), Path(out), ref, threads=threads, samples=samples,
+                               curve=Path(curve), benchmarks=benchmark_tables(benchmarks))
 
 
 def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: int = 1,
@@ -266,12 +275,11 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     return out
 
 
-def summarize_evals(cfg: dict) -> pd.DataFrame:
-    P = Paths(cfg)
-    refs = cfg["evaluation"].get("policies", list(cfg["policies"]))
-    df = pd.concat([read_table(P.eval_table(r)) for r in refs], ignore_index=True)
-    write_table(df, P.eval_summary(), cfg=cfg)
+def summarize_evals(cfg: dict, evals, out) -> pd.DataFrame:
+    """One table `out` of the evaluation tables `evals` (`evaluate_policy`'s, in config order)."""
+    df = pd.concat([read_table(p) for p in evals], ignore_index=True)
+    write_table(df, out, cfg=cfg)
     wide = df.pivot(index="benchmark", columns="policy", values="accuracy")
     log.info("accuracy by benchmark and policy:\n" + wide.round(3).to_string())
-    log.info(f"evaluation summary -> {P.eval_summary()}")
+    log.info(f"evaluation summary -> {out}")
     return df

@@ -17,13 +17,14 @@ the sampled responses (`mean_response_tokens` per set).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table, write_json
 from sparserl.core.config import rollout_max_new_tokens, section_setting, setting
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths
 from sparserl.evaluation.evaluate import per_prompt_rates, protocol_for
 from sparserl.grading.verifier import open_verifier
 from sparserl.rollout import SamplingParams, make_backend, rollout
@@ -32,13 +33,11 @@ from sparserl.tasks import corpus_targets, format_prompt, worked
 log = get_logger(__name__)
 
 
-def overlap(cfg: dict) -> dict:
+def overlap(pool: Path, corpus: Path | None, benchmarks: list) -> dict:
     """Distinct problems of the corpus, the pool and each benchmark, and what they share."""
-    P = Paths(cfg)
-    pool = set(read_table(P.train_pool())["problem"])
+    pool = set(read_table(pool)["problem"])
     out: dict = {"pool_problems": len(pool)}
-    corpus_path = P.pretrain_corpus()
-    corpus = read_table(corpus_path)["problem"] if corpus_path.exists() else None
+    corpus = read_table(corpus)["problem"] if corpus is not None and Path(corpus).exists() else None
     if corpus is not None:
         cset = set(corpus)
         out.update({
@@ -49,9 +48,9 @@ def overlap(cfg: dict) -> dict:
             "corpus_repeats_per_problem": float(len(corpus) / max(len(cset), 1)),
         })
     benches = {}
-    for b in P.benchmark_names():
-        probs = set(read_table(P.benchmark(b))["problem"])
-        benches[b] = {"problems": len(probs), "in_pool": len(probs & pool),
+    for path in benchmarks:
+        probs = set(read_table(path)["problem"])
+        benches[Path(path).stem] = {"problems": len(probs), "in_pool": len(probs & pool),
                       "in_corpus": None if corpus is None else len(probs & cset)}
     out["benchmarks"] = benches
     return out
@@ -71,15 +70,15 @@ def _accuracy(backend, cfg, df, params, k, seed, ver) -> tuple[float, float]:
     return float(rates.mean()), tokens
 
 
-def corpus_answer_tokens(cfg: dict) -> dict:
+def corpus_answer_tokens(cfg: dict, corpus: Path | None, tokenizer: Path | None) -> dict:
     """Tokens of the pre-training targets (EOS included) per level: mean, min, max; and in world
     2.0 the share of rows that carry their template's slip and that are of a slip template."""
-    P = Paths(cfg)
-    if not (P.pretrain_corpus().exists() and (P.tokenizer() / "tokenizer.json").exists()):
+    if corpus is None or tokenizer is None or not (Path(corpus).exists()
+                                                   and (Path(tokenizer) / "tokenizer.json").exists()):
         return {}
     from sparserl.evaluation.ood import load_fast_tokenizer
-    corpus = read_table(P.pretrain_corpus())
-    tok = load_fast_tokenizer(P.tokenizer())
+    corpus = read_table(corpus)
+    tok = load_fast_tokenizer(Path(tokenizer))
     n = np.array([len(e.ids) + 1 for e in tok.encode_batch(corpus_targets(cfg, corpus),
                                                            add_special_tokens=False)])
     df = corpus.assign(tokens=n)
@@ -110,19 +109,17 @@ def greedy_wrong(cfg: dict, held: dict[str, tuple[pd.DataFrame, np.ndarray]]) ->
     return out
 
 
-def policy_room(cfg: dict, ref: str, threads: int = 1, model: str | None = None) -> dict:
-    """Greedy, sampled (T=1, top-p 1) and evaluation-protocol accuracy of policy `ref` (or of the
-    checkpoint dir `model`, labelled `ref`) on the pool and every benchmark; `room` = greedy -
-    sampled."""
-    P = Paths(cfg)
+def policy_room(cfg: dict, ref: str, model: str, pool: Path, benchmarks: list, threads: int = 1) -> dict:
+    """Greedy, sampled (T=1, top-p 1) and evaluation-protocol accuracy of the checkpoint dir
+    `model`, labelled `ref`, on the pool and every benchmark file; `room` = greedy - sampled."""
     k = int(setting(cfg, "world", "samples"))
-    pool = read_table(P.train_pool())
+    pool = read_table(pool)
     cap = int(setting(cfg, "world", "max_pool"))
     if len(pool) > cap:  # paper-scale pools: a fixed random subset
         pool = pool.sample(n=cap, random_state=cfg["seed"]).reset_index(drop=True)
-    sets = [("rl_pool", pool, None)] + [(b, read_table(P.benchmark(b)), protocol_for(cfg, b))
-                                        for b in P.benchmark_names()]
-    backend = make_backend(cfg, model or str(P.policy(ref)), threads=threads)
+    sets = [("rl_pool", pool, None)] + [(Path(b).stem, read_table(b), protocol_for(cfg, Path(b).stem))
+                                        for b in benchmarks]
+    backend = make_backend(cfg, str(model), threads=threads)
     T = rollout_max_new_tokens(cfg)
     greedy = SamplingParams(greedy=True, max_new_tokens=T)
     sampled = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=T)
@@ -155,17 +152,15 @@ def policy_room(cfg: dict, ref: str, threads: int = 1, model: str | None = None)
     return out
 
 
-def world_report(cfg: dict, out_path=None, threads: int = 1,
-                 checkpoints: dict[str, str] | None = None) -> dict:
-    """The report of the config's world policies, or of `checkpoints` ({label: dir}, e.g. an RL
-    run's checkpoints) when given."""
-    P = Paths(cfg)
-    models = checkpoints or {ref: None for ref in P.world_policies()}
-    report = {"scale": cfg["scale"], "overlap": overlap(cfg),
-              "corpus_answer_tokens": corpus_answer_tokens(cfg),
-              "policies": {ref: policy_room(cfg, ref, threads=threads, model=d)
+def world_report(cfg: dict, models: dict[str, str], *, pool, benchmarks: list, out, corpus=None,
+                 tokenizer=None, threads: int = 1) -> dict:
+    """The report of `models` ({label: checkpoint dir}: the config's world policies, or e.g. an RL
+    run's checkpoints) on the pool and `benchmarks` files, with the corpus overlap; written to `out`."""
+    report = {"scale": cfg["scale"], "overlap": overlap(pool, corpus, benchmarks),
+              "corpus_answer_tokens": corpus_answer_tokens(cfg, corpus, tokenizer),
+              "policies": {ref: policy_room(cfg, ref, d, pool, benchmarks, threads=threads)
                            for ref, d in models.items()}}
-    path = out_path or P.world_report()
+    path = Path(out)
     write_json(report, path, cfg=cfg)
     o = report["overlap"]
     if "pool_in_corpus_share" in o:

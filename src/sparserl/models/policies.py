@@ -145,22 +145,30 @@ def pretrain_seed(cfg: dict, name: str) -> int:
     return int(np.random.SeedSequence([base, start]).generate_state(1, np.uint32)[0])
 
 
-def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
-             stop_after: int | None = None) -> Path:
-    """Pre-train policy `name`; resumable. Returns the final checkpoint dir.
+def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info, stop_after: int | None = None, *,
+             corpus=None, tokenizer=None, out=None, snapshots=None) -> Path:
+    """Pre-train policy `name` on `corpus` with `tokenizer` into checkpoint dir `out`, and each
+    `pretrain.snapshots` fraction into its dir of `snapshots` (named `<name>@<tag>`, e.g. s@p50);
+    resumable, from a state dir beside `out` (`_state/<name>`). Returns `out`. The DAG passes
+    every path; a caller that passes none gets the config's (`Paths`: the critique world's policy).
 
     `stop_after` simulates a kill after that many steps (tests)."""
     import pandas as pd
     from transformers import AutoTokenizer
 
     torch.set_num_threads(threads)
-    paths = Paths(cfg)
+    if out is None:
+        paths = Paths(cfg)
+        corpus, tokenizer, out = paths.pretrain_corpus(), paths.tokenizer(), paths.policy(name)
+        snapshots = [paths.policy(r) for r in paths.snapshot_refs(name)]
+    out = Path(out)
+    snap_dirs = {Path(d).name.split("@", 1)[1]: Path(d) for d in snapshots or []}
     pol = cfg["policies"][name]
     pt = cfg.get("pretrain", {})
     steps, bs = pol["steps"], setting(cfg, "pretrain", "batch_size")
     max_length = cfg["tokenizer"]["max_length"]
-    tokenizer = AutoTokenizer.from_pretrained(str(paths.tokenizer()))
-    corpus = pd.read_parquet(paths.pretrain_corpus())
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer))
+    corpus = pd.read_parquet(corpus)
     ids, mask, too_long = encode_corpus(cfg, corpus, tokenizer, max_length)
     if too_long:
         # reasoning-gym's basic_arithmetic draws "1-digit" operands from 0..10 (randint is
@@ -185,18 +193,22 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
     opt = torch.optim.AdamW(model.parameters(), lr=pol["lr"], weight_decay=setting(cfg, "pretrain", "weight_decay"))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(setting(cfg, "pretrain", "warmup_steps"), steps))
     gen = torch.Generator().manual_seed(seed)
-    state_dir = paths.pretrain_state(name)
+    state_dir = out.parent / "_state" / out.name  # Paths.pretrain_state
     state_file = state_dir / "last.pt"
     key = config_hash({"policy": pol, "pretrain": pt, "tokenizer": cfg.get("tokenizer"),
                        "tasks": cfg["tasks"], "seed": cfg["seed"]})
     snaps = {max(1, round(f * steps)): snapshot_tag(f) for f in pt.get("snapshots", [])}
+    lost = sorted(set(snaps.values()) - set(snap_dirs))
+    if lost:
+        raise ValueError(f"pretrain {name}: pretrain.snapshots asks for {', '.join(lost)}, but no snapshot "
+                         f"dir {name}@<tag> was given for it (--snapshots; rule pretrain_policy)")
     start, history = 0, []
     # a truncated last.pt falls back on prev.pt or stops naming the file and the fix
     st = load_checkpoint(state_file, what=f"pre-training {name}", log=lambda m: log(f"[pretrain {name}] {m}"))
     if st is not None:
         if st.get("config_hash") != key:
             log(f"[pretrain {name}] {state_file} was made with another config; starting over")
-        elif not _restore_snapshots(paths, name, snaps, st["step"], state_dir):
+        elif not _restore_snapshots(snap_dirs, snaps, st["step"], state_dir):
             log(f"[pretrain {name}] snapshots before step {st['step']} are lost; starting over")
         else:
             model.load_state_dict(st["model"]); opt.load_state_dict(st["opt"])
@@ -221,8 +233,7 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
         bar.set_postfix_str(f"loss {np.mean(history[-50:]):.4f}")
         bar.update(1)
         if done in snaps:
-            ref = f"{name}@{snaps[done]}"
-            _save_policy(model, tokenizer, Path(paths.policy(ref)), cfg, _info(cfg, name, done, history))
+            _save_policy(model, tokenizer, snap_dirs[snaps[done]], cfg, _info(cfg, name, done, history))
             # a copy in the state dir: Snakemake deletes a killed job's outputs before a rerun
             save_hf(model, tokenizer, state_dir / "snapshots" / snaps[done], _info(cfg, name, done, history))
         if done % every == 0 and done < steps:
@@ -234,19 +245,18 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info,
     bar.close()
     log(f"[pretrain {name}] {steps} steps, loss {np.mean(history[-50:]):.4f} "
         f"({time.time() - t0:.0f}s)")
-    out = Path(paths.policy(name))
     _save_policy(model, tokenizer, out, cfg, _info(cfg, name, steps, history))
     # the state only serves a killed run; a finished one reruns from scratch when asked again
     shutil.rmtree(state_dir, ignore_errors=True)
     return out
 
 
-def _restore_snapshots(paths: Paths, name: str, snaps: dict, step: int, state_dir: Path) -> bool:
+def _restore_snapshots(snap_dirs: dict, snaps: dict, step: int, state_dir: Path) -> bool:
     """Put back the snapshots a resumed run has already passed; False if one cannot be."""
     for at, tag in snaps.items():
         if at > step:
             continue
-        target = Path(paths.policy(f"{name}@{tag}"))
+        target = snap_dirs[tag]
         if target.exists():
             continue
         saved = state_dir / "snapshots" / tag

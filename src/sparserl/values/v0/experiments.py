@@ -1,13 +1,13 @@
 """V0's Tables 1 and 2 on the harvest: V0 against every baseline, under one protocol.
 
-`run_protocol(cfg, protocol)` reads the harvest table, builds the protocol's timeline
+`run_protocol(cfg, protocol, ...)` reads the harvest table, builds the protocol's timeline
 (`protocols`), embeds every prompt once (cached beside the outputs), trains V0 on the train rows
 of every policy and checkpoint, and scores the test rows with V0 and the baselines:
 v0, v0_untrained, head_only (the head on mean-pooled embeddings), knn_contextual (a FIFO of the
 policy's last 2048 context pairs, k = 64), outcome_model (prompt only), context_mean, and the
 coupled value models (vanilla, step-wise retrain; `coupled`), then the reference rows
 (`references`: oracle_p, oracle_p_resampled, level_only). Writes the predictions and one metrics
-row per method (overall and per policy) under `Paths.value_eval`.
+row per method (overall and per policy) to the files it is given (`Paths.value_eval`).
 """
 from __future__ import annotations
 
@@ -71,17 +71,16 @@ def harvest_texts(cfg: dict, harvest: pd.DataFrame) -> dict:
     return {q: query_text(cfg, p) for q, p in zip(harvest["query_id"], harvest["problem"])}
 
 
-def harvest_embeddings(cfg: dict, s: dict | None = None, texts: dict | None = None,
+def harvest_embeddings(cfg: dict, harvest, out, s: dict | None = None, texts: dict | None = None,
                        log=None) -> EmbeddingTable:
-    """The token states of every harvest prompt (`Paths.v0_embeddings`; rule v0_embeddings
-    computes them once, so the table, ablation and routing jobs that run side by side only load
-    them). `texts`: `harvest_texts` of the harvest table, read when not given."""
+    """The token states of every prompt of the `harvest` table, cached at `out`
+    (`Paths.v0_embeddings`; rule v0_embeddings computes them once, so the table, ablation and
+    routing jobs that run side by side only load them). `texts`: `harvest_texts` of the harvest
+    table, read when not given."""
     from sparserl.core.artifacts import read_table
-    from sparserl.core.paths import Paths
-    P = Paths(cfg)
     s = s or v0_settings(cfg)
-    texts = harvest_texts(cfg, read_table(P.harvest_table())) if texts is None else texts
-    return embedding_table(cfg, s, texts, P.v0_embeddings(s["embedder"]["kind"]), log=log)
+    texts = harvest_texts(cfg, read_table(harvest)) if texts is None else texts
+    return embedding_table(cfg, s, texts, Path(out), log=log)
 
 
 def knn_predictions(timeline: pd.DataFrame, pooled: np.ndarray, table: EmbeddingTable,
@@ -113,38 +112,40 @@ def _on_device(table: EmbeddingTable, dev: torch.device, log) -> EmbeddingTable:
     return table.to(dev)
 
 
-def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log):
-    """What every V0 experiment on the harvest starts from: settings, harvest, the protocol's
-    timeline, prompt texts, their embeddings, each query's mean value over the history, the test rows."""
+def _protocol_data(cfg: dict, protocol: str, seed: int, threads: int, log, harvest_path, embeddings):
+    """What every V0 experiment on the harvest starts from: settings, harvest (`harvest_path`), the
+    protocol's timeline, prompt texts, their embeddings (cached at `embeddings`), each query's mean
+    value over the history, the test rows."""
     from sparserl.core.artifacts import read_table
-    from sparserl.core.paths import Paths
     torch.set_num_threads(threads)
-    P = Paths(cfg)
     s = v0_settings(cfg)
-    harvest = read_table(P.harvest_table())
+    harvest = read_table(harvest_path)
     tl = PROTOCOLS[protocol](harvest, seed=seed).reset_index(drop=True)
     texts = harvest_texts(cfg, harvest)
-    table = _on_device(harvest_embeddings(cfg, s, texts, log=log), v0_device(s), log)
+    table = _on_device(harvest_embeddings(cfg, harvest_path, embeddings, s, texts, log=log), v0_device(s), log)
     hist = harvest.groupby("query_id")["value"].mean()
-    return P, s, harvest, tl, texts, table, hist, tl[tl["role"] == "test"]
+    return s, harvest, tl, texts, table, hist, tl[tl["role"] == "test"]
 
 
-def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, log=_log.info,
+def run_protocol(cfg: dict, protocol: str, *, harvest, embeddings, level_tables, out, predictions, model_file,
+                 policies: dict | None = None, seed: int = 0, threads: int = 2, log=_log.info,
                  coupled: bool = True) -> pd.DataFrame:
+    """V0 and its baselines under `protocol` on the `harvest` table (token states cached at
+    `embeddings`; each query's level from `level_tables`, the pool and benchmark files): the
+    metrics table `out`, the predictions table `predictions` and V0's weights `model_file`.
+    `policies` ({harvested policy: checkpoint dir}) feed the coupled value-model baselines."""
     from sparserl.core.artifacts import write_table
     from sparserl.values.v0.coupled import coupled_predictions
-    P, s, harvest, tl, texts, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log)
-    levels = query_levels(cfg, harvest)
+    s, harvest, tl, texts, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log, harvest, embeddings)
+    levels = query_levels(level_tables, harvest)
     tl = tl.assign(level=tl["query_id"].map(levels))
     test = tl[tl["role"] == "test"]
-    out_dir = P.value_model("v0")
     preds = {}
     torch.manual_seed(seed)
     model = V0(table.states.shape[-1], s["adapter"], s["head"], table.embedder).to(v0_device(s))
     preds["v0_untrained"] = predict_v0(model, table, tl, test, s, seed)
     history = fit_v0(model, table, tl, s, seed, log=log)
-    save_v0(model, out_dir / f"v0.{protocol}.seed{seed}.pt", extra={"protocol": protocol,
-                                                                    "history": history.to_dict("records")})
+    save_v0(model, Path(model_file), extra={"protocol": protocol, "history": history.to_dict("records")})
     preds["v0"] = predict_v0(model, table, tl, test, s, seed)
     pooled = table.pooled("mean")
     preds["knn_contextual"] = knn_predictions(tl, pooled, table)
@@ -158,7 +159,11 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
         for k, g in test.groupby(GROUP, sort=True))
     if coupled:
         b = (cfg.get("v0") or {}).get("baselines") or {}
-        dirs = {m: str(P.policy(m)) for m in tl["model"].unique()}
+        missing = sorted(set(tl["model"].unique()) - set(policies or {}))
+        if missing:
+            raise ValueError(f"v0-table: no checkpoint dir for harvested policies {missing} (--policies with "
+                             "--labels); the coupled baselines train on each policy's states")
+        dirs = {m: str(policies[m]) for m in tl["model"].unique()}
         kw = dict(epochs=int(section_setting(b, "v0", "baselines", "vm_epochs")),
                   lr=float(section_setting(b, "v0", "baselines", "vm_lr")), seed=seed)
         preds["vanilla_value_model"] = coupled_predictions(tl, texts, dirs, **kw)
@@ -176,10 +181,10 @@ def run_protocol(cfg: dict, protocol: str, *, seed: int = 0, threads: int = 2, l
             rows.append({"protocol": protocol, "method": name, "model": m, "seed": seed,
                          "head": s["head"]["kind"], "embedder": table.embedder, **metrics.score_against_history(g, hist)})
     allp = pd.concat([p.assign(method=n) for n, p in preds.items()], ignore_index=True)
-    write_table(allp, P.value_eval(f"v0_{protocol}_predictions"), cfg=cfg,
+    write_table(allp, Path(predictions), cfg=cfg,
                 extra={"protocol": protocol, "seed": seed})
     result = pd.DataFrame(rows)
-    write_table(result, P.value_eval(f"v0_{protocol}"), cfg=cfg,
+    write_table(result, Path(out), cfg=cfg,
                 extra={"protocol": protocol, "head": s["head"]["kind"], "embedder": table.embedder,
                        "rows": {r: int((tl["role"] == r).sum()) for r in ("context", "train", "test")}})
     return result
@@ -204,19 +209,19 @@ def _table_predictions(path: Path, protocol: str, seed: int) -> pd.DataFrame:
     if (m.get("protocol"), m.get("seed")) != (protocol, seed):
         raise ValueError(f"{path}: predictions of protocol {m.get('protocol')!r}, seed "
                          f"{m.get('seed')!r} (its manifest), but Table 6 runs protocol "
-                         f"{protocol!r}, seed {seed}; rerun `sparserl v0-table --protocol {protocol}` "
+                         f"{protocol!r}, seed {seed}; rerun rule v0_table (`snakemake --cores 2 {path}`) "
                          "or leave out --base-predictions to retrain the base variant")
     pred = read_table(path)
     return pred[pred["method"] == "v0"].drop(columns="method").reset_index(drop=True)
 
 
-def run_ablations(cfg: dict, protocol: str = "strict", *, seed: int = 0, threads: int = 2,
-                  log=_log.info, base_predictions: Path | None = None) -> pd.DataFrame:
+def run_ablations(cfg: dict, protocol: str = "strict", *, harvest, embeddings, out, seed: int = 0,
+                  threads: int = 2, log=_log.info, base_predictions: Path | None = None) -> pd.DataFrame:
     """Table 6 under one protocol (the paper's is zero-shot): V0 retrained per variant, same data.
     The unchanged variant is the V0 of `run_protocol`: with `base_predictions` (that run's
     predictions table) its row is scored from them instead of training the same model again."""
     from sparserl.core.artifacts import write_table
-    P, _, _, tl, _, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log)
+    _, _, tl, _, table, hist, test = _protocol_data(cfg, protocol, seed, threads, log, harvest, embeddings)
     rows = []
     for name, over in ABLATIONS.items():
         s = v0_settings(cfg, **over)
@@ -230,6 +235,6 @@ def run_ablations(cfg: dict, protocol: str = "strict", *, seed: int = 0, threads
         rows.append({"protocol": protocol, "variant": name, "seed": seed, "head": s["head"]["kind"],
                      "embedder": table.embedder, **metrics.score_against_history(pred, hist)})
         log(f"ablation {name}: intra AUC {rows[-1]['intra_auc']:.3f}, MSE {rows[-1]['calibration_mse']:.3f}")
-    out = pd.DataFrame(rows)
-    write_table(out, P.value_eval("v0_ablations"), cfg=cfg, extra={"protocol": protocol})
-    return out
+    result = pd.DataFrame(rows)
+    write_table(result, Path(out), cfg=cfg, extra={"protocol": protocol})
+    return result

@@ -52,18 +52,20 @@ class V0Prior:
         return f"V0Prior({self.model.config['embedder']}, head {self.model.config['head'].get('kind')})"
 
 
-def pool_embeddings(cfg: dict, s: dict | None = None, path: Path | None = None, log=None):
-    """The RL pool's prompts embedded once (default `Paths.v0_pool_embeddings`, rule
-    v0_pool_embeddings; loaded when its prompts are the pool's)."""
+def pool_embeddings(cfg: dict, s: dict | None = None, path: Path | None = None, log=None, pool: Path | None = None):
+    """The prompts of the RL pool (`pool`, default `Paths.train_pool`) embedded once, cached at
+    `path` (default `Paths.v0_pool_embeddings`; rule v0_pool_embeddings passes both; loaded when
+    its prompts are the pool's)."""
     from sparserl.core.artifacts import read_table
     from sparserl.core.paths import Paths
     from sparserl.values.v0.experiments import embedding_table, query_text
     from sparserl.values.v0.settings import v0_settings
-    P = Paths(cfg)
     s = s or v0_settings(cfg)
-    pool = read_table(P.train_pool())
+    if pool is None or path is None:  # the RL prior (make_v0_prior) reads the config's
+        P = Paths(cfg)
+        pool, path = pool or P.train_pool(), path or P.v0_pool_embeddings(s["embedder"]["kind"])
+    pool, path = read_table(pool), Path(path)
     texts = {i: query_text(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
-    path = path or P.v0_pool_embeddings(s["embedder"]["kind"])
     return embedding_table(cfg, s, texts, path, log=log)
 
 

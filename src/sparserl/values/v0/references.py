@@ -43,7 +43,7 @@ def _need(df: pd.DataFrame, cols, what: str) -> None:
     missing = [c for c in cols if c not in df]
     if missing:
         raise ValueError(f"{what} needs columns {missing} in the V0 timeline (the harvest table's "
-                         "`n`; `level` from `query_levels`); rebuild it with `sparserl v0-harvest-all`")
+                         "`n`; `level` from `query_levels`); rebuild it with rule v0_harvest (`sparserl v0-harvest-all`)")
 
 
 def oracle_predictions(test: pd.DataFrame) -> pd.DataFrame:
@@ -80,15 +80,13 @@ def level_only_predictions(timeline: pd.DataFrame, test: pd.DataFrame) -> pd.Dat
     return pd.concat(out).loc[test.index]
 
 
-def query_levels(cfg: dict, harvest: pd.DataFrame) -> pd.Series:
-    """query_id -> level name: the `source` column (else `level`) of the RL pool and the benchmark
-    tables the harvest drew from; a held-out query whose benchmark has neither is its benchmark."""
+def query_levels(tables, harvest: pd.DataFrame) -> pd.Series:
+    """query_id -> level name: the `source` column (else `level`) of the `tables` the harvest drew
+    from (the RL pool, then the benchmarks); a held-out query whose benchmark has neither is its benchmark."""
+    from pathlib import Path
     from sparserl.core.artifacts import read_table
-    from sparserl.core.paths import Paths
-    P = Paths(cfg)
     parts = []
-    tables = [P.train_pool()] + [P.benchmark(b) for b in P.benchmark_names()]
-    for path in tables:
+    for path in map(Path, tables):
         if not path.is_file():
             continue
         t = read_table(path)

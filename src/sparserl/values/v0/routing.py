@@ -86,23 +86,28 @@ def fit_mf(x: np.ndarray, rows: pd.DataFrame, models: list, rank: int = 8, steps
     return predict
 
 
-def run_routing(cfg: dict, *, seed: int = 0, log=_log.info) -> pd.DataFrame:
+def run_routing(cfg: dict, *, harvest, embeddings, predictions, policies: dict, out, seed: int = 0,
+                log=_log.info) -> pd.DataFrame:
+    """Route over the fleet of the `harvest` table (token states at `embeddings`) with V0's strict
+    `predictions`; each policy's cost is the parameter count of its checkpoint (`policies`:
+    {name: dir}). Writes `out`."""
     from sparserl.core.artifacts import read_table, write_table
-    from sparserl.core.paths import Paths
     from sparserl.values.v0.experiments import harvest_embeddings, harvest_texts
     from sparserl.values.v0.protocols import strict_generalisation
     from sparserl.values.v0.settings import v0_settings
-    P = Paths(cfg)
     s = v0_settings(cfg)
-    harvest = read_table(P.harvest_table())
+    out_path, harvest_path, harvest = Path(out), harvest, read_table(harvest)
     start = harvest[(harvest["split"] == "heldout") & (harvest["step"] == 0)]
     models = sorted(start["model"].unique())
-    cost = {m: parameter_count(P.policy(m)) for m in models}
-    preds = read_table(P.value_eval("v0_strict_predictions"))
+    missing = sorted(set(models) - set(policies))
+    if missing:
+        raise ValueError(f"v0-routing: no checkpoint dir for harvested policies {missing} (--policies with --labels)")
+    cost = {m: parameter_count(policies[m]) for m in models}
+    preds = read_table(predictions)
     v0 = preds[(preds["method"] == "v0") & (preds["step"] == 0)].pivot_table(index="query_id", columns="model", values="p")
     truth = start.pivot_table(index="query_id", columns="model", values="value")
     v0 = v0.dropna()
-    table = harvest_embeddings(cfg, s, harvest_texts(cfg, harvest), log=log)
+    table = harvest_embeddings(cfg, harvest_path, embeddings, s, harvest_texts(cfg, harvest), log=log)
     pooled = table.pooled("mean")
     tl = strict_generalisation(harvest, seed=seed)
     train_ids = sorted(set(tl.loc[(tl["role"] != "test") & (tl["step"] == 0), "query_id"]))
@@ -116,7 +121,7 @@ def run_routing(cfg: dict, *, seed: int = 0, log=_log.info) -> pd.DataFrame:
         out.append(pd.DataFrame([{"tau": np.nan, "cost": float(cost[m]), "accuracy": float(y.mean()),
                                   "router": f"always_{m}"}]))
     res = pd.concat(out, ignore_index=True)
-    write_table(res, P.value_eval("v0_routing"), cfg=cfg,
+    write_table(res, out_path, cfg=cfg,
                 extra={"queries": int(len(v0)), "cost": cost, "head": s["head"]["kind"], "embedder": table.embedder})
     log(f"routing over {len(v0)} test queries, fleet {cost}")
     return res
