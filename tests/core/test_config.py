@@ -251,7 +251,7 @@ def test_load_layers_is_what_load_config_merges(tmp_path):
     """load_config merges load_layers' layers: the schema's FILLED_KEYS defaults first (named
     `default`), then each file; config show reads the same layers, so it cannot drift from it."""
     from sparserl.core.config import DEFAULT_LAYER, FILLED_KEYS, load_layers, merge_layers
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     over = tmp_path / "over.yaml"
     over.write_text("threads: 1\n")
     layers = load_layers([repo / "configs/tiny.yaml", over], {"rl.steps": "3"}, command_line=True)

@@ -345,8 +345,9 @@ def test_fetch_dataset_checks_golds_with_the_configs_verifier(tmp_path, monkeypa
         {"id": [f"{name}/0"], "problem": ["1+1"], "answer": ["2"], "source": [name]}))
     download.fetch_dataset("aime25", tmp_path / "a.parquet", cfg={"verifier": {"workers": 3, "timeout_s": 42.0}})
     assert seen == {"workers": 3, "timeout_s": 42.0}
-    download.fetch_dataset("aime25", tmp_path / "b.parquet", cfg=None)
-    assert seen == {"workers": 2, "timeout_s": 10.0}
+    download.fetch_dataset("aime25", tmp_path / "b.parquet", cfg=None)  # no config: the schema's defaults
+    from sparserl.core.config import schema_default
+    assert seen == {"workers": schema_default("verifier", "workers"), "timeout_s": schema_default("verifier", "timeout_s")}
 
 
 @pytest.mark.e2e  # ~40 s

@@ -7,7 +7,7 @@ import pytest
 
 from sparserl.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CFG = str(REPO / "configs/tiny.yaml")
 
 # the rules of data, models, policies, evaluation and values.smk, and the output each passes
