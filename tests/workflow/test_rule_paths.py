@@ -10,8 +10,11 @@ from sparserl.cli import main
 REPO = Path(__file__).resolve().parents[2]
 CFG = str(REPO / "configs/tiny.yaml")
 
-# the rules of data, models, policies, evaluation and values.smk, and the output each passes
-RULES = {"data.smk": ["make_tasks", "fetch_data"], "models.smk": ["fetch_models"],
+# the rules whose commands take their paths from the DAG, and the output each passes
+# (critique.smk's paper-scale critique_train, `critique-openrlhf`, still finds its own paths)
+RULES = {"critique.smk": ["critique_world", "critique_pretrain", "critique_start"],
+         "ood.smk": ["ood_tasks", "ood_eval"], "tuning.smk": ["make_validation", "lr_tune_run", "lr_tuning"],
+         "data.smk": ["make_tasks", "fetch_data"], "models.smk": ["fetch_models"],
          "policies.smk": ["train_tokenizer", "pretrain_policy", "passrate", "world_report", "passrate_summary"],
          "evaluation.smk": ["evaluate", "eval_summary"],
          "values.smk": ["v0_official", "v0_pool_embeddings", "v0_harvest_run", "v0_harvest_values",

@@ -57,7 +57,9 @@ if CRITIQUE and rl_engine(CFG) == "local":
             corpus=str(CP.corpus()),
             tokenizer=str(CP.tokenizer()),
         output:
-            directory(str(CP.policy())),
+            policy=directory(str(CP.policy())),
+            # pretrain.snapshots of policy c too (c@p50, ...), beside it: written, so declared
+            snapshots=[directory(f"{CP.policy()}@{tag}") for tag in P.snapshot_tags()],
         params:
             key=critique_key("envs", "corpus", "tokenizer", "policy", "pretrain"),
         log:
@@ -66,7 +68,8 @@ if CRITIQUE and rl_engine(CFG) == "local":
         resources:
             **R("pretrain"),
         shell:
-            "{SPARSERL} critique-pretrain --config {CONFIGS} --threads {threads} > {log} 2>&1"
+            "{SPARSERL} critique-pretrain --config {CONFIGS} --corpus {input.corpus} --tokenizer {input.tokenizer} "
+            "--out {output.policy} --snapshots {output.snapshots} --threads {threads} > {log} 2>&1"
 
     rule critique_start:
         input:

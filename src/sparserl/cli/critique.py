@@ -3,7 +3,8 @@ reads and writes the paths it is given (the DAG resolves them; results/tiny/crit
 
     C=results/tiny/critique
     sparserl critique-world --corpus $C/tasks/pretrain_corpus.parquet --tokenizer $C/tokenizer
-    sparserl critique-pretrain --threads 1  # policy c on those demonstrations (resumable)
+    sparserl critique-pretrain --corpus $C/tasks/pretrain_corpus.parquet --tokenizer $C/tokenizer \
+        --out $C/policies/c --snapshots $C/policies/c@p50 $C/policies/c@p75 --threads 1   # resumable
     sparserl critique-start --env rg --policy $C/policies/c --out $C/start_eval/rg.json
     sparserl critique-train --experiment rg_k8 --method lc_tether --seed 0 --policy $C/policies/c \
         --metrics $C/runs/rg_k8/lc_tether/seed0/metrics.parquet --summary $C/runs/rg_k8/lc_tether/seed0/summary.json
@@ -40,7 +41,8 @@ def cmd_world(args):
 def cmd_pretrain(args):
     from sparserl.envs.world import WORLD_POLICY, critique_world
     from sparserl.models.policies import pretrain
-    pretrain(critique_world(_cfg(args)), WORLD_POLICY, threads=args.threads)
+    pretrain(critique_world(_cfg(args)), WORLD_POLICY, threads=args.threads, corpus=args.corpus,
+             tokenizer=args.tokenizer, out=args.out, snapshots=args.snapshots)
 
 
 def cmd_start(args):
@@ -91,7 +93,12 @@ def register(sub, add) -> None:
     p = add("critique-world", cmd_world, "Le Critique: the envs' pre-training demonstrations and tokenizer")
     p.add_argument("--corpus", required=True, help="the demonstrations table to write (.parquet)")
     p.add_argument("--tokenizer", required=True, help="the tokenizer folder to write")
-    add("critique-pretrain", cmd_pretrain, "Le Critique: pre-train policy c (resumable)", threads=True)
+    p = add("critique-pretrain", cmd_pretrain, "Le Critique: pre-train policy c (resumable)", threads=True)
+    p.add_argument("--corpus", required=True, help="the demonstrations table (critique-world's --corpus)")
+    p.add_argument("--tokenizer", required=True, help="the tokenizer folder (critique-world's --tokenizer)")
+    p.add_argument("--out", required=True, help="policy c's folder (results/<scale>/critique/policies/c)")
+    p.add_argument("--snapshots", nargs="*", default=[],
+                   help="one folder c@<tag> per pretrain.snapshots fraction, beside --out")
     p = add("critique-start", cmd_start, "Le Critique: held-out reward of the start policy on an env")
     p.add_argument("--env", required=True)
     p.add_argument("--policy", help="policy c's checkpoint dir (tiny/small; paper scale: the config's hub policy)")
