@@ -56,9 +56,9 @@ def cmd_clean(args) -> int:
     if args.paths:
         roots = args.paths
     else:
-        from sparserl.core.config import load_config
+        from sparserl.core.config import load_config, setting
         cfg = load_config(args.config)
-        roots = [cfg.get("results_dir", "results"), cfg.get("figures_dir", "paper_figures")]
+        roots = [setting(cfg, "results_dir"), setting(cfg, "figures_dir")]
     found = find_leftovers(roots, args.min_age * 60)
     total = 0
     for p in found:

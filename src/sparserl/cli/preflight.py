@@ -11,6 +11,8 @@ import sys
 import tempfile
 from typing import Iterable
 
+from sparserl.core.config import section_setting
+
 # rules whose jobs run CodeIO's reference programs, and how to read their env from the wildcards
 _SANDBOX_RULES = ("critique_start", "critique_train")
 
@@ -22,7 +24,7 @@ def sandboxed_envs(cfg: dict, jobs: Iterable[tuple[str, dict]] | None = None) ->
     envs = crit.get("envs") or {}
     strict = {name for name, spec in envs.items()
               if isinstance(spec, dict) and spec.get("kind") == "codeio"
-              and not (spec.get("sandbox") or {}).get("allow_weak", False)}
+              and not section_setting(spec.get("sandbox"), "critique", "envs", name, "sandbox", "allow_weak")}
     if not strict:
         return []
     if jobs is None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparserl.core import published as pub
+from sparserl.core.config import setting
 
 REPO = Path(__file__).resolve().parents[3]  # src/sparserl/cli/published.py -> the checkout
 # the config files of each scale's published sweep (another: --configfile)
@@ -124,11 +125,11 @@ class Setup:
 
     @property
     def results_dir(self) -> str:
-        return self.cfg.get("results_dir", "results")
+        return setting(self.cfg, "results_dir")
 
     @property
     def figures_dir(self) -> str:
-        return self.cfg.get("figures_dir", "paper_figures")
+        return setting(self.cfg, "figures_dir")
 
     def key(self, rel: str) -> str | None:
         return pub.to_key(rel, self.results_dir, self.figures_dir, self.scale)

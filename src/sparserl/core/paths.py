@@ -115,8 +115,8 @@ class Paths:
         self.cfg = cfg
         self.root = Path(root)
         self.scale = cfg["scale"]
-        self.results = self.root / cfg.get("results_dir", "results") / self.scale
-        self.figures = self.root / cfg.get("figures_dir", "paper_figures") / self.scale
+        self.results = self.root / setting(cfg, "results_dir") / self.scale
+        self.figures = self.root / setting(cfg, "figures_dir") / self.scale
 
     def stage(self, stage: str, *parts: str) -> Path:
         return self.results.joinpath(stage, *parts)

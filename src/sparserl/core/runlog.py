@@ -21,6 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from sparserl.core.artifacts import name_os_error
+from sparserl.core.config import section_setting
 from sparserl.core.logs import get_logger
 
 _log = get_logger(__name__)
@@ -59,8 +60,9 @@ def _numeric(row: dict) -> dict[str, float]:
 def wandb_settings(cfg: dict) -> dict:
     """The config's `logging.wandb`, with its defaults: disabled, project sparserl, offline."""
     w = (cfg.get("logging") or {}).get("wandb") or {}
-    return {"enabled": bool(w.get("enabled", False)), "project": w.get("project", "sparserl"),
-            "entity": w.get("entity"), "mode": w.get("mode", "offline")}
+    return {"enabled": bool(section_setting(w, "logging", "wandb", "enabled")),
+            "project": section_setting(w, "logging", "wandb", "project"),
+            "entity": w.get("entity"), "mode": section_setting(w, "logging", "wandb", "mode")}
 
 
 def _wandb_run(cfg: dict, logdir: Path, name: str, hparams: dict | None, log: Callable):

@@ -59,7 +59,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from sparserl.core.config import schema_defaults
+from sparserl.core.config import schema_defaults, section_setting
 from sparserl.envs.base import SIDES, Env, Problem, side_of
 from sparserl.envs.sandbox import Call, Limits, SandboxUnavailable, run_jobs, strong_isolation
 
@@ -123,10 +123,10 @@ class CodeIOEnv(Env):
         self.limits = Limits(memory_mb=int(cfg["memory_mb"] or (1024 if paper else 256)),
                              site_packages=paper, exec_limit_s=10.0 if paper else 2.0)
         sb = self.spec.get("sandbox", {})
-        if (not isinstance(sb, dict) or set(sb) - {"allow_weak"}
-                or not isinstance(sb.get("allow_weak", False), bool)):
+        allow_weak = section_setting(sb, "critique", "envs", self.kind, "sandbox", "allow_weak")
+        if not isinstance(sb, dict) or set(sb) - {"allow_weak"} or not isinstance(allow_weak, bool):
             raise _err("sandbox", f"{sb!r}; use a mapping {{allow_weak: true|false}} (default false)")
-        self.allow_weak = bool(sb.get("allow_weak", False))
+        self.allow_weak = allow_weak
         self._isolation: str | None = None
         self.cfg = cfg
         if paper:

@@ -209,7 +209,7 @@ class SudokuEnv(Env):
 
     def __init__(self, spec: dict, seed: int = 0):
         super().__init__(spec, seed)
-        self.source = str(self.spec.get("source", "procedural"))
+        self.source = str(section_setting(self.spec, "$defs", "env_sudoku", "source"))
         if self.source not in SOURCES:
             raise ValueError(f"critique.envs.sudoku.source: {self.source!r} is not one of "
                              f"{', '.join(SOURCES)}")

@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from sparserl.core.config import section_setting
+from sparserl.core.config import section_setting, setting
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.envs import make_env
 
@@ -35,8 +35,8 @@ def critique_world(cfg: dict) -> dict:
     c = critique_cfg(cfg)
     policy = ({"source": "hub", "hf_name": c["policy_hub"]} if c.get("policy_hub")
               else {"source": "pretrain", **c["policy"]})
-    return {"scale": f"{cfg['scale']}/critique", "results_dir": cfg.get("results_dir", "results"),
-            "figures_dir": cfg.get("figures_dir", "paper_figures"), "seed": cfg["seed"],
+    return {"scale": f"{cfg['scale']}/critique", "results_dir": setting(cfg, "results_dir"),
+            "figures_dir": setting(cfg, "figures_dir"), "seed": cfg["seed"],
             "tasks": {"source": "critique", "prompt_template": "{problem}", "answer_template": "{answer}",
                       "envs": c["envs"], "corpus": c.get("corpus")},
             "tokenizer": c.get("tokenizer"), "policies": {WORLD_POLICY: policy},

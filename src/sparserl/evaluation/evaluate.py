@@ -214,7 +214,7 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
     # samples drawn a problem: the protocol's k, or more for the start policy (same estimands)
     ns = [k if spec.get("protocol") == "greedy" else max(k, int(samples or 0)) for k, (_, _, spec) in zip(ks, benches)]
     # one greedy rollout per problem of each sampled benchmark (a greedy protocol already is one)
-    extra_greedy = [bool(cfg["evaluation"].get("greedy", True)) and spec.get("protocol") != "greedy"
+    extra_greedy = [bool(setting(cfg, "evaluation", "greedy")) and spec.get("protocol") != "greedy"
                     for _, _, spec in benches]
     total = sum(len(df) * (n + g) for (_, df, _), n, g in zip(benches, ns, extra_greedy))
     with rollout_progress(backend, total, f"evaluate {label}", log):
@@ -232,7 +232,8 @@ def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: 
                             minlength=len(df)).round().astype(np.int64)
             pk = pass_at_k(n, c, k)
             rows.append({
-                "policy": label, **(extra_cols or {}), "benchmark": bench, "protocol": spec.get("protocol", "mean_at_k"),
+                "policy": label, **(extra_cols or {}), "benchmark": bench,
+                "protocol": section_setting(spec, "$defs", "sampling", "protocol"),
                 "metric": "greedy" if greedy else f"{'avg' if spec.get('protocol') == 'avg_at_k' else 'mean'}@{k}",
                 "k": k, "temperature": None if greedy else params.temperature,
                 "top_p": None if greedy else params.top_p, "problems": len(df),

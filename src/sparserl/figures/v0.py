@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from sparserl.core.config import setting
 from sparserl.core.paths import Paths
 from sparserl.figures.curves import seed_bars
 from sparserl.figures.registry import pyplot, read_single, register_figure, row, single
@@ -28,7 +29,7 @@ def _label(method: str) -> str:
 def head_note(cfg: dict) -> str:
     """The footer line naming V0's head: at tiny and small scale an offline GP stands in for
     TabPFN-v2.5, whose weights cannot be had here, and every V0 figure says so."""
-    kind = (cfg.get("v0") or {}).get("head", {}).get("kind", "gp")
+    kind = setting(cfg, "v0", "head", "kind")
     return ("V0 head: TabPFN" if kind == "tabpfn" else
             "V0 head: offline GP in-context head (a stand-in: no TabPFN-v2.5 weights at this scale)")
 

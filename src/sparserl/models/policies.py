@@ -180,7 +180,7 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info, stop_after: 
     seed = pretrain_seed(cfg, name)
     torch.manual_seed(seed)
     model = build_model(pol, tokenizer, max_length)
-    precision, compiled = pol.get("precision", "fp32"), pt.get("compile", False)
+    precision, compiled = setting(cfg, "policies", name, "precision"), setting(cfg, "pretrain", "compile")
     if precision != "fp32" or compiled:
         # our Qwen3 (sparserl.models.qwen3) from transformers' initialisation: it has the bf16
         # switch, and compiles (policies.<name>.precision, pretrain.compile; perf/pretrain_step.py)

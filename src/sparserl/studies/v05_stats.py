@@ -36,6 +36,7 @@ import numpy as np
 from scipy.stats import hypergeom
 import pandas as pd
 
+from sparserl.core.config import section_setting
 from sparserl.estimators import osla_k_max, shrinkage_fusion
 from sparserl.methods.osla_sampler import REASONS, cached_sample_fn, run_osla
 from sparserl.values.priors import make_prior
@@ -57,7 +58,7 @@ def prior_specs(v: dict, data: StudyData) -> list[dict]:
             specs.append(dict(name="pool mean", kind="constant", p=float(data.p.mean()), offset=np.nan))
         else:
             specs.append(dict(name=f"constant {float(c):g}", kind="constant", p=float(c), offset=np.nan))
-    if v.get("reference_prior", False):
+    if section_setting(v, "basis", "study", "v05", "reference_prior"):
         specs.append(dict(name="reference", kind="reference", offset=np.nan))
     if v.get("v0_prior", False):  # the trained V0 (values.v0.prior), values from `v0_prior_values`
         specs.append(dict(name="v0", kind="v0", offset=np.nan))

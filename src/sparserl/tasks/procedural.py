@@ -162,7 +162,7 @@ def make_pretrain_corpus(cfg: dict) -> pd.DataFrame:
     rng = np.random.default_rng([cfg["seed"], 4_099])
     noisy = rng.random(len(df)) < rate
     df["noisy"] = noisy
-    kind = noise.get("kind", "off_by_one")
+    kind = section_setting(noise, "tasks", "pretrain_noise", "kind")
     df.loc[noisy, "answer"] = [corrupt(a, kind, rng) for a in df.loc[noisy, "clean_answer"]]
     return df
 

@@ -1,6 +1,8 @@
 """Prompt and target formatting. One answer convention everywhere: ``\\boxed{...}``."""
 from __future__ import annotations
 
+from sparserl.core.config import setting
+
 PAPER_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
@@ -17,7 +19,7 @@ def format_prompt(cfg: dict, problem: str, tokenizer=None) -> str:
 
 
 def format_target(cfg: dict, answer: str) -> str:
-    return cfg["tasks"].get("answer_template", " \\boxed{{{answer}}}").format(answer=answer)
+    return setting(cfg, "tasks", "answer_template").format(answer=answer)
 
 
 def corpus_targets(cfg: dict, corpus) -> list[str]:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from sparserl.core.config import section_setting
+from sparserl.core.config import section_setting, setting
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps, warmup_schedule
 from sparserl.engines.openrlhf.envs import (ENV_FILE, THIS_FILE, Episode, forget_env_files, problem_of, problem_row,
                                             score_queries)
@@ -148,7 +148,7 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
     if not (e.policy_hub or critique_cfg(cfg).get("policy_hub")):
         raise ValueError(f"critique-openrlhf: experiment {exp} has no hub policy; set critique.policy_hub "
                          "(paper scale), or train it with the local engine (critique-train)")
-    sub = {"scale": cfg["scale"], "seed": cfg["seed"], "results_dir": cfg.get("results_dir", "results"),
+    sub = {"scale": cfg["scale"], "seed": cfg["seed"], "results_dir": setting(cfg, "results_dir"),
            "tasks": {"chat_template": True},
            "rollout": {"backend": "vllm", "max_new_tokens": s["max_new_tokens"], "vllm": {"max_model_len": s["max_len"]}},
            "rl": {k: s[k] for k in ("steps", "rollouts_per_step", "lr", "temperature", "mini_batches", "ppo_epochs",

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.core.config import ConfigError
+from sparserl.core.config import ConfigError, setting
 from sparserl.core.paths import Paths
 
 #: BASIS Table 2's rows, in its order: GRPO G=8 and the three single-rollout GRPO variants
@@ -40,7 +40,7 @@ def ood_settings(cfg: dict) -> dict:
     if not (ood.get("benchmarks") or ood.get("lm_eval") or ood.get("evalplus")):
         raise ConfigError("ood: give `benchmarks` (reasoning-gym families, local scales) or "
                           "`lm_eval` / `evalplus` (paper scale)")
-    return {**ood, "methods": methods, "basis_method": basis, "start_policy": ood.get("start_policy", True)}
+    return {**ood, "methods": methods, "basis_method": basis, "start_policy": setting(cfg, "ood", "start_policy")}
 
 
 def policies(cfg: dict) -> list[tuple[str, str, int | None]]:

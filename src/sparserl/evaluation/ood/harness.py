@@ -62,13 +62,13 @@ def lm_eval_argv(cfg: dict, model: str, output_path: str | Path) -> list[str]:
         "--model", "vllm",
         "--model_args", ",".join(f"{k}={v}" for k, v in margs.items()),
         "--tasks", ",".join(tasks),
-        "--batch_size", str(le.get("batch_size", "auto")),
+        "--batch_size", str(section_setting(le, "ood", "lm_eval", "batch_size")),
         "--output_path", str(output_path),
         "--seed", str(cfg["seed"]),
     ]
-    if le.get("apply_chat_template", True):
+    if section_setting(le, "ood", "lm_eval", "apply_chat_template"):
         argv.append("--apply_chat_template")
-    if le.get("fewshot_as_multiturn", True):
+    if section_setting(le, "ood", "lm_eval", "fewshot_as_multiturn"):
         argv.append("--fewshot_as_multiturn")
     if le.get("gen_kwargs"):
         argv += ["--gen_kwargs", str(le["gen_kwargs"])]
@@ -91,7 +91,7 @@ def evalplus_argv(cfg: dict, model: str, dataset: str, root: str | Path) -> list
         "--model", str(model), "--dataset", dataset, "--backend", "vllm",
         "--root", str(root), "--tp", str(section_setting(v, "rollout", "vllm", "tensor_parallel_size")),
         "--dtype", str(v["dtype"])]
-    if ep.get("greedy", True):
+    if section_setting(ep, "ood", "evalplus", "greedy"):
         argv.append("--greedy")
     for key, val in (ep.get("args") or {}).items():
         argv += [f"--{key}", str(val)]
@@ -195,7 +195,7 @@ def parse_evalplus(obj: dict, dataset: str, cfg: dict, where: str | Path = "<eva
     pass; `ood.evalplus.tests: base` for the base tests alone), from `eval` (task id -> its samples'
     `base_status` / `plus_status`), the mean over problems of each one's passing share, which is
     evalplus's unbiased pass@1; its `pass_at_k.<tests>.pass@1` (written by evalplus 0.3) must agree."""
-    which = (ood_settings(cfg).get("evalplus") or {}).get("tests", "plus")
+    which = section_setting(ood_settings(cfg).get("evalplus"), "ood", "evalplus", "tests")
     ev = obj.get("eval")
     if not isinstance(ev, dict) or not ev:
         raise ValueError(f"{where}: no `eval` object of per-problem statuses; is this an evalplus "

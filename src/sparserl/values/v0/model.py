@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from sparserl.core.config import section_setting
 from sparserl.values.v0.adapter import ResidualQueryAdapter
 from sparserl.values.v0.heads import make_head
 
@@ -33,8 +34,9 @@ class V0(nn.Module):
             raise ValueError(f"v0.adapter has unknown keys {sorted(unknown)}; known: {ADAPTER_KEYS}")
         self.config = {"d_embed": int(d_embed), "adapter": adapter, "head": head, "embedder": embedder}
         self.adapter = ResidualQueryAdapter(d_embed, **adapter)
-        self.head = make_head(head.get("kind", "gp"), **{k: v for k, v in head.items() if k != "kind"})
-        self.tune_head = bool(head.get("tune", False))
+        kind = section_setting(head, "v0", "head", "kind")
+        self.head = make_head(kind, **{k: v for k, v in head.items() if k != "kind"})
+        self.tune_head = bool(section_setting(head, "v0", "head", "tune"))
         if not self.tune_head:
             for p in self.head.parameters():
                 p.requires_grad_(False)
