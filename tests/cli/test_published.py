@@ -132,6 +132,11 @@ def test_compare_tables_names_each_differing_column_and_its_largest_difference()
         "columns in the published table only: n", "columns in the fresh table only: extra"]
     assert pub.compare_tables(a, a.iloc[:2]) == ["rows: 3 published vs 2 fresh"]
     assert pub.unexpected(pub.compare_tables(a, a.assign(acc=[0.5, 0.25, 1.0])))  # NaN against a number
+    # a statistic that is +-inf on some steps (BASIS's est_beta with no active prompt) on both sides:
+    # equal, not "NaN on one side only"; inf against a number still differs
+    inf = a.assign(acc=[np.inf, -np.inf, np.nan])
+    assert pub.compare_tables(inf, inf.copy()) == []
+    assert pub.unexpected(pub.compare_tables(inf, inf.assign(acc=[np.inf, 0.0, np.nan])))
 
 
 @pytest.mark.e2e  # ~5 s

@@ -161,7 +161,7 @@ def _numeric(s: pd.Series) -> bool:
 def compare_tables(published: pd.DataFrame, fresh: pd.DataFrame) -> list[str]:
     """How a fresh table differs from its published version, one line per difference ([] when equal):
     columns only one has, the row count, and per shared column the largest absolute difference
-    (numbers; NaN against NaN is equal) or the number of rows that differ (anything else). Columns
+    (numbers; NaN against NaN and equal infinities are equal) or the number of rows that differ (anything else). Columns
     that time the run (`wall_time_s`) are named apart: they never match between two runs."""
     out = []
     a, b = published.reset_index(drop=True), fresh.reset_index(drop=True)
@@ -176,8 +176,9 @@ def compare_tables(published: pd.DataFrame, fresh: pd.DataFrame) -> list[str]:
         x, y = a[c], b[c]
         if _numeric(x) and _numeric(y):
             xv, yv = x.to_numpy(dtype=float), y.to_numpy(dtype=float)
-            both_nan = np.isnan(xv) & np.isnan(yv)
-            diff = np.where(both_nan, 0.0, np.abs(xv - yv))
+            same = (xv == yv) | (np.isnan(xv) & np.isnan(yv))  # equal infinities too (inf - inf is NaN)
+            with np.errstate(invalid="ignore"):
+                diff = np.where(same, 0.0, np.abs(xv - yv))
             if np.any(np.isnan(diff)) or np.any(diff > 0):
                 worst = float(np.nanmax(diff)) if not np.all(np.isnan(diff)) else float("nan")
                 nan_rows = int(np.isnan(diff).sum())
