@@ -25,6 +25,7 @@ from sparserl.core.config import openrlhf_shape, schema_default, section_setting
 from sparserl.engines.openrlhf.checkpoints import save_plan
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
 from sparserl.engines.openrlhf.flags import hf_steps, save_steps
+from sparserl.envs.world import heldout_eval
 
 MARGIN = 1.5  # runtime (and memory) asked / estimated
 
@@ -420,8 +421,8 @@ def _critique_train(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 def eval_rollouts(s: dict) -> int:
     """Rollouts of a Le Critique run's held-out evaluation: problems x samples (critique.rl.eval)."""
-    return int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "problems")) * \
-        int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "samples"))
+    problems, samples = heldout_eval(s)
+    return problems * samples
 
 
 def _one_gpu_generation(cfg: dict, rule: str, job: str, hf: str, shape: ModelShape, gpu: GPU, rollouts: float,

@@ -89,6 +89,14 @@ def experiment(cfg: dict, name: str) -> Experiment:
     raise ValueError(f"critique.experiments has no {name!r}; known: {[e.name for e in experiments(cfg)]}")
 
 
+def heldout_eval(rl: dict) -> tuple[int, int]:
+    """(problems, samples) of a Le Critique run's held-out evaluation: `rl.eval` (critique.rl with an
+    experiment's overrides), the schema's critique.rl.eval defaults where it sets none."""
+    ev = rl.get("eval")
+    return (int(section_setting(ev, "$defs", "critique_rl", "eval", "problems")),
+            int(section_setting(ev, "$defs", "critique_rl", "eval", "samples")))
+
+
 def experiment_rl(cfg: dict, name: str) -> dict:
     """critique.rl with the experiment's own `rl` overrides (paper scale: steps, batch, lengths)."""
     return {**critique_cfg(cfg)["rl"], **experiment(cfg, name).rl}

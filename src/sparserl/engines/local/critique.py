@@ -35,7 +35,7 @@ from sparserl.engines.local.critic_loop import (critic_rows, evaluate_critic, ma
                                                 to_trajectories, with_critic_lr)
 from sparserl.engines.local.trainer import Trainer, load_policy
 from sparserl.envs import make_env
-from sparserl.envs.world import critique_cfg, experiment
+from sparserl.envs.world import critique_cfg, experiment, heldout_eval
 from sparserl.methods.sidedata import CalibrationState, SideData, advantages
 from sparserl.methods.run import resolve_critique_run
 from sparserl.rollout import SamplingParams, make_live_backend
@@ -270,10 +270,9 @@ def sampling_params(rl: dict) -> SamplingParams:
 def heldout_reward(env, backend, rl: dict, seed: int = 0) -> float:
     """Mean reward on the env's held-out problems (`rl.eval`: problems x samples), `rl` the run's
     settings (critique.rl with its experiment's overrides)."""
-    ev = rl.get("eval")
-    problems = env.problems("eval", int(section_setting(ev, "$defs", "critique_rl", "eval", "problems")))
-    ep = play(env, backend, problems, int(section_setting(ev, "$defs", "critique_rl", "eval", "samples")),
-              sampling_params(rl), seed=424_242)
+    n_problems, k = heldout_eval(rl)
+    problems = env.problems("eval", n_problems)
+    ep = play(env, backend, problems, k, sampling_params(rl), seed=424_242)
     return float(ep.rewards.mean())
 
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from sparserl.core.config import section_setting, setting
+from sparserl.core.config import setting
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps, warmup_schedule
 from sparserl.engines.openrlhf.envs import (ENV_FILE, THIS_FILE, Episode, forget_env_files, problem_of, problem_row,
                                             score_queries)
@@ -53,6 +53,7 @@ from sparserl.engines.openrlhf.labels import encode_label
 from sparserl.engines.openrlhf.launcher import train_with_ray
 from sparserl.engines.sizing import critique_save_steps
 from sparserl.envs.base import Problem
+from sparserl.envs.world import heldout_eval
 
 HELDOUT_FILE = "heldout.jsonl"
 HELDOUT_SOURCE = "heldout"  # the eval rows' datasource: OpenRLHF logs eval/eval_heldout_pass1
@@ -101,7 +102,7 @@ def build_dataset(cfg: dict, exp: str, method, seed: int, run) -> dict:
     name, spec, env = _env_of(cfg, exp)
     try:
         pool = env.problems("rl", int(s["pool"]))
-        held = env.problems("eval", int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "problems")))
+        held = env.problems("eval", heldout_eval(s)[0])
     finally:
         env.close()
     if not pool:
@@ -166,7 +167,7 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
         "data.max_len": s["max_len"],  # multi-turn: the whole trajectory
         "eval.dataset": str(Path(run.openrlhf) / HELDOUT_FILE),
         "eval.steps": int(s["steps"]) + W,  # once, after the last policy update
-        "eval.n_samples_per_prompt": int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "samples")),
+        "eval.n_samples_per_prompt": heldout_eval(s)[1],
         "eval.temperature": s["temperature"],
         "ckpt.save_steps": every,
         "ckpt.save_hf": False,
@@ -304,10 +305,10 @@ def start_reward(cfg: dict, env_name: str, backend=None, tokenizer=None) -> dict
     params = SamplingParams(temperature=s["temperature"], top_p=1.0, max_new_tokens=s["max_new_tokens"])
     name, spec, env = _env_of(cfg, exp)
     try:
-        problems = env.problems("eval", int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "problems")))
+        problems = env.problems("eval", heldout_eval(s)[0])
     finally:
         env.close()
-    k = int(section_setting(s["eval"], "$defs", "critique_rl", "eval", "samples"))
+    k = heldout_eval(s)[1]
     chat = lambda text: tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,  # noqa: E731
                                                 add_generation_prompt=True)
     with tempfile.TemporaryDirectory() as tmp:
