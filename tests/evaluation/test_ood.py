@@ -15,7 +15,7 @@ import pytest
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.core.config import ConfigError, load_config
 from sparserl.evaluation import ood
-from sparserl.evaluation.ood import OODPaths
+from sparserl.core.paths import Paths
 
 MGSM2 = ["mgsm_native_cot_en", "mgsm_native_cot_de"]
 
@@ -206,34 +206,34 @@ def test_run_harness_copies_the_results_json_and_cleans_its_scratch(paper2, tmp_
     lm = lm_eval_results({"mmlu_pro": 0.6, "mgsm_en": 0.9, "mgsm_de": 0.8, "ifeval": 0.8})
     monkeypatch.setenv("FAKE_MODE", "ok")
     monkeypatch.setenv("FAKE_PAYLOAD", json.dumps(lm))
-    out = ood.run_harness(cfg, "grpo_g8/seed0", "lm_eval", "ckpt", OODPaths(cfg).harness("grpo_g8/seed0", "lm_eval"))
-    assert out == OODPaths(cfg).harness("grpo_g8/seed0", "lm_eval")
+    out = ood.run_harness(cfg, "grpo_g8/seed0", "lm_eval", "ckpt", Paths(cfg).ood.harness("grpo_g8/seed0", "lm_eval"))
+    assert out == Paths(cfg).ood.harness("grpo_g8/seed0", "lm_eval")
     assert json.loads(out.read_text())["results"]["ifeval"]["prompt_level_strict_acc,none"] == 0.8
     assert sorted(p.name for p in out.parent.iterdir()) == ["lm_eval.json"]  # scratch removed
     monkeypatch.setenv("FAKE_PAYLOAD", json.dumps(evalplus_results([("pass", "pass")], 1.0, 1.0)))
-    out = ood.run_harness(cfg, "start", "evalplus", "ckpt", OODPaths(cfg).harness("start", "evalplus", "humaneval"),
+    out = ood.run_harness(cfg, "start", "evalplus", "ckpt", Paths(cfg).ood.harness("start", "evalplus", "humaneval"),
                           dataset="humaneval")
     assert out.name == "evalplus_humaneval.json" and json.loads(out.read_text())["pass_at_k"]["plus"]["pass@1"] == 1.0
     monkeypatch.setenv("FAKE_MODE", "silent")  # exits 0, writes nothing
     with pytest.raises(FileNotFoundError, match="lm_eval wrote no results"):
-        ood.run_harness(cfg, "start", "lm_eval", "ckpt", OODPaths(cfg).harness("start", "lm_eval"))
+        ood.run_harness(cfg, "start", "lm_eval", "ckpt", Paths(cfg).ood.harness("start", "lm_eval"))
     monkeypatch.setenv("FAKE_MODE", "fail")
     with pytest.raises(RuntimeError, match="exited with 3"):
-        ood.run_harness(cfg, "start", "evalplus", "ckpt", OODPaths(cfg).harness("start", "evalplus", "mbpp"),
+        ood.run_harness(cfg, "start", "evalplus", "ckpt", Paths(cfg).ood.harness("start", "evalplus", "mbpp"),
                         dataset="mbpp")
-    assert not OODPaths(cfg).harness("start", "lm_eval").exists()
+    assert not Paths(cfg).ood.harness("start", "lm_eval").exists()
     monkeypatch.setenv("FAKE_MODE", "ok")  # a results file without the configured metric fails the job
     bad = lm_eval_results({"mmlu_pro": 0.6, "mgsm_en": 0.9, "mgsm_de": 0.8, "ifeval": 0.8})
     del bad["results"]["ifeval"]
     monkeypatch.setenv("FAKE_PAYLOAD", json.dumps(bad))
     with pytest.raises(ValueError, match="task 'ifeval'"):
-        ood.run_harness(cfg, "start", "lm_eval", "ckpt", OODPaths(cfg).harness("start", "lm_eval"))
-    assert not OODPaths(cfg).harness("start", "lm_eval").exists()
+        ood.run_harness(cfg, "start", "lm_eval", "ckpt", Paths(cfg).ood.harness("start", "lm_eval"))
+    assert not Paths(cfg).ood.harness("start", "lm_eval").exists()
 
 
 def test_harness_table_and_table2(paper2, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    O = OODPaths(paper2)
+    O = Paths(paper2).ood
     mmlu = {"start": 0.60, "grpo_g8": 0.66, "basis_grid_grpo_g1_vanilla": 0.50, "basis_grid_grpo_g1_rpp": 0.62,
             "basis_grid_grpo_g1_basis": 0.65}
     for label, tool, ds in ood.harness_outputs(paper2):
@@ -339,14 +339,14 @@ def test_evaluate_ood_rolls_a_shared_checkpoint_out_once(tiny, world_tokenizer, 
     tiny["ood"]["benchmarks"] = tiny["ood"]["benchmarks"][:2]
     tasks = []
     for name, df in ood.build_ood_tasks(tiny, tok.backend_tokenizer, corpus).items():
-        tasks.append(write_table(df, OODPaths(tiny).task(name), cfg=tiny))
+        tasks.append(write_table(df, Paths(tiny).ood.task(name), cfg=tiny))
     tiny["verifier"] = {"workers": 1, "timeout_s": 5.0}
     out = ood.evaluate_ood(tiny, [("start", "start", None, str(ckpt)),
                                   ("basis_grid_grpo_g1_vanilla/seed0", "basis_grid_grpo_g1_vanilla", 0, str(ckpt)),
-                                  ("vanilla_g1/seed0", "vanilla_g1", 0, str(ckpt))], tasks, OODPaths(tiny).table(),
+                                  ("vanilla_g1/seed0", "vanilla_g1", 0, str(ckpt))], tasks, Paths(tiny).ood.table(),
                            threads=1)
     assert len(out) == 3 * 2 and set(out["metric"]) == {"mean@2"} and (out["problems"] == 12).all()
-    assert read_manifest(OODPaths(tiny).table())["checkpoints_rolled_out"] == 1
+    assert read_manifest(Paths(tiny).ood.table())["checkpoints_rolled_out"] == 1
     by = out.pivot(index="policy", columns="benchmark", values="score")
     assert (by.nunique() == 1).all()  # one checkpoint, one set of rollouts
     assert out["seed"].isna().sum() == 2 and str(out["seed"].dtype) == "Int64"
@@ -355,7 +355,7 @@ def test_evaluate_ood_rolls_a_shared_checkpoint_out_once(tiny, world_tokenizer, 
     conf = json.loads((ckpt / "config.json").read_text())
     (ckpt / "config.json").write_text(json.dumps({**conf, "max_position_embeddings": 16}))
     with pytest.raises(ConfigError, match=r"ood.benchmarks 'products_3x1digit': prompts of up to \d+ tokens"):
-        ood.evaluate_ood(tiny, [("start", "start", None, str(ckpt))], tasks, OODPaths(tiny).table())
+        ood.evaluate_ood(tiny, [("start", "start", None, str(ckpt))], tasks, Paths(tiny).ood.table())
 
 
 def test_figure_draws_table2_with_basis_deltas(repo, tmp_path, monkeypatch):
@@ -371,7 +371,7 @@ def test_figure_draws_table2_with_basis_deltas(repo, tmp_path, monkeypatch):
         for j, b in enumerate(["products_3x1digit", "equations_1var", "sequences_4term"]):
             rows.append({"suite": "reasoning_gym", "benchmark": b, "metric": "mean@16", "policy": label, "method": m,
                          "seed": s, "score": base[m] + 0.1 * j + 0.01 * (s or 0), "problems": 128})
-    write_table(ood.to_table(rows), OODPaths(cfg).table(), cfg=cfg)
+    write_table(ood.to_table(rows), Paths(cfg).ood.table(), cfg=cfg)
     png = make_figure("basis/t2_ood", cfg)
     assert png.resolve() == tmp_path / "paper_figures/tiny/basis/t2_ood.png" and png.stat().st_size > 0
     csv = pd.read_csv(png.with_suffix(".csv")).set_index("row")

@@ -18,7 +18,7 @@ from sparserl.core.config import load_config
 from sparserl.core.paths import Paths
 from sparserl.estimators import basis_value
 from sparserl.methods.spec import load_method, snapshot_steps, study_snapshot_steps
-from sparserl.studies import StudyPaths, load_study_data, settings
+from sparserl.studies import load_study_data, settings
 from sparserl.studies import basis_checkpoints as bc
 from sparserl.studies import basis_value as bv
 
@@ -247,7 +247,7 @@ def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, 
     for k, ck in enumerate(bc.study_checkpoints(cfg)):  # values rise over training
         write_pair(P.reference_cache("s"), ck.oracle, p_ref, np.clip(p_ref + 0.05 * k, 0, 1), seed=k, cfg=cfg)
     assert main(["study-basis-stages", "--config", str(cfg_path)]) == 0
-    SP = StudyPaths(cfg)
+    SP = Paths(cfg).studies
     mse = read_table(SP.table("basis", "stage_mse_by_method"))
     f2 = pd.read_csv(SP.csv("basis", "stage_initial_vs_refined"))
     assert list(dict.fromkeys(mse["stage"])) == ["early", "middle", "late"]

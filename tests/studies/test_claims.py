@@ -224,8 +224,8 @@ def _write_rl(cfg, better=("v05_osla",), shift=0.2):
 
 
 def _write_basis(cfg):
-    from sparserl.studies import StudyPaths
-    SP = StudyPaths(cfg)
+    from sparserl.core.paths import Paths
+    SP = Paths(cfg).studies
     head = {"basis_vs_reinforce_pp_pct": {"pct_change": -60.0, "ci95": [-62.0, -58.0], "n_batches": 12},
             "basis_vs_grpo_g8_pct": {"pct_change": 5.0, "ci95": [-1.0, 11.0], "n_batches": 12}}
     write_json({"headline": head}, SP.summary("basis"))
@@ -237,8 +237,8 @@ def _write_basis(cfg):
 
 
 def _write_critique(cfg):
-    from sparserl.envs.world import CritiquePaths
-    CP = CritiquePaths(cfg)
+    from sparserl.core.paths import Paths
+    CP = Paths(cfg).critique
     rows, steps = [], []
     for s in (0, 1, 2):
         for m, ev, rew, rho in (("lc_mean", np.nan, 0.40, np.nan), ("lc_vf", 0.05, 0.30, np.nan),
@@ -319,16 +319,16 @@ def test_basis_and_critique_measures(repo, tmp_path, monkeypatch):
     r = C.basis_headline("basis_vs_grpo_g8_pct")["measure"](ctx)
     assert (r.value, r.lo, r.hi) == (5.0, -1.0, 11.0)
     # Figure 2 reads the RL-checkpoint study's table at the middle checkpoint, mean over the beta grid
-    from sparserl.studies import StudyPaths
+    from sparserl.core.paths import Paths
     f2 = pd.DataFrame([{"stage": st, "estimator": est, "beta": b, "mse": m, "mse_se": 0.001}
                        for st, scale in (("early", 1.0), ("middle", 2.0), ("late", 3.0))
                        for est, ms in (("initial", (0.02, 0.10)), ("refined", (0.03, 0.03)))
                        for b, m in zip((1.0, 10.0), (scale * x for x in ms))])
-    write_table(f2, StudyPaths(cfg).table("basis", "stage_initial_vs_refined"), cfg=cfg)
+    write_table(f2, Paths(cfg).studies.table("basis", "stage_initial_vs_refined"), cfg=cfg)
     f2c = C.basis_refined_vs_initial(ctx)
     assert f2c.value == pytest.approx(100 * (0.06 / 0.12 - 1)) and f2c.hi < 0  # middle: 0.06 vs 0.12
     assert "best beta: initial 0.0400, refined 0.0600" in f2c.detail
-    write_table(f2[f2["estimator"] == "initial"], StudyPaths(cfg).table("basis", "stage_initial_vs_refined"), cfg=cfg)
+    write_table(f2[f2["estimator"] == "initial"], Paths(cfg).studies.table("basis", "stage_initial_vs_refined"), cfg=cfg)
     with pytest.raises(C.BadArtifact, match="no 'refined' rows at stage middle"):
         C.basis_refined_vs_initial(C.Context(cfg))
     ev = C.critique_diff("sudoku_k4", "ev_final", "pvf", "vf")["measure"](ctx)
@@ -338,8 +338,8 @@ def test_basis_and_critique_measures(repo, tmp_path, monkeypatch):
     with pytest.raises(C.NotRun, match="rg_k8"):
         C.critique_diff("rg_k8", "ev_final", "pvf", "vf")["inputs"](cfg)
     # the paper's n = 8 -> 64: a table without n = 64 is not run; a table without a column is an error
-    from sparserl.studies import StudyPaths
-    path = StudyPaths(cfg).table("basis", "sensitivity_n")
+    from sparserl.core.paths import Paths
+    path = Paths(cfg).studies.table("basis", "sensitivity_n")
     write_table(pd.DataFrame({"value": [8.0, 16.0], "skipped": ["", ""], "mse": [0.03, 0.02], "mse_se": [0.001] * 2}), path)
     with pytest.raises(C.NotRun, match="n=64"):
         C.basis_sensitivity_n(C.Context(cfg))

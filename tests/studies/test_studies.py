@@ -13,7 +13,7 @@ import yaml
 from helpers.reference_caches import cache_frame
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.estimators import shrinkage_fusion
-from sparserl.studies import StudyData, load_study_data, settings
+from sparserl.studies import load_study_data, settings
 from sparserl.studies import basis_value as bv
 from sparserl.studies import v05_stats as vs
 
@@ -231,14 +231,13 @@ def _config(repo, tmp_path, study):
 @pytest.mark.e2e  # every study figure, ~10 s
 def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     from sparserl.cli import main
-    from sparserl.studies import StudyPaths
+    from sparserl.core.paths import Paths
     study = {"value": {"repeats": 12, "sensitivity_repeats": 3, "bootstrap": 50,
                        "sensitivity": {"eps": [1e-6, 1e-2], "n": [8, 16], "B": [16, 32], "grid": [1, 4]}},
              "v05": {"repeats": 2, "B": 16, "cs": [0.01, 0.0039], "ks": [1, 4, 8]}}
     cfg_path, cfg = _config(repo, tmp_path, study)
     monkeypatch.chdir(tmp_path)
     cfg["results_dir"], cfg["figures_dir"] = "results", "paper_figures"
-    from sparserl.core.paths import Paths
     P = Paths(cfg)
     write_caches(P.reference_cache("s@p50"), P.oracle("s"), hetero_p(80), n_ref=8, n_oracle=16, cfg=cfg)
     c = ["--config", str(cfg_path)]
@@ -253,7 +252,7 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     for t in ("budget_by_offset", "c_sweep", "stopping_hist"):
         assert main(["study-v05-table", *c, "--table", t]) == 0
     assert main(["study-v05-summary", *c]) == 0
-    SP = StudyPaths(cfg)
+    SP = Paths(cfg).studies
     from sparserl.figures import list_figures
     figs = list_figures(cfg)
     assert len(figs) == 13  # smoke has no `rl` section: the study figures only

@@ -8,7 +8,8 @@
 CRITIQUE = CFG.get("critique")
 
 if CRITIQUE and rl_engine(CFG) == "local":
-    from sparserl.envs.world import CritiquePaths, experiments as critique_experiments, seeds as critique_seeds
+    from sparserl.envs.world import experiments as critique_experiments, seeds as critique_seeds
+    from sparserl.core.paths import Paths
 
     from sparserl.methods.spec import load_method as _load_method
 
@@ -19,7 +20,7 @@ if CRITIQUE and rl_engine(CFG) == "local":
             except ConfigError as e:
                 raise WorkflowError(f"config error: critique.experiments.{_e.name}: {e}")
 
-    CP = CritiquePaths(CFG)
+    CP = Paths(CFG).critique
     # what the terminal shows while a run trains: its log and its TensorBoard folder
     CRITIQUE_TRAIN_MESSAGE = ("training {wildcards.method} on {wildcards.exp} seed {wildcards.seed}: tail -f {log}; "
                               + "tensorboard --logdir " + str(CP.run("{exp}", "{method}", "{seed}").tensorboard)
@@ -143,7 +144,8 @@ if CRITIQUE and rl_engine(CFG) == "local":
 #   snakemake --profile slurm critique
 
 if CRITIQUE and rl_engine(CFG) == "openrlhf":
-    from sparserl.envs.world import CritiquePaths, experiments as critique_experiments, seeds as critique_seeds
+    from sparserl.envs.world import experiments as critique_experiments, seeds as critique_seeds
+    from sparserl.core.paths import Paths
 
     from sparserl.methods.spec import load_method as _load_method
 
@@ -154,7 +156,7 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
             except ConfigError as e:
                 raise WorkflowError(f"config error: critique.experiments.{_e.name}: {e}")
 
-    CP = CritiquePaths(CFG)
+    CP = Paths(CFG).critique
     CRITIQUE_RUNS = [(e.name, m, s) for e in critique_experiments(CFG) for m in e.methods
                      for s in critique_seeds(CFG, e.name)]
     CRITIQUE_ENVS = sorted({e.env for e in critique_experiments(CFG)})

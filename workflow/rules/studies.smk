@@ -12,18 +12,19 @@
 # pair basis.study_reference -> basis.study_oracle (s@p50 -> s@p75), a larger drift than an RL run's;
 # it is the V0.5 statistics' data too, and F3/F5's where basis.study_checkpoints is unset (smoke).
 
-from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES, StudyPaths, settings, study_refs
+from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES, settings, study_refs, table_targets
+from sparserl.core.paths import Paths
 from sparserl.studies.basis_checkpoints import study_variants
 from sparserl.studies.basis_checkpoints import targets as checkpoint_targets
 
-SP = StudyPaths(CFG)
+SP = Paths(CFG).studies
 STUDY_REFS = study_refs(CFG)
 
 
 def study_targets():
     """Every study table CSV and summary: the snapshot pair's (basis.study_reference/oracle) and
     the RL-checkpoint study's (basis.study_checkpoints), each when configured."""
-    return ([str(p) for p in SP.targets()] if STUDY_REFS else []) + [str(p) for p in checkpoint_targets(SP)]
+    return ([str(p) for p in table_targets(SP)] if STUDY_REFS else []) + [str(p) for p in checkpoint_targets(SP)]
 
 
 if STUDY_CKPTS:  # basis.smk

@@ -64,40 +64,44 @@ def _write(df, out, cfg, extra=None, csv=True):
 
 def cmd_basis_batches(args):
     from sparserl.core.artifacts import write_table
-    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    from sparserl.studies import basis_value, settings, study_seed
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
     data = _caches(cfg, args)
     s = settings(cfg)["value"]
     raw = basis_value.simulate_from_settings(data, s, study_seed(cfg))
-    out = args.out or StudyPaths(cfg).basis_batches()
+    out = args.out or Paths(cfg).studies.basis_batches()
     write_table(raw, out, cfg=cfg, extra={"study": "basis_value", "settings": s, "data": _data_info(cfg, data)})
     print(f"{raw['repeat'].nunique()} batches x {raw['method'].nunique()} methods -> {out}")
 
 
 def cmd_basis_table(args):
     from sparserl.core.artifacts import read_table
-    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    from sparserl.studies import basis_value, settings, study_seed
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
-    SP = StudyPaths(cfg)
+    SP = Paths(cfg).studies
     raw = read_table(args.batches or SP.basis_batches())
     df = basis_value.make_table(args.table, raw, settings(cfg)["value"], study_seed(cfg))
     _write(df, args.out or SP.table("basis", args.table), cfg, {"study": "basis_value", "table": args.table})
 
 
 def cmd_basis_sensitivity(args):
-    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    from sparserl.studies import basis_value, settings, study_seed
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
     data = _caches(cfg, args)
     df = basis_value.sensitivity(data, args.param, settings(cfg)["value"], study_seed(cfg))
-    _write(df, args.out or StudyPaths(cfg).table("basis", f"sensitivity_{args.param}"), cfg,
+    _write(df, args.out or Paths(cfg).studies.table("basis", f"sensitivity_{args.param}"), cfg,
            {"study": "basis_value", "sensitivity": args.param, "data": _data_info(cfg, data)})
 
 
 def cmd_basis_summary(args):
     from sparserl.core.artifacts import read_manifest, read_table, write_json
-    from sparserl.studies import StudyPaths, basis_value, settings, study_seed
+    from sparserl.studies import basis_value, settings, study_seed
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
-    SP = StudyPaths(cfg)
+    SP = Paths(cfg).studies
     path = args.batches or SP.basis_batches()
     info = (read_manifest(path) or {}).get("data")
     out = basis_value.summary(read_table(path), settings(cfg)["value"], study_seed(cfg), info)
@@ -112,41 +116,45 @@ def cmd_basis_summary(args):
 
 
 def cmd_v05_bias(args):
-    from sparserl.studies import StudyPaths, settings, study_seed, v05_stats
+    from sparserl.studies import settings, study_seed, v05_stats
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
     data = _caches(cfg, args, pair=True)
     v = settings(cfg)["v05"]
     df = v05_stats.bias_table(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
-    _write(df, args.out or StudyPaths(cfg).table("v05", "bias_mse_by_k"), cfg,
+    _write(df, args.out or Paths(cfg).studies.table("v05", "bias_mse_by_k"), cfg,
            {"study": "v05", "settings": v, "data": _data_info(cfg, data)})
 
 
 def cmd_v05_osla(args):
     from sparserl.core.artifacts import write_table
-    from sparserl.studies import StudyPaths, settings, study_seed, v05_stats
+    from sparserl.studies import settings, study_seed, v05_stats
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
     data = _caches(cfg, args, pair=True)
     v = settings(cfg)["v05"]
     runs = v05_stats.osla_runs(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
-    out = args.out or StudyPaths(cfg).v05_runs()
+    out = args.out or Paths(cfg).studies.v05_runs()
     write_table(runs, out, cfg=cfg, extra={"study": "v05", "settings": v, "data": _data_info(cfg, data)})
     print(f"{len(runs)} prompt runs -> {out}")
 
 
 def cmd_v05_table(args):
     from sparserl.core.artifacts import read_table
-    from sparserl.studies import StudyPaths, settings, v05_stats
+    from sparserl.studies import settings, v05_stats
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
-    SP = StudyPaths(cfg)
+    SP = Paths(cfg).studies
     df = v05_stats.make_run_table(args.table, read_table(args.runs or SP.v05_runs()), settings(cfg)["v05"])
     _write(df, args.out or SP.table("v05", args.table), cfg, {"study": "v05", "table": args.table})
 
 
 def cmd_v05_summary(args):
     from sparserl.core.artifacts import read_manifest, read_table, write_json
-    from sparserl.studies import StudyPaths, settings, v05_stats
+    from sparserl.studies import settings, v05_stats
+    from sparserl.core.paths import Paths
     cfg = _cfg(args)
-    SP = StudyPaths(cfg)
+    SP = Paths(cfg).studies
     bias_path = args.bias or SP.table("v05", "bias_mse_by_k")
     runs_path = args.runs or SP.v05_runs()
     out = v05_stats.summary(read_table(bias_path), read_table(runs_path), settings(cfg)["v05"])
@@ -192,7 +200,7 @@ def cmd_checkpoint_oracle(args):
 def cmd_basis_stages(args):
     """The stage tables of the RL-checkpoint study (stage_mse_by_method, stage_initial_vs_refined)."""
     from sparserl.core.paths import Paths
-    from sparserl.studies import StudyPaths, load_study_data, settings, study_seed
+    from sparserl.studies import load_study_data, settings, study_seed
     from sparserl.studies.basis_checkpoints import STAGE_TABLES, stage_tables, study_checkpoints
     cfg = _cfg(args)
     cks = study_checkpoints(cfg)
@@ -206,7 +214,7 @@ def cmd_basis_stages(args):
     stages = [(c, load_study_data(ref, o)) for c, o in zip(cks, oracles)]
     s = settings(cfg)["value"]
     tables = stage_tables(stages, s, study_seed(cfg))
-    SP = StudyPaths(cfg)
+    SP = Paths(cfg).studies
     outs = dict(zip(STAGE_TABLES, args.out or [SP.table("basis", t) for t in STAGE_TABLES]))
     info = {"reference": str(ref), "reference_policy": cfg["rl"]["policy"],
             "checkpoints": [dict(stage=c.stage, fraction=c.fraction, step=c.step, path=str(c.path), oracle=o)

@@ -121,6 +121,19 @@ class Paths:
     def stage(self, stage: str, *parts: str) -> Path:
         return self.results.joinpath(stage, *parts)
 
+    # the layouts of the studies, the OOD stage and Le Critique's world, resolved with this tree
+    @property
+    def studies(self) -> "StudyPaths":
+        return StudyPaths(self)
+
+    @property
+    def ood(self) -> "OODPaths":
+        return OODPaths(self)
+
+    @property
+    def critique(self) -> "CritiquePaths":
+        return CritiquePaths(self)
+
     # data
     def train_pool(self) -> Path:
         return self.stage("tasks", "train_pool.parquet")
@@ -315,3 +328,111 @@ class Paths:
         """A table of the head-to-head of every RL method (`sparserl head-to-head`): ranking, pairs, curves."""
         return self.stage("head_to_head", f"{name}.parquet")
 
+
+
+class StudyPaths:
+    """Every path of the studies: raw simulation tables under results/{scale}/studies/, tables and
+    summaries under paper_figures/{scale}/{basis,v05}/ (beside the figures drawn from them)."""
+
+    def __init__(self, P: Paths):
+        self.P = P
+
+    def basis_batches(self, prefix: str = "") -> Path:
+        """Raw batches of the BASIS value study; prefix "stress_": the snapshot-pair stress test."""
+        return self.P.stage("studies", f"{prefix}basis_value_batches.parquet")
+
+    def v05_runs(self) -> Path:
+        return self.P.stage("studies", "v05_osla_runs.parquet")
+
+    def table(self, paper: str, name: str) -> Path:
+        return self.P.figure_dir(paper) / f"{name}.parquet"
+
+    def csv(self, paper: str, name: str) -> Path:
+        return self.P.figure_dir(paper) / f"{name}.csv"
+
+    def summary(self, paper: str, prefix: str = "") -> Path:
+        return self.P.figure_dir(paper) / f"{prefix}summary.json"
+
+
+class OODPaths:
+    """Every file of the OOD stage: ``results/{scale}/ood/``."""
+
+    def __init__(self, P: Paths):
+        self.dir = P.stage("ood")
+
+    def table(self) -> Path:
+        return self.dir / "ood.parquet"
+
+    def task(self, name: str) -> Path:
+        return self.dir / "tasks" / f"{name}.parquet"
+
+    def harness(self, label: str, tool: str, dataset: str | None = None) -> Path:
+        """One harness's JSON for one policy (paper scale): lm_eval.json, evalplus_<dataset>.json."""
+        name = "lm_eval.json" if tool == "lm_eval" else f"evalplus_{dataset}.json"
+        return self.dir / "harness" / label / name
+
+
+WORLD_POLICY = "c"  # Le Critique's pre-trained policy (its world's only one)
+
+
+def critique_cfg(cfg: dict) -> dict:
+    c = cfg.get("critique")
+    if not c:
+        raise ValueError("the config has no 'critique' section (Le Critique's envs and experiments)")
+    return c
+
+
+def critique_world(cfg: dict) -> dict:
+    """A config for the math stage's tokenizer/pre-training code, rooted at results/{scale}/critique.
+    At paper scale (`critique.policy_hub`) the world's policy is that hub model: no corpus, no
+    tokenizer, no pre-training."""
+    c = critique_cfg(cfg)
+    policy = ({"source": "hub", "hf_name": c["policy_hub"]} if c.get("policy_hub")
+              else {"source": "pretrain", **c["policy"]})
+    return {"scale": f"{cfg['scale']}/critique", "results_dir": setting(cfg, "results_dir"),
+            "figures_dir": setting(cfg, "figures_dir"), "seed": cfg["seed"],
+            "tasks": {"source": "critique", "prompt_template": "{problem}", "answer_template": "{answer}",
+                      "envs": c["envs"], "corpus": c.get("corpus")},
+            "tokenizer": c.get("tokenizer"), "policies": {WORLD_POLICY: policy},
+            "pretrain": c.get("pretrain", cfg.get("pretrain", {})), "rollout": cfg["rollout"]}
+
+
+class CritiquePaths:
+    """results/{scale}/critique/...: the world (tasks, tokenizer, policy c) and the runs."""
+
+    def __init__(self, P: Paths):
+        self.cfg = P.cfg
+        self.world = Paths(critique_world(P.cfg), P.root)
+        self.root = self.world.results
+
+    def corpus(self):
+        return self.world.pretrain_corpus()
+
+    def tokenizer(self):
+        return self.world.tokenizer()
+
+    def policy(self, exp: str | None = None):
+        """Policy c's checkpoint dir (tiny/small), or the hub model's local copy at paper scale
+        (`critique.policy_hub`, or experiment `exp`'s own `policy_hub`)."""
+        if exp is not None:
+            known = critique_cfg(self.cfg).get("experiments") or {}
+            if exp not in known:
+                raise ValueError(f"critique.experiments has no {exp!r}; known: {list(known)}")
+            own = known[exp].get("policy_hub")
+            if own:  # its local copy (rule fetch_models), as the world's own hub policy
+                return hub_model_dir(own, self.world.root)
+        return self.world.policy(WORLD_POLICY)
+
+    def run(self, exp: str, method: str, seed) -> RunPaths:
+        return RunPaths(self.root / "runs" / exp / method / f"seed{seed}", method, seed)
+
+    def runs_table(self):
+        """Every run's per-step metrics in one long table (the figures read it)."""
+        return self.root / "runs.parquet"
+
+    def final_table(self):
+        """One row per run (final and held-out rewards, EV, rho)."""
+        return self.root / "final.parquet"
+
+    def start_eval(self, env: str):
+        return self.root / "start_eval" / f"{env}.json"

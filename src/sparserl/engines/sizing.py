@@ -385,11 +385,12 @@ def _rl_cluster(cfg: dict, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estim
 def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
     """The pieces of a Le Critique run's estimate (also its resume cadence, `critique_save_steps`)."""
     from sparserl.engines.openrlhf.experiment import run_method, settings
-    from sparserl.envs.world import CritiquePaths, experiment
+    from sparserl.envs.world import experiment
+    from sparserl.core.paths import Paths
     s, e = settings(cfg, exp), experiment(cfg, exp)
     m = run_method(cfg, exp, method_name)
     hf = e.policy_hub or cfg["critique"]["policy_hub"]
-    shape = model_shape(hf, CritiquePaths(cfg).policy(exp))
+    shape = model_shape(hf, Paths(cfg).critique.policy(exp))
     # multi-turn: the trajectory's generated tokens bound the sequential decode steps
     L = response_lengths(hf, int(s["max_len"]) - PROMPT_TOKENS)
     L = Lengths(L.cap, min(L.mean, RESPONSE_FRACTION * L.cap))
@@ -472,13 +473,14 @@ def _reference_cache_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
 
 def _critique_start(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     from sparserl.engines.openrlhf.experiment import settings
-    from sparserl.envs.world import CritiquePaths, experiments
+    from sparserl.envs.world import experiments
+    from sparserl.core.paths import Paths
     exps = [e for e in experiments(cfg) if e.env == w["env"]]
     secs, parts = 0.0, []
     for e in exps:  # the start policy of each experiment on the env's held-out problems
         s = settings(cfg, e.name)
         hf = e.policy_hub or cfg["critique"]["policy_hub"]
-        shape = model_shape(hf, CritiquePaths(cfg).policy(e.name))
+        shape = model_shape(hf, Paths(cfg).critique.policy(e.name))
         est = _one_gpu_generation(cfg, "critique_start", "", hf, shape, gpu,
                                   eval_rollouts(s),
                                   int(s["max_len"]) - PROMPT_TOKENS)

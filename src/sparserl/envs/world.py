@@ -14,34 +14,9 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
-from sparserl.core.config import section_setting, setting
-from sparserl.core.paths import Paths, RunPaths
+from sparserl.core.config import section_setting
+from sparserl.core.paths import WORLD_POLICY, critique_cfg, critique_world  # noqa: F401  (the world's config)
 from sparserl.envs import make_env
-
-WORLD_POLICY = "c"
-
-
-def critique_cfg(cfg: dict) -> dict:
-    c = cfg.get("critique")
-    if not c:
-        raise ValueError("the config has no 'critique' section (Le Critique's envs and experiments)")
-    return c
-
-
-def critique_world(cfg: dict) -> dict:
-    """A config for the math stage's tokenizer/pre-training code, rooted at results/{scale}/critique.
-    At paper scale (`critique.policy_hub`) the world's policy is that hub model: no corpus, no
-    tokenizer, no pre-training."""
-    c = critique_cfg(cfg)
-    policy = ({"source": "hub", "hf_name": c["policy_hub"]} if c.get("policy_hub")
-              else {"source": "pretrain", **c["policy"]})
-    return {"scale": f"{cfg['scale']}/critique", "results_dir": setting(cfg, "results_dir"),
-            "figures_dir": setting(cfg, "figures_dir"), "seed": cfg["seed"],
-            "tasks": {"source": "critique", "prompt_template": "{problem}", "answer_template": "{answer}",
-                      "envs": c["envs"], "corpus": c.get("corpus")},
-            "tokenizer": c.get("tokenizer"), "policies": {WORLD_POLICY: policy},
-            "pretrain": c.get("pretrain", cfg.get("pretrain", {})), "rollout": cfg["rollout"]}
-
 
 def envs(cfg: dict) -> dict:
     """name -> Env of every configured env."""
@@ -107,42 +82,3 @@ def seeds(cfg: dict, exp: str | None = None) -> list[int]:
     if exp is not None:
         return list(experiment_rl(cfg, exp)["seeds"])
     return list(critique_cfg(cfg)["rl"]["seeds"])
-
-
-class CritiquePaths:
-    """results/{scale}/critique/...: the world (tasks, tokenizer, policy c) and the runs."""
-
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
-        self.world = Paths(critique_world(cfg))
-        self.root = self.world.results
-
-    def corpus(self):
-        return self.world.pretrain_corpus()
-
-    def tokenizer(self):
-        return self.world.tokenizer()
-
-    def policy(self, exp: str | None = None):
-        """Policy c's checkpoint dir (tiny/small), or the hub model's local copy at paper scale
-        (`critique.policy_hub`, or experiment `exp`'s own `policy_hub`)."""
-        if exp is not None:
-            own = experiment(self.cfg, exp).policy_hub
-            if own:  # its local copy (rule fetch_models), as the world's own hub policy
-                from sparserl.core.paths import hub_model_dir
-                return hub_model_dir(own)
-        return self.world.policy(WORLD_POLICY)
-
-    def run(self, exp: str, method: str, seed) -> RunPaths:
-        return RunPaths(self.root / "runs" / exp / method / f"seed{seed}", method, seed)
-
-    def runs_table(self):
-        """Every run's per-step metrics in one long table (the figures read it)."""
-        return self.root / "runs.parquet"
-
-    def final_table(self):
-        """One row per run (final and held-out rewards, EV, rho)."""
-        return self.root / "final.parquet"
-
-    def start_eval(self, env: str):
-        return self.root / "start_eval" / f"{env}.json"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sparserl.evaluation.ood import OODPaths, START, ood_settings, t2_table
+from sparserl.evaluation.ood import START, ood_settings, t2_table
+from sparserl.core.paths import Paths
 from sparserl.figures.registry import pyplot, read_single, register_figure
 from sparserl.figures.style import method_color
 
@@ -95,7 +96,7 @@ def _draw(data, axes):
 
 
 register_figure(
-    "basis/t2_ood", tables=lambda cfg: [OODPaths(cfg).table()], read=_read, layout=_layout,
+    "basis/t2_ood", tables=lambda cfg: [Paths(cfg).ood.table()], read=_read, layout=_layout,
     frame=lambda data: data["df"], unavailable=_unavailable, bars="±1 sd across seeds (none with one seed)",
     built_by="rule ood_eval (`sparserl ood-eval`; paper scale: rule ood_table, `sparserl ood-table`)",
     caption="BASIS Table 2: out-of-domain evaluation of the GRPO variants trained on the math pool: the "

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table
-from sparserl.envs.world import CritiquePaths, experiments
+from sparserl.envs.world import experiments
+from sparserl.core.paths import Paths
 from sparserl.figures.registry import FigureError, pyplot, register_figure
 from sparserl.figures.style import method_color
 from sparserl.studies.le_critique import EV_BATCHES, ema, role, seed_stats  # noqa: F401 (role: used here, re-exported)
@@ -32,11 +33,11 @@ def _none(cfg: dict) -> str:
 
 
 def _runs(cfg):
-    return [CritiquePaths(cfg).runs_table()]
+    return [Paths(cfg).critique.runs_table()]
 
 
 def _final(cfg):
-    return [CritiquePaths(cfg).final_table()]
+    return [Paths(cfg).critique.final_table()]
 
 
 def _read(cfg, tables):

@@ -131,14 +131,15 @@ def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str, root
     critic lr, trained on the experiment's rl settings (critique.rl with its own overrides). Its
     key is the one each engine's DAG has keyed these runs by. `root` and `policy`: the run's folder
     and start policy as the DAG resolved them (`critique-train`), else `CritiquePaths`'."""
-    from sparserl.envs.world import CritiquePaths, critique_cfg, experiment, experiment_rl
+    from sparserl.envs.world import critique_cfg, experiment, experiment_rl
+    from sparserl.core.paths import Paths
     seed = int(seed)
     e = experiment(cfg, exp)
     rl = experiment_rl(cfg, exp)
     base = load_method(method)
     spec = with_critic_lr(dataclasses.replace(base, group_size=e.k), rl)  # K comes from the experiment
     c = critique_cfg(cfg)
-    CP = CritiquePaths(cfg)
+    CP = Paths(cfg).critique
     if rl_engine(cfg) == "local":
         identity = {"rl": c["rl"], "env": c["envs"][e.env], "k": e.k, "method": base.to_dict(),
                     "rollout": cfg["rollout"], **({"exp_rl": e.rl} if e.rl else {})}  # an experiment's own rl

@@ -33,7 +33,7 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table
 from sparserl.core.config import with_defaults
-from sparserl.core.paths import Paths
+from sparserl.core.paths import Paths, StudyPaths  # noqa: F401  (StudyPaths: table_targets's type)
 
 BASIS_TABLES = ("mse_by_method", "mse_by_heterogeneity", "mse_by_difficulty", "zero_one_rate")
 BASIS_SENSITIVITY = ("eps", "n", "B", "grid")
@@ -57,37 +57,14 @@ def study_refs(cfg: dict) -> tuple[str, str] | None:
     return None
 
 
-class StudyPaths:
-    """Every path of the studies: raw simulation tables under results/{scale}/studies/, tables and
-    summaries under paper_figures/{scale}/{basis,v05}/ (beside the figures drawn from them)."""
-
-    def __init__(self, cfg: dict, root: str | Path = "."):
-        self.P = Paths(cfg, root)
-
-    def basis_batches(self, prefix: str = "") -> Path:
-        """Raw batches of the BASIS value study; prefix "stress_": the snapshot-pair stress test."""
-        return self.P.stage("studies", f"{prefix}basis_value_batches.parquet")
-
-    def v05_runs(self) -> Path:
-        return self.P.stage("studies", "v05_osla_runs.parquet")
-
-    def table(self, paper: str, name: str) -> Path:
-        return self.P.figure_dir(paper) / f"{name}.parquet"
-
-    def csv(self, paper: str, name: str) -> Path:
-        return self.P.figure_dir(paper) / f"{name}.csv"
-
-    def summary(self, paper: str, prefix: str = "") -> Path:
-        return self.P.figure_dir(paper) / f"{prefix}summary.json"
-
-    def targets(self) -> list[Path]:
-        """Every table CSV and both summaries (`snakemake studies` adds the study figures, which
-        `sparserl.figures` registers; the checkpoint study's: `basis_checkpoints.targets`)."""
-        out = [self.summary("basis"), self.summary("v05")]
-        out += [self.csv("basis", t) for t in BASIS_TABLES]
-        out += [self.csv("basis", f"sensitivity_{s}") for s in BASIS_SENSITIVITY]
-        out += [self.csv("v05", t) for t in ("bias_mse_by_k",) + V05_RUN_TABLES]
-        return out
+def table_targets(SP: StudyPaths) -> list[Path]:
+    """Every table CSV and both summaries (`snakemake studies` adds the study figures, which
+    `sparserl.figures` registers; the checkpoint study's: `basis_checkpoints.targets`)."""
+    out = [SP.summary("basis"), SP.summary("v05")]
+    out += [SP.csv("basis", t) for t in BASIS_TABLES]
+    out += [SP.csv("basis", f"sensitivity_{s}") for s in BASIS_SENSITIVITY]
+    out += [SP.csv("v05", t) for t in ("bias_mse_by_k",) + V05_RUN_TABLES]
+    return out
 
 @dataclass
 class StudyData:

@@ -163,7 +163,7 @@ def test_shared_prefixes_and_length_chunks_give_the_plain_critic(tiny_lm):
 
 
 def _cfg(tmp_path, tiny_lm, repo, env_kind="toy", methods=("lc_pvf_answer",), k=4):
-    from sparserl.envs.world import CritiquePaths
+    from sparserl.core.paths import Paths
     from sparserl.models.policies import save_hf
     cfg = load_config(repo / "configs/smoke.yaml")
     cfg["results_dir"] = str(tmp_path / "results")
@@ -176,7 +176,7 @@ def _cfg(tmp_path, tiny_lm, repo, env_kind="toy", methods=("lc_pvf_answer",), k=
                "max_new_tokens": 4, "checkpoint_every": 2, "eval": {"problems": 8, "samples": 2}},
         "experiments": {"toy_k": {"env": "toy", "k": k, "methods": list(methods)}}}
     model, tok = tiny_lm
-    save_hf(model, tok, CritiquePaths(cfg).policy(), {"test": True})
+    save_hf(model, tok, Paths(cfg).critique.policy(), {"test": True})
     return cfg
 
 
@@ -271,10 +271,10 @@ def test_multi_turn_rows_and_trajectories(tmp_path, tiny_lm, repo, toy_env):
 def test_a_killed_run_resumes_to_the_same_metrics(tmp_path, tiny_lm, repo, toy_env):
     from sparserl.engines.local.critique import CritiqueTrainer, KilledForTest
     from sparserl.methods.run import resolve_critique_run
-    from sparserl.envs.world import CritiquePaths
+    from sparserl.core.paths import Paths
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_tether",))
     CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_tether", 0)).run()
-    rp = CritiquePaths(cfg).run("toy_k", "lc_tether", 0)
+    rp = Paths(cfg).critique.run("toy_k", "lc_tether", 0)
     full = pd.read_parquet(rp.metrics).drop(columns="wall_time_s")
     with pytest.raises(KilledForTest):
         CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", "lc_tether", 0)).run(stop_after=2)
@@ -295,7 +295,7 @@ def test_critique_trainer_is_built_by_trainers_construction(tmp_path, tiny_lm, r
     from sparserl.engines.local.critic_loop import make_critic
     from sparserl.engines.local.critique import CritiqueTrainer
     from sparserl.engines.local.trainer import Trainer, load_policy
-    from sparserl.envs.world import CritiquePaths
+    from sparserl.core.paths import Paths
     from sparserl.methods.run import resolve_critique_run
     cfg = _cfg(tmp_path, tiny_lm, repo, env_kind="toy_turns", methods=("lc_vf",))
     run = resolve_critique_run(cfg, "toy_k", "lc_vf", 0)
@@ -303,9 +303,9 @@ def test_critique_trainer_is_built_by_trainers_construction(tmp_path, tiny_lm, r
     load_models = Trainer.load_models
     monkeypatch.setattr(Trainer, "load_models", lambda self, *a: (built.append(a), load_models(self, *a))[1])
     tr = CritiqueTrainer(cfg, run)
-    assert built == [(str(CritiquePaths(cfg).policy()), "cpu")]
+    assert built == [(str(Paths(cfg).critique.policy()), "cpu")]
     torch.manual_seed(0)
-    model, tok = load_policy(str(CritiquePaths(cfg).policy()), "cpu")
+    model, tok = load_policy(str(Paths(cfg).critique.policy()), "cpu")
     critic = make_critic(model, run.spec, tok.pad_token_id, 0, run.settings)
     for (n, a), b in zip(model.state_dict().items(), tr.model.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=0, atol=0, msg=n)
@@ -384,7 +384,7 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     from sparserl.core.artifacts import write_json
     from sparserl.engines.local.critique import CritiqueTrainer
     from sparserl.methods.run import resolve_critique_run
-    from sparserl.envs.world import CritiquePaths
+    from sparserl.core.paths import Paths
     from sparserl.figures import list_figures, make_figure
     from sparserl.studies.le_critique import write_runs_table
     methods = ("lc_mean", "lc_vf", "lc_pvf_answer", "lc_tether", "lc_vf_lam", "lc_pvf_answer_lam")
@@ -393,7 +393,7 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     cfg["figures_dir"] = str(tmp_path / "figs")
     for m in methods:
         CritiqueTrainer(cfg, resolve_critique_run(cfg, "toy_k", m, 0)).run()
-    CP = CritiquePaths(cfg)
+    CP = Paths(cfg).critique
     write_json({"env": "toy", "heldout_reward": 0.25}, CP.start_eval("toy"))
     write_runs_table(cfg, [CP.run("toy_k", m, 0).dir / "summary.json" for m in methods], [CP.start_eval("toy")],
                      CP.runs_table(), CP.final_table())
@@ -420,12 +420,12 @@ def test_critique_runs_log_heldout_reward_and_hyperparameters_to_tensorboard(tmp
     pytest.importorskip("tensorboard")
     from helpers.tb_events import hparams, metric_tags, read_events
     from sparserl.engines.local.critique import KilledForTest, train
-    from sparserl.envs.world import CritiquePaths
+    from sparserl.core.paths import Paths
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=("lc_vf",))
     with pytest.raises(KilledForTest):
         train(cfg, "toy_k", "lc_vf", 0, stop_after=2)
     d = train(cfg, "toy_k", "lc_vf", 0)
-    run = CritiquePaths(cfg).run("toy_k", "lc_vf", 0)
+    run = Paths(cfg).critique.run("toy_k", "lc_vf", 0)
     assert run.tensorboard == d / "tensorboard"
     acc = read_events(run.tensorboard)
     summary = json.loads((d / "summary.json").read_text())

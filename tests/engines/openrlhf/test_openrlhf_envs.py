@@ -310,7 +310,7 @@ def test_cli_writes_the_runs_metrics_and_summary(orl, tmp_path, monkeypatch, met
 
     from sparserl.cli import main
     from sparserl.core.artifacts import read_table
-    from sparserl.envs.world import CritiquePaths
+    from sparserl.core.paths import Paths
     from sparserl.studies.le_critique import final_row
     for mod, attrs in [(orl.ppo_trainer, ["RemoteExperienceMaker", "SamplesGenerator"]),
                        (orl.ppo_trainer_async, ["SamplesGenerator"]),
@@ -331,7 +331,7 @@ def test_cli_writes_the_runs_metrics_and_summary(orl, tmp_path, monkeypatch, met
                  "--seed", "0"]) == 0
     (args,) = trained
     assert args.rollout.n_samples_per_prompt == 8 and inits
-    rp = CritiquePaths(cfg).run("rg_k8", method, 0)
+    rp = Paths(cfg).critique.run("rg_k8", method, 0)
     met = read_table(rp.metrics)
     assert met["step"].tolist() == [1, 2, 3]  # policy steps: the warm-up's global steps subtracted
     assert np.allclose(met["reward_mean"], [0.01 * (s + W) for s in (1, 2, 3)])

@@ -140,12 +140,13 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
     """OpenRLHF flags of one Le Critique run: `flags.openrlhf_flags` on the experiment's settings
     (steps, rollouts per step, lengths, lr, temperature, openrlhf overrides) and the method with
     group size K, then the env's files and the evaluation (module doc)."""
-    from sparserl.envs.world import CritiquePaths, critique_cfg, experiment
+    from sparserl.envs.world import critique_cfg, experiment
+    from sparserl.core.paths import Paths
     s = settings(cfg, exp)
     e = experiment(cfg, exp)
     method = run_method(cfg, exp, method_name)
     run = run or run_paths(cfg, exp, method_name, seed)
-    policy = CritiquePaths(cfg).policy(exp)  # a hub model's local copy (rule fetch_models)
+    policy = Paths(cfg).critique.policy(exp)  # a hub model's local copy (rule fetch_models)
     if not (e.policy_hub or critique_cfg(cfg).get("policy_hub")):
         raise ValueError(f"critique-openrlhf: experiment {exp} has no hub policy; set critique.policy_hub "
                          "(paper scale), or train it with the local engine (critique-train)")
@@ -284,12 +285,13 @@ def start_reward(cfg: dict, env_name: str, backend=None, tokenizer=None) -> dict
     chat template and token counts) are for tests."""
     import tempfile
 
-    from sparserl.envs.world import CritiquePaths, experiments
+    from sparserl.envs.world import experiments
+    from sparserl.core.paths import Paths
     from sparserl.rollout import SamplingParams
     exps = [e for e in experiments(cfg) if e.env == env_name]
     if not exps:
         raise ValueError(f"critique-start: no experiment runs on env {env_name!r}")
-    CP = CritiquePaths(cfg)
+    CP = Paths(cfg).critique
     policies = {str(CP.policy(e.name)) for e in exps}
     if len(policies) > 1:
         raise ValueError(f"critique-start: the experiments on env {env_name!r} start from different policies "

@@ -31,13 +31,13 @@ Modules: `common` (settings, policies, paths, the table), `procedural` (tiny and
 """
 from __future__ import annotations
 
-from .common import (EVALPLUS_NAMES, START, T2_METHODS, TABLE_COLUMNS, OODPaths, ood_settings, parse_label, policies,
+from .common import (EVALPLUS_NAMES, START, T2_METHODS, TABLE_COLUMNS, ood_settings, parse_label, policies,
                      t2_table, to_table)
 from .harness import (evalplus_argv, find_evalplus_results, find_lm_eval_results, harness_outputs, harness_table,
                       lm_eval_argv, parse_evalplus, parse_lm_eval, run_harness)
 from .procedural import build_ood_tasks, evaluate_ood, load_fast_tokenizer, write_ood_tasks
 
-__all__ = ["EVALPLUS_NAMES", "OODPaths", "START", "T2_METHODS", "TABLE_COLUMNS", "build_ood_tasks", "evalplus_argv", "evaluate_ood",
+__all__ = ["EVALPLUS_NAMES", "START", "T2_METHODS", "TABLE_COLUMNS", "build_ood_tasks", "evalplus_argv", "evaluate_ood",
            "find_evalplus_results", "find_lm_eval_results", "harness_outputs", "harness_table", "lm_eval_argv", "load_fast_tokenizer",
            "ood_settings", "parse_evalplus", "parse_label", "parse_lm_eval", "policies", "run_harness",
            "t2_table", "to_table", "write_ood_tasks"]

@@ -3,13 +3,11 @@ the table's columns and BASIS Table 2 built from it (the package docstring,
 `sparserl.evaluation.ood`, describes the two pipelines)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from sparserl.core.config import ConfigError, setting
-from sparserl.core.paths import Paths
 
 #: BASIS Table 2's rows, in its order: GRPO G=8 and the three single-rollout GRPO variants
 T2_METHODS = ["grpo_g8", "basis_grid_grpo_g1_vanilla", "basis_grid_grpo_g1_rpp", "basis_grid_grpo_g1_basis"]
@@ -58,24 +56,6 @@ def parse_label(label: str) -> tuple[str, int | None]:
     if not method or not seed.isdigit():
         raise ValueError(f"OOD policy label {label!r}: expected 'start' or '<method>/seed<n>'")
     return method, int(seed)
-
-
-class OODPaths:
-    """Every file of the OOD stage: ``results/{scale}/ood/``."""
-
-    def __init__(self, cfg: dict, root: str | Path = "."):
-        self.dir = Paths(cfg, root).stage("ood")
-
-    def table(self) -> Path:
-        return self.dir / "ood.parquet"
-
-    def task(self, name: str) -> Path:
-        return self.dir / "tasks" / f"{name}.parquet"
-
-    def harness(self, label: str, tool: str, dataset: str | None = None) -> Path:
-        """One harness's JSON for one policy (paper scale): lm_eval.json, evalplus_<dataset>.json."""
-        name = "lm_eval.json" if tool == "lm_eval" else f"evalplus_{dataset}.json"
-        return self.dir / "harness" / label / name
 
 
 def to_table(rows: list[dict]) -> pd.DataFrame:
