@@ -187,7 +187,8 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
     from sparserl.core.artifacts import write_table
     from sparserl.core.paths import Paths
     from sparserl.evaluation.world import world_report
-    from sparserl.figures import list_figures, make_figure
+    from sparserl.cli.figures import draw_figure
+    from sparserl.figures import list_figures
     from sparserl.models.policies import pretrain
     from sparserl.models.tokenizer import train_tokenizer
     cfg = _cfg(repo)
@@ -223,7 +224,7 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
     assert all("greedy_wrong" in r and r["eval_protocol"] == r["sampled_t1_k2"] for n, r in sets.items()
                if n != "rl_pool")
     assert "world/start_policy" in [f.id for f in list_figures(cfg)]
-    png = make_figure("world/start_policy", cfg, out=tmp_path / "fig" / "start_policy.png")
+    png = draw_figure("world/start_policy", cfg, Paths(cfg), out=tmp_path / "fig" / "start_policy.png")
     assert png.exists() and png.with_suffix(".csv").exists()
     assert "world/start_policy" in [f.id for f in list_figures(load_config(repo / "configs/tiny.yaml"))]
     world1 = load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world1.yaml"])
