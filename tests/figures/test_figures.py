@@ -18,7 +18,7 @@ from helpers.head_to_head_tables import write_head_to_head_tables
 from sparserl.cli.figures import draw_figure
 from sparserl.core.artifacts import write_table
 from sparserl.core.paths import Paths
-from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, make_figure, registered
+from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, registered
 from sparserl.figures import basis_checkpoints
 from sparserl.figures.registry import footer, pyplot
 from sparserl.figures.style import method_color
@@ -429,7 +429,7 @@ def test_cli_draws_and_lists(cfg, tmp_path, capsys):
 @pytest.mark.e2e  # DAG dry run
 def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     """The default (tiny) config has RL runs, the studies and V0: every figure gets its own rule."""
-    cmd = [sys.executable, "-m", "snakemake", "figures", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n"]
+    cmd = [sys.executable, "-m", "snakemake", "figures", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n", "-p"]
     out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     log = out.stdout + out.stderr
@@ -442,6 +442,9 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
         block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
         assert f"output: {f.output(Paths(tiny))}" in block, block
         assert f"input: {', '.join(str(t) for t in f.tables(Paths(tiny)))}" in block, block
+        # the command draws exactly the rule's input, in its order, to its output
+        assert f"--id {f.id} --tables {' '.join(str(t) for t in f.tables(Paths(tiny)))} --out {f.output(Paths(tiny))}" \
+            in log, f.id
     curves = log.split("rule figure_head_to_head_learning_curves:\n    input: ")[1].split("\n")[0]
     assert curves.count("metrics.parquet") == len(tiny["rl"]["methods"]) * len(tiny["rl"]["seeds"])
     # rl_train's jobs show their message: which run trains, its log and its TensorBoard folder

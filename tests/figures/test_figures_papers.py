@@ -330,3 +330,36 @@ def test_grid_methods_are_the_roles_their_names_say():
         spec = load_method(m)
         assert spec.group_size == k and spec.osla is None and spec.estimator == "v05_fusion"
     assert load_method("v05_osla").osla.k_init == 4 and load_method("grpo_g16").group_size == 16
+
+
+def test_figures_draw_the_tables_they_are_given(cfg, tmp_path):
+    """make_figure reads the tables its caller gives (the rule's {input}), not the config's layout:
+    with the start policy's evaluation moved out of the results tree, V0.5 Fig. 1 draws the same
+    bytes from the moved table, and the command draws it from `--tables`. Fails if a reader
+    re-derives a table from the config (read_eval_curves once did for the start evaluation)."""
+    import shutil
+
+    from sparserl.cli import main
+    from sparserl.core.artifacts import manifest_path
+    from sparserl.figures import MissingTableError, make_figure
+    write_tables(cfg)
+    fig_id = "v05/f1_accuracy_curves"
+    f, P = get_figure(fig_id), Paths(cfg)
+    before = draw_figure(fig_id, cfg, P, out=tmp_path / "before" / "f1.png")
+    start = P.eval_table(cfg["rl"]["policy"])
+    tables = f.tables(P)
+    assert tables[0] == start
+    moved = tmp_path / "elsewhere" / start.name
+    moved.parent.mkdir()
+    shutil.move(start, moved)
+    shutil.move(manifest_path(start), manifest_path(moved))
+    with pytest.raises(MissingTableError, match=str(start)):
+        draw_figure(fig_id, cfg, P)
+    after = make_figure(fig_id, cfg, [moved, *tables[1:]], tmp_path / "after" / "f1.png")
+    for suffix in (".csv", ".png", ".pdf"):
+        assert after.with_suffix(suffix).read_bytes() == before.with_suffix(suffix).read_bytes(), suffix
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["figure", "--config", str(path), "--id", fig_id, "--tables", str(moved), *map(str, tables[1:]),
+                 "--out", str(tmp_path / "cli" / "f1.png")]) == 0
+    assert (tmp_path / "cli" / "f1.csv").read_bytes() == before.with_suffix(".csv").read_bytes()

@@ -184,10 +184,10 @@ def test_bad_world_values_name_the_key(repo, tmp_path, key, value, match):
 @pytest.mark.e2e  # ~20 s
 def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_path):
     """End to end on a 3-step policy: the report's new fields, then its figure from the JSON alone."""
+    from sparserl.cli.figures import draw_figure
     from sparserl.core.artifacts import write_table
     from sparserl.core.paths import Paths
     from sparserl.evaluation.world import world_report
-    from sparserl.cli.figures import draw_figure
     from sparserl.figures import list_figures
     from sparserl.models.policies import pretrain
     from sparserl.models.tokenizer import train_tokenizer
