@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from helpers.head_to_head_tables import problems, write_runs
+from sparserl.cli.figures import draw_figure
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
-from sparserl.figures import get_figure, list_figures, make_figure
+from sparserl.figures import get_figure, list_figures
 from sparserl.studies import aggregates as agg
 
 METHODS = ["grpo_g8", "rloo_g8", "grpo_g4", "vanilla_g1", "basis_grid_grpo_g1_vanilla"]
@@ -211,20 +212,20 @@ def test_figures_are_registered_and_drawn_with_the_scale_footer(repo, tmp_path, 
     for fig_id in FIGURES:
         f = get_figure(fig_id)
         assert f.bars and "rliable" in f.caption
-        out = make_figure(fig_id, cfg)
+        out = draw_figure(fig_id, cfg, Paths(cfg))
         assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, fig_id
         assert out.with_suffix(".pdf").exists() and len(pd.read_csv(out.with_suffix(".csv")))
-        data = f.read(cfg, f.tables(cfg))
+        data = f.read(cfg, f.tables(Paths(cfg)))
         fig, axes = f.layout(data)
         from sparserl.figures.registry import footer
         f.draw(data, axes)
-        footer(fig, f.tables(cfg), cfg, "smoke.yaml", bars=f.bars)
+        footer(fig, f.tables(Paths(cfg)), cfg, "smoke.yaml", bars=f.bars)
         text = fig.texts[-1].get_text()
         assert text.startswith("scale=smoke  [SMOKE SCALE") and "smoke.yaml" in text and "rliable" in text
         pyplot().close(fig)
     # the IQM figure: one point per method and metric at the table's IQM
     f = get_figure(FIGURES[0])
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, axes = f.layout(data)
     f.draw(data, axes)
     xs = sorted(float(c.lines[0].get_xdata()[0]) for c in axes[0].containers)
@@ -263,6 +264,7 @@ def test_pooled_start_policies_make_start_seed_pairs_the_runs(repo, tmp_path, mo
     # the figures' titles and footers name the starts and the pooled tree
     from sparserl.figures.head_to_head import _scores_note
     assert _scores_note(iqm) == "2 starts x 1 seed = 2 runs x 2 benchmarks"
-    assert get_figure(FIGURES[0]).note(pooled) == ("runs: (start policy, seed) pairs, start policies pooled from this "
-                                                   f"tree and {pooled['head_to_head']['pool'][0]}")
-    assert get_figure(FIGURES[0]).note(first) == ""
+    iqm_fig = get_figure(FIGURES[0])
+    assert iqm_fig.note(pooled, iqm_fig.tables(Paths(pooled))) == ("runs: (start policy, seed) pairs, start policies "
+                                                                   f"pooled from this tree and {pooled['head_to_head']['pool'][0]}")
+    assert iqm_fig.note(first, iqm_fig.tables(Paths(first))) == ""

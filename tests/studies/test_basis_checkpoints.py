@@ -235,7 +235,7 @@ def test_the_extra_snapshot_changes_no_number_of_the_run(world):
 @pytest.mark.e2e  # CLI, tables and figures
 def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, monkeypatch):
     from sparserl.cli import main
-    from sparserl.figures import make_figure
+    from sparserl.cli.figures import draw_figure
     monkeypatch.chdir(tmp_path)
     cfg = load_config(repo / "configs/tiny.yaml")
     cfg["basis"]["study"] = {"value": {"repeats": 20, "bootstrap": 20}}
@@ -255,7 +255,7 @@ def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, 
     info = read_manifest(SP.table("basis", "stage_mse_by_method"))
     assert info["data"]["reference_policy"] == "s" and len(info["data"]["checkpoints"]) == 3
     for fig_id in ("basis/f2_initial_vs_refined", "basis/a1_mse_by_stage"):
-        png = make_figure(fig_id, cfg)
+        png = draw_figure(fig_id, cfg, Paths(cfg))
         assert png.read_bytes()[:4] == b"\x89PNG" and png.with_suffix(".csv").exists()
     # F3 / F5 default to the middle checkpoint against the start policy; the pair is the stress test
     v = bc.study_variants(cfg)

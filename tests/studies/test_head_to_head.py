@@ -13,8 +13,9 @@ import yaml
 from helpers.head_to_head_tables import (
     METHODS, make_cfg, problems, two_start_trees, write_head_to_head_tables, write_runs,
 )
+from sparserl.cli.figures import draw_figure
 from sparserl.core.paths import Paths
-from sparserl.figures import FigureError, get_figure, list_figures, make_figure
+from sparserl.figures import FigureError, get_figure, list_figures
 from sparserl.figures.registry import pyplot
 from sparserl.studies import head_to_head as h2h
 
@@ -259,9 +260,9 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
     assert man["starts"] == {"results/smoke": 0, "results_start1/smoke": 1} and man["ci_levels"] == levels
     # the ranking figure draws these whiskers; its footer names the levels and the pooled tree
     f = get_figure("head_to_head/ranking")
-    assert f.note(pooled) == f"bootstrap levels: {levels} (start policies pooled from this tree and " \
+    assert f.note(pooled, f.tables(Paths(pooled))) == f"bootstrap levels: {levels} (start policies pooled from this tree and " \
                              f"{pooled['head_to_head']['pool'][0]})"
-    data = f.read(pooled, f.tables(pooled))
+    data = f.read(pooled, f.tables(Paths(pooled)))
     fig, ax = f.layout(data)
     f.draw(data, ax)
     from matplotlib.container import ErrorbarContainer
@@ -271,7 +272,7 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
                                data[["ci_lo", "ci_hi"]].to_numpy())
     assert "2 start policies" in ax.get_title()
     pyplot().close(fig)
-    assert make_figure("head_to_head/ranking", pooled).read_bytes()[:4] == b"\x89PNG"
+    assert draw_figure("head_to_head/ranking", pooled, Paths(pooled)).read_bytes()[:4] == b"\x89PNG"
     mine = alone_t["curves"][alone_t["curves"]["method"].isin(r.index)].reset_index(drop=True)
     pd.testing.assert_frame_equal(t["curves"].sort_values(["method", "step"]).reset_index(drop=True),
                                   mine.sort_values(["method", "step"]).reset_index(drop=True))
@@ -421,8 +422,8 @@ def test_figures_follow_the_config(cfg):
     no_v05 = {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g4", "grpo_g8", "rloo_g8"]}}
     assert set(H2H[:3]) <= {f.id for f in list_figures(no_v05)} and H2H[3] not in {f.id for f in list_figures(no_v05)}
     with pytest.raises(FigureError, match="missing: v05_k4, v05_k8"):
-        make_figure("head_to_head/grpo_vs_v05_k", no_v05)
-    assert get_figure(H2H[0]).tables(cfg) == [Paths(cfg).head_to_head("curves")]
+        draw_figure("head_to_head/grpo_vs_v05_k", no_v05, Paths(no_v05))
+    assert get_figure(H2H[0]).tables(Paths(cfg)) == [Paths(cfg).head_to_head("curves")]
 
 
 @pytest.mark.e2e  # the study, then its figures
@@ -431,11 +432,11 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     cfg = make_cfg(repo, METHODS[:4] + ["v05_k4_v0"], seeds=(0, 1, 2))
     t = write_head_to_head_tables(cfg, n_boot=200)
     for fig_id in H2H:
-        out = make_figure(fig_id, cfg)
+        out = draw_figure(fig_id, cfg, Paths(cfg))
         assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, fig_id
     # ranking: bars in rank order, whiskers = the CIs, the tie letters beside them; CSV = the table
     f = get_figure("head_to_head/ranking")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, ax = f.layout(data)
     f.draw(data, ax)
     r = t["ranking"]
@@ -448,7 +449,7 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     np.testing.assert_allclose(csv["ci_hi"], r["ci_hi"])
     # curves: one line per method through the seeds' means, a band per method (3 seeds)
     f = get_figure("head_to_head/accuracy_vs_rollouts")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, (ax, legend_ax) = f.layout(data)
     f.draw(data, (ax, legend_ax))
     lines = {ln.get_label(): ln for ln in ax.lines}
@@ -463,7 +464,7 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     pyplot().close(fig)
     # the matched comparison: V0.5 - GRPO at the same k from the pairs table, V0's prior included
     f = get_figure("head_to_head/grpo_vs_v05_k")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     bars = data["df"].set_index("method")
     assert list(bars.index) == ["grpo_g4", "v05_k4", "v05_k4_v0", "grpo_g8", "v05_k8"]
     p = t["pairs"].set_index(["a", "b"])
@@ -484,7 +485,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
     t = write_head_to_head_tables(cfg, n_boot=200)
     f = get_figure("head_to_head/sharpening_curves")
     assert f.id in {x.id for x in list_figures(cfg)} and f.bars
-    tables = f.tables(cfg)
+    tables = f.tables(Paths(cfg))
     assert tables[0] == Paths(cfg).head_to_head("curves") and len(tables) == 1 + 2 * 2
     data = f.read(cfg, tables)
     fig, axes = f.layout(data)
@@ -499,7 +500,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
         assert line.get_xdata()[0] == 0  # the start policy
     assert len(ent_ax.lines) == 2 and len(ent_ax.lines[0].get_xdata()) == 4  # every training step
     pyplot().close(fig)
-    out = make_figure(f.id, cfg)
+    out = draw_figure(f.id, cfg, Paths(cfg))
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000
     csv = pd.read_csv(out.with_suffix(".csv"))
     assert set(csv["part"]) == {"checkpoints", "entropy per step"}
@@ -510,7 +511,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
             pd.read_parquet(p).drop(columns="entropy").to_parquet(p)
     data = f.read(cfg, tables)
     assert data["entropy"] is None
-    assert make_figure(f.id, cfg).exists()
+    assert draw_figure(f.id, cfg, Paths(cfg)).exists()
 
 
 @pytest.mark.e2e  # two dry runs of the tiny DAG

@@ -258,7 +258,7 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     assert len(figs) == 13  # smoke has no `rl` section: the study figures only
     for fig in figs:
         assert main(["figure", *c, "--id", fig.id]) == 0
-        f = fig.output(cfg)
+        f = fig.output(Paths(cfg))
         assert f.exists() and f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG"
     assert all(p.exists() for p in SP.targets())
     summ = json.loads(SP.summary("basis").read_text())

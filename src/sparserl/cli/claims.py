@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _figures(cfg) -> dict[str, str]:
-    """Registered figure id -> its PNG for this config: the claims' targets."""
+def _figures(cfg, P) -> dict[str, str]:
+    """Registered figure id -> its PNG in the layout `P`: the claims' targets."""
     from sparserl.figures import list_figures
-    return {f.id: str(f.output(cfg)) for f in list_figures(cfg)}
+    return {f.id: str(f.output(P)) for f in list_figures(cfg)}
 
 
 def cmd_claims(args):
@@ -36,7 +36,7 @@ def cmd_claims(args):
     page = Path(args.out_html or html_path(md))
     name = args.config_name or "+".join(Path(c).name for c in args.config)
     try:
-        df = write_claims(cfg, md, csv, config_name=name, figures=_figures(cfg), html=page)
+        df = write_claims(cfg, md, csv, config_name=name, figures=_figures(cfg, P), html=page)
     except (MissingArtifact, BadArtifact) as e:  # they name the file(s) and the fix: no traceback
         raise SystemExit(f"claims: {e}")
     counts = df["status"].value_counts().to_dict()
