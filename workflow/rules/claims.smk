@@ -18,7 +18,7 @@ def claims_targets():
 
 rule claims:
     input:
-        claim_inputs(CFG),
+        claim_inputs(P),
     output:
         md=str(P.claims_md()),
         csv=str(P.claims_csv()),
