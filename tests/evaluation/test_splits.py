@@ -144,6 +144,7 @@ def test_an_evpo_run_on_the_critic_at_every_step_is_vf_in_the_ranking(repo, tmp_
     VF's bootstrap draw and does not push GRPO down a rank; at 3 of 4 it is a method of its own."""
     from sparserl.core.artifacts import read_table
     from sparserl.methods.spec import method_run
+    from sparserl.core.paths import Paths
     from sparserl.studies.head_to_head import write_head_to_head
     monkeypatch.chdir(tmp_path)
     c = yaml.safe_load((repo / "configs/smoke.yaml").read_text())
@@ -154,7 +155,7 @@ def test_an_evpo_run_on_the_critic_at_every_step_is_vf_in_the_ranking(repo, tmp_
     path = method_run(c, "lc_math_evpo_g8", 0).metrics
     met = read_table(path)
     write_table(met.assign(est_evpo_use_critic=[1.0] * on + [0.0] * (4 - on)), path, cfg=c)
-    r = read_table(write_head_to_head(c, n_boot=100)["ranking"]).set_index("method")
+    r = read_table(write_head_to_head(Paths(c), n_boot=100)["ranking"]).set_index("method")
     evpo = r.loc["lc_math_evpo_g8"]
     assert evpo["critic_switch_share"] == on / 4
     if on == 4:

@@ -119,10 +119,10 @@ def test_study_reads_per_benchmark_scores_and_is_byte_identical_on_a_rerun(repo,
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo)
     probs = write_runs(cfg)
-    out = agg.write_aggregates(cfg, reps=200)
+    out = agg.write_aggregates(Paths(cfg), reps=200)
     assert set(out) == set(agg.TABLES) and all(p.parent == Paths(cfg).head_to_head("iqm").parent for p in out.values())
     first = {n: p.read_bytes() for n, p in out.items()}
-    assert {n: p.read_bytes() for n, p in agg.write_aggregates(cfg, reps=200).items()} == first
+    assert {n: p.read_bytes() for n, p in agg.write_aggregates(Paths(cfg), reps=200).items()} == first
     iqm = read_table(out["iqm"]).set_index(["metric", "method"])
     assert set(iqm.index.get_level_values(0)) == {"accuracy", "gain"}
     # by hand: rloo_g8's final per-problem scores, averaged per benchmark, trimmed by a quarter each side
@@ -150,7 +150,7 @@ def test_one_seed_study_and_start_policy_reference(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo, ["rloo_g8", "grpo_g8", "grpo_g4"], seeds=(0,))
     write_runs(cfg)
-    t = agg.aggregates(cfg, reps=50)
+    t = agg.aggregates(Paths(cfg), reps=50)
     assert t["iqm"]["ci_lo"].isna().all() and t["improvement"]["ci_lo"].isna().all()
     assert t["profiles"]["ci_hi"].isna().all() and t["profiles"]["fraction"].between(0, 1).all()
     imp = t["improvement"]
@@ -170,7 +170,7 @@ def test_runs_on_other_benchmarks_are_refused(repo, tmp_path, monkeypatch):
     write_table(ev.assign(benchmark=ev["benchmark"].replace("b2", "b3")), run.eval)
     from sparserl.studies.head_to_head import HeadToHeadError
     with pytest.raises(HeadToHeadError, match=r"rloo_g8/seed0/eval.parquet: benchmarks \['b1', 'b3'\] differ"):
-        agg.aggregates(cfg, reps=20)
+        agg.aggregates(Paths(cfg), reps=20)
 
 
 def test_cli_writes_where_told(repo, tmp_path, monkeypatch, capsys):
@@ -206,7 +206,7 @@ def test_figures_are_registered_and_drawn_with_the_scale_footer(repo, tmp_path, 
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo)
     write_runs(cfg)
-    agg.write_aggregates(cfg, reps=100)
+    agg.write_aggregates(Paths(cfg), reps=100)
     assert set(FIGURES) <= {f.id for f in list_figures(cfg)}
     assert not set(FIGURES) & {f.id for f in list_figures({k: v for k, v in cfg.items() if k != "rl"})}
     for fig_id in FIGURES:
@@ -241,7 +241,7 @@ def test_pooled_start_policies_make_start_seed_pairs_the_runs(repo, tmp_path, mo
     reads the first tree alone (1 run, P = 1)."""
     from helpers.head_to_head_tables import two_start_trees
     first, pooled, lifts = two_start_trees(repo, tmp_path, monkeypatch)
-    alone, t = agg.aggregates(first, reps=200), agg.aggregates(pooled, reps=200)
+    alone, t = agg.aggregates(Paths(first), reps=200), agg.aggregates(Paths(pooled), reps=200)
     assert "starts" not in alone["iqm"] and (alone["iqm"]["runs"] == 1).all()  # one start: as before
     iqm = t["iqm"]
     assert set(iqm["method"]) == {"grpo_g8", "v05_k4"}  # the methods both trees ran

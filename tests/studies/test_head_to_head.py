@@ -155,7 +155,7 @@ def test_one_seed_study_ranks_bootstraps_and_writes_three_tables(cfg, tmp_path):
     # the same tables give the same bytes
     P = Paths(cfg)
     first = {n: P.head_to_head(n).read_bytes() for n in h2h.TABLES}
-    h2h.write_head_to_head(cfg, n_boot=300)
+    h2h.write_head_to_head(Paths(cfg), n_boot=300)
     assert {n: P.head_to_head(n).read_bytes() for n in h2h.TABLES} == first
     assert (tmp_path / "results/smoke/head_to_head/ranking.parquet.manifest.json").exists()
 
@@ -216,7 +216,7 @@ def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo
     base = probs[["benchmark", "id"]].assign(p=probs["p0"] * 0.5 + 0.2)
     base = pd.concat([base.assign(start=0), base.assign(start=1, p=base["p"] + 0.2)], ignore_index=True)
     write_table(base.assign(**{"pass": 1.0}), P.stage("eval", "s", "eval_per_problem.parquet"), cfg=cfg)
-    r = h2h.head_to_head(cfg, n_boot=400)["ranking"].set_index("method")
+    r = h2h.head_to_head(Paths(cfg), n_boot=400)["ranking"].set_index("method")
     assert (r["ci_levels"] == "2 starts x 2 seeds x 100 problems (2 benchmarks); resampled: starts, seeds, "
                               "problems").all()
     for m, ls in lifts.items():
@@ -226,7 +226,7 @@ def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo
     write_table(base[base["start"] == 0].assign(**{"pass": 1.0}), P.stage("eval", "s", "eval_per_problem.parquet"),
                 cfg=cfg)
     with pytest.raises(h2h.HeadToHeadError, match="1 start policies but the runs descend from"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
 
 
 def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, tmp_path, monkeypatch):
@@ -235,9 +235,9 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
     than the first tree's alone; each start's gain is over its own start policy, so the gain's
     interval stays narrow. The ranking holds the methods both trees ran."""
     first, pooled, lifts = two_start_trees(repo, tmp_path, monkeypatch)
-    alone_t = h2h.head_to_head(first, n_boot=600)
+    alone_t = h2h.head_to_head(Paths(first), n_boot=600)
     alone = alone_t["ranking"].set_index("method")
-    t = h2h.head_to_head(pooled, n_boot=600)
+    t = h2h.head_to_head(Paths(pooled), n_boot=600)
     r = t["ranking"].set_index("method")
     assert list(r.index) == ["v05_k4", "grpo_g8"] and (r["starts"] == 2).all() and (alone["starts"] == 1).all()
     levels = "2 starts x 1 seed x 100 problems (2 benchmarks); resampled: starts, problems"
@@ -254,7 +254,7 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
         assert r.loc[m, "gain"] == pytest.approx(0.1 + lifts[m][0])
         assert r.loc[m, "gain_ci_hi"] - r.loc[m, "gain_ci_lo"] < 1e-9
     # the manifest says what was pooled; the curves stay the first tree's runs
-    h2h.write_head_to_head(pooled, n_boot=100)
+    h2h.write_head_to_head(Paths(pooled), n_boot=100)
     from sparserl.core.artifacts import read_manifest
     man = read_manifest(Paths(first).head_to_head("ranking"))
     assert man["starts"] == {"results/smoke": 0, "results_start1/smoke": 1} and man["ci_levels"] == levels
@@ -293,9 +293,9 @@ def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_comm
     overlay = pooled["head_to_head"]["pool"][0]
     want = (f"head_to_head.pool: {gone} is missing: build the pooled tree first with `snakemake --cores 2 "
             f"head_to_head --configfile configs/smoke.yaml {overlay}`")
-    assert h2h.missing_pool(pooled) == want
+    assert h2h.missing_pool(Paths(pooled)) == want
     with pytest.raises(h2h.HeadToHeadError) as e:
-        h2h.head_to_head(pooled, n_boot=50)
+        h2h.head_to_head(Paths(pooled), n_boot=50)
     assert str(e.value) == want and "\n" not in want
     cfg_file = tmp_path / "pooled.yaml"
     cfg_file.write_text(yaml.safe_dump(pooled))
@@ -306,14 +306,14 @@ def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_comm
     path = method_run(second, "grpo_g8", 0).eval_dir / "final_per_problem.parquet"
     write_table(read_table(path).assign(start=0), path, cfg=second)
     with pytest.raises(h2h.HeadToHeadError, match="start 0, but its tree's pretrain.start_seed is 1"):
-        h2h.head_to_head(pooled, n_boot=50)
+        h2h.head_to_head(Paths(pooled), n_boot=50)
     # an overlay that is no file, or one that gives the first tree's results
     with pytest.raises(h2h.HeadToHeadError, match="nowhere.yaml is no file"):
-        h2h.pool_trees({**first, "head_to_head": {"pool": ["nowhere.yaml"]}})
+        h2h.pool_trees(Paths({**first, "head_to_head": {"pool": ["nowhere.yaml"]}}))
     same = tmp_path / "same.yaml"
     same.write_text(yaml.safe_dump({"pretrain": {"start_seed": 1}}))
     with pytest.raises(h2h.HeadToHeadError, match="needs its own results_dir and start_seed"):
-        h2h.pool_trees({**first, "head_to_head": {"pool": [str(same)]}})
+        h2h.pool_trees(Paths({**first, "head_to_head": {"pool": [str(same)]}}))
 
 
 def test_ranking_and_curves_carry_greedy_pass_and_the_greedy_wrong_split(repo, tmp_path, monkeypatch):
@@ -355,20 +355,20 @@ def test_runs_on_other_problems_or_inconsistent_tables_are_refused(cfg):
     pp = pd.read_parquet(run.eval_dir / "final_per_problem.parquet")
     pp.iloc[:-1].to_parquet(run.eval_dir / "final_per_problem.parquet")
     with pytest.raises(h2h.HeadToHeadError, match=r"rl/rloo_g8/seed0/eval/final_per_problem\.parquet.*disagrees"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
     # same accuracy, other problem ids: not the same benchmark items
     pp.assign(id=pp["id"] + "x").to_parquet(run.eval_dir / "final_per_problem.parquet")
     with pytest.raises(h2h.HeadToHeadError, match=r"rloo_g8/seed0/eval/final_per_problem\.parquet: evaluated on other "
                                                   r"problems.*sparserl rl-eval --method rloo_g8 --seed 0"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
     (run.eval_dir / "final_per_problem.parquet").unlink()
     with pytest.raises(h2h.HeadToHeadError, match=r"final_per_problem\.parquet is missing.*rl-eval --method rloo_g8"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
     write_runs(cfg)
     met = pd.read_parquet(run.metrics).drop(columns="wall_time_s")
     met.to_parquet(run.metrics)
     with pytest.raises(h2h.HeadToHeadError, match=r"rloo_g8/seed0/metrics\.parquet: no column\(s\) \['wall_time_s'\]"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
 
 
 def test_cli_writes_the_tables_and_refuses_a_config_without_rl(cfg, tmp_path, capsys):
@@ -384,6 +384,23 @@ def test_cli_writes_the_tables_and_refuses_a_config_without_rl(cfg, tmp_path, ca
     bad.write_text(yaml.safe_dump({k: v for k, v in cfg.items() if k != "rl"}))
     with pytest.raises(SystemExit, match="no `rl` section"):
         main(["head-to-head", "--config", str(bad)])
+
+
+def test_cli_writes_and_renders_the_tables_the_rule_names(cfg, tmp_path):
+    """Rule head_to_head passes its outputs: `head-to-head --out` writes there and nowhere else, and
+    `ranking-html --ranking` renders that table (on main the flags did not exist: the commands
+    rebuilt the results tree's paths)."""
+    from sparserl.cli import main
+    from sparserl.core.artifacts import read_manifest
+    write_runs(cfg)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    outs = [tmp_path / "o" / f"{n}.parquet" for n in h2h.TABLES]
+    assert main(["head-to-head", "--config", str(path), "--bootstrap", "50", "--out", *map(str, outs)]) == 0
+    assert all(p.exists() for p in outs) and not Paths(cfg).head_to_head("ranking").exists()
+    page = tmp_path / "o" / "ranking.html"
+    assert main(["ranking-html", "--config", str(path), "--ranking", str(outs[0]), "--out", str(page)]) == 0
+    assert str(outs[0]) in page.read_text() and read_manifest(page)["source"] == str(outs[0])
 
 
 @pytest.mark.e2e  # DAG dry run
@@ -539,7 +556,7 @@ def test_the_rule_declares_the_pooled_trees_files_and_stops_in_one_line_without_
     os.chdir(tmp_path)  # the study resolves the trees' relative results_dir here, as the DAG does
     try:
         cfg = load_config([tiny, str(pool)])
-        for f in h2h.input_tables(cfg) + [
+        for f in h2h.input_tables(Paths(cfg)) + [
                 p for m in ("grpo_g8", "v05_k4") for p in
                 (tmp_path / f"results_start1/tiny/rl/{m}/seed0/eval/final_per_problem.parquet",)] + [
                 tmp_path / "results_start1/tiny/eval/s/eval_per_problem.parquet"]:

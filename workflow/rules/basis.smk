@@ -101,7 +101,7 @@ rule oracle_values:
 # The run writes its intermediate checkpoints before `final/`, its declared output.
 from sparserl.studies.basis_checkpoints import study_checkpoints
 
-STUDY_CKPTS = study_checkpoints(CFG)
+STUDY_CKPTS = study_checkpoints(P)
 
 if STUDY_CKPTS:
 
@@ -123,4 +123,4 @@ if STUDY_CKPTS:
             **R("rollout"),
         shell:
             "{SPARSERL} study-checkpoint-oracle --config {CONFIGS} --checkpoint {wildcards.label} "
-            "--n {params.n} --out {output} --threads {threads} > {log} 2>&1"
+            "--pool {input.pool} --n {params.n} --out {output} --threads {threads} > {log} 2>&1"

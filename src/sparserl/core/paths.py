@@ -141,6 +141,10 @@ class Paths:
     def stage(self, stage: str, *parts: str) -> Path:
         return self.results.joinpath(stage, *parts)
 
+    def for_config(self, cfg: dict) -> "Paths":
+        """Another config's tree under this root: a start policy's tree of `head_to_head.pool`."""
+        return Paths(cfg, self.root)
+
     # the layouts of the studies, the OOD stage and Le Critique's world, resolved with this tree
     @property
     def studies(self) -> "StudyPaths":
