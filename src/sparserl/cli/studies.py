@@ -33,8 +33,9 @@ def _caches(cfg, args, pair: bool = False):
 
 def _learned_priors(cfg, data, v) -> dict:
     """The learned priors' values for the V0.5 study (the trained V0 when v05.v0_prior is set)."""
+    from sparserl.core.paths import Paths
     from sparserl.studies import study_seed, v05_stats
-    return {"v0": v05_stats.v0_prior_values(cfg, data, study_seed(cfg))} if v.get("v0_prior") else {}
+    return {"v0": v05_stats.v0_prior_values(Paths(cfg), data, study_seed(cfg))} if v.get("v0_prior") else {}
 
 
 def _data_info(cfg, data) -> dict:
