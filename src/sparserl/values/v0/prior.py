@@ -64,14 +64,17 @@ def pool_embeddings(cfg: dict, s: dict | None, path: Path, pool: Path, log=None)
     return embedding_table(cfg, s, texts, path, log=log)
 
 
-def make_v0_prior(spec: dict | None, seed: int, cfg: dict, *, pool: Path, embeddings: Path,
-                  model: Path | None = None, **_) -> V0Prior:
+def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, *, pool: Path | None = None,
+                  embeddings: Path | None = None, model: Path | None = None, **_) -> V0Prior:
     """V0 `model` (`spec['model']` in its place when set) over the pool's embeddings: `embeddings`'
     file name beside the model (`Paths.v0_pool_embeddings`), computed from `pool` when missing.
     The caller passes the files (the run's `RunInputs`)."""
     from sparserl.values.v0.settings import v0_device, v0_settings
-    if not (spec or {}).get("model") and model is None:
-        raise ValueError("the v0 prior needs its trained V0: model= (the run's RunInputs.v0_model) or spec['model']")
+    missing = [k for k, v in (("cfg", cfg), ("pool", pool), ("embeddings", embeddings),
+                              ("model", model or (spec or {}).get("model"))) if v is None]
+    if missing:  # the registry's callers pass them as keywords (the local trainer: its RunInputs)
+        raise ValueError(f"the v0 prior needs the run's config and files: {', '.join(missing)} missing "
+                         "(cfg=, and the run's RunInputs pool, v0_embeddings and v0_model)")
     path = Path((spec or {}).get("model") or model)
     s = v0_settings(cfg)
     v0 = load_v0(path, device=v0_device(s))
