@@ -68,7 +68,7 @@ def test_the_slip_split_by_hand():
 
 def test_world_1_has_no_slip_split_and_says_so(tmp_path):
     cfg = {"scale": "smoke", "results_dir": str(tmp_path), "tasks": {"world": None, "benchmarks": ["a"]}}
-    assert slip_labels(cfg) is None
+    assert slip_labels(Paths(cfg)) is None
     s = slip_split(_pp([0, 1]), _pp([1, 1]), None)
     assert s["slip_split"] == NO_SLIP and np.isnan(s["eval_slip_greedy_gain"]) and np.isnan(s["start_eval_other_greedy"])
 
@@ -82,7 +82,7 @@ def test_slip_labels_follow_the_hash_of_each_template(tmp_path):
     for b, ps in probs.items():
         write_table(pd.DataFrame({"id": [f"{b}/{i}" for i in range(len(ps))], "problem": ps,
                                   "answer": "0"}), Paths(cfg).benchmark(b))
-    got = slip_labels(cfg)
+    got = slip_labels(Paths(cfg))
     w = worked.settings(cfg["tasks"])
     want = [worked.is_slip_template(worked.template(q), w["slip_share"], w["salt"]) for ps in probs.values() for q in ps]
     assert got["slip"].tolist() == want and got["benchmark"].tolist() == ["x"] * 4 + ["y"] * 3

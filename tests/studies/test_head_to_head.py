@@ -418,7 +418,7 @@ def test_rule_reads_every_run_once_and_the_start_evaluation(repo, tmp_path):
     inputs = [i.strip() for i in block.split("input: ")[1].split("\n")[0].split(",")]
     owners = set(run_owners(tiny["rl"]["methods"]).values())
     from sparserl.evaluation.splits import slip_inputs
-    benchmarks = [str(b) for b in slip_inputs(tiny)]  # the slip-template split reads them (world 2.0)
+    benchmarks = [str(b) for b in slip_inputs(Paths(tiny))]  # the slip-template split reads them (world 2.0)
     assert benchmarks and set(benchmarks) <= set(inputs)
     assert len(inputs) == 2 * len(owners) * len(tiny["rl"]["seeds"]) + 1 + len(benchmarks)
     assert "results/tiny/eval/s/eval.parquet" in inputs and "results/tiny/rl/vanilla_g1/seed0/eval.parquet" in inputs

@@ -189,7 +189,7 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
     from sparserl.core.paths import Paths
     from sparserl.evaluation.world import world_report
     from sparserl.figures import list_figures
-    from sparserl.models.policies import pretrain
+    from sparserl.models.policies import pretrain, pretrain_files
     from sparserl.models.tokenizer import train_tokenizer
     cfg = _cfg(repo)
     cfg["results_dir"] = str(tmp_path / "results")
@@ -209,7 +209,7 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
         write_table(df, P.benchmark(name))
     train_tokenizer([format_prompt(cfg, p) + t for p, t in zip(corpus["problem"], corpus_targets(cfg, corpus))],
                     cfg["tokenizer"]["vocab_size"], P.tokenizer(), cfg["tokenizer"]["max_length"])
-    pretrain(cfg, "s")
+    pretrain(cfg, "s", **pretrain_files(Paths(cfg), "s"))
     report = world_report(cfg, {"s": P.policy("s")}, pool=P.train_pool(), corpus=P.pretrain_corpus(),
                           tokenizer=P.tokenizer(), benchmarks=[P.benchmark(b) for b in P.benchmark_names()],
                           out=P.world_report())

@@ -39,7 +39,7 @@ if CFG.get("rl"):
             # with head_to_head.pool, the same of every pooled tree
             [str(t) for t in head_to_head_inputs(P)],
             # the slip-template split labels the benchmarks' problems (sparserl.evaluation.splits)
-            slips=[str(b) for b in slip_inputs(CFG)],
+            slips=[str(b) for b in slip_inputs(P)],
         output:
             ranking=str(P.head_to_head("ranking")),
             pairs=str(P.head_to_head("pairs")),

@@ -160,10 +160,27 @@ def cmd_mc_values_merge(args):
     merge_mc_values(_cfg(args), args.policy, args.n, args.parts, args.out)
 
 
+def _placed_run(cfg, args):
+    """The run of --method/--seed (`methods.run.resolve_run`), in the folder of --out (its final/,
+    as rule rl_train passes it) when given: the same key, the DAG's paths."""
+    from dataclasses import replace
+    from pathlib import Path
+    from sparserl.core.paths import RunPaths
+    from sparserl.methods.run import resolve_run
+    run = resolve_run(cfg, args.method, args.seed)
+    if args.out is None:
+        return run
+    if Path(args.out).name != run.paths.final.name:
+        raise SystemExit(f"rl-train --out {args.out}: not a run's final checkpoint folder "
+                         f"(.../<method>/seed<s>/{run.paths.final.name}); pass the run's, e.g. {run.paths.final}")
+    return replace(run, paths=RunPaths(Path(args.out).parent, run.owner, run.seed, engine=run.paths.engine))
+
+
 def cmd_rl_train(args):
-    from sparserl.engines.local.trainer import NonFiniteError, train
+    from sparserl.engines.local.trainer import NonFiniteError, Trainer
+    cfg = _cfg(args)
     try:
-        out = train(_cfg(args), args.method, args.seed, threads=args.threads)
+        out = Trainer(cfg, _placed_run(cfg, args), threads=args.threads).run()
     except NonFiniteError as e:  # a diverged run: one line, not a traceback
         log.error(f"rl-train stopped: {e}")
         return 3
@@ -172,7 +189,13 @@ def cmd_rl_train(args):
 
 def cmd_rl_eval(args):
     from sparserl.engines.report import evaluate_run
-    evaluate_run(_cfg(args), args.method, args.seed, threads=args.threads)
+    cfg = _cfg(args)
+    if args.benchmarks is None:  # the config's (the DAG passes them: rule rl_eval's input)
+        from sparserl.core.paths import Paths
+        P = Paths(cfg)
+        args.benchmarks = [P.benchmark(b) for b in P.benchmark_names()]
+    _named_benchmarks("rl-eval", args.benchmarks, cfg)
+    evaluate_run(cfg, args.method, args.seed, args.benchmarks, threads=args.threads)
 
 
 def cmd_sizing_table(args):
@@ -285,6 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, fn, doc, threads=True)
         p.add_argument("--method", required=True, help="configs/methods/<name>.yaml")
         p.add_argument("--seed", type=int, required=True)
+        if name == "rl-train":
+            p.add_argument("--out", default=None, help="the run's final checkpoint folder, the run in its parent "
+                           "(rule rl_train's; default results/<scale>/rl/<method>/seed<s>/final)")
+        else:
+            p.add_argument("--benchmarks", nargs="+", default=None, help="one parquet per config benchmark, "
+                           "tasks/benchmarks/<name>.parquet (rule rl_eval's; default the config's)")
     add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
     add("sizing-table", cmd_sizing_table, "docs/cluster.md's sizing and storage tables: each GPU job of the "
         "paper dry run (run from the repo root) against its estimate (sparserl.engines.sizing)")

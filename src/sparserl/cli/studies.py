@@ -34,10 +34,10 @@ def _caches(P, args, pair: bool = False):
     return load_study_data(ref, orc)
 
 
-def _learned_priors(cfg, data, v) -> dict:
+def _learned_priors(P, data, v) -> dict:
     """The learned priors' values for the V0.5 study (the trained V0 when v05.v0_prior is set)."""
     from sparserl.studies import study_seed, v05_stats
-    return {"v0": v05_stats.v0_prior_values(cfg, data, study_seed(cfg))} if v.get("v0_prior") else {}
+    return {"v0": v05_stats.v0_prior_values(P, data, study_seed(P.cfg))} if v.get("v0_prior") else {}
 
 
 def _data_info(P, data) -> dict:
@@ -120,7 +120,7 @@ def cmd_v05_bias(args):
     cfg, P = _layout(args)
     data = _caches(P, args, pair=True)
     v = settings(cfg)["v05"]
-    df = v05_stats.bias_table(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
+    df = v05_stats.bias_table(data, v, study_seed(cfg), _learned_priors(P, data, v))
     _write(df, args.out or P.studies.table("v05", "bias_mse_by_k"), cfg,
            {"study": "v05", "settings": v, "data": _data_info(P, data)})
 
@@ -131,7 +131,7 @@ def cmd_v05_osla(args):
     cfg, P = _layout(args)
     data = _caches(P, args, pair=True)
     v = settings(cfg)["v05"]
-    runs = v05_stats.osla_runs(data, v, study_seed(cfg), _learned_priors(cfg, data, v))
+    runs = v05_stats.osla_runs(data, v, study_seed(cfg), _learned_priors(P, data, v))
     out = args.out or P.studies.v05_runs()
     write_table(runs, out, cfg=cfg, extra={"study": "v05", "settings": v, "data": _data_info(P, data)})
     print(f"{len(runs)} prompt runs -> {out}")

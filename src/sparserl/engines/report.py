@@ -10,6 +10,7 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.config import start_seed
 from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
+from sparserl.evaluation.evaluate import benchmark_tables
 from sparserl.grading.verifier import open_verifier
 from sparserl.core.paths import Paths, RunPaths
 from sparserl.core.runlog import EVAL_SUFFIX, RunLog
@@ -45,15 +46,17 @@ def openrlhf_step_offset(method) -> int:
     return critic_warmup_steps(method)
 
 
-def evaluate_run(cfg: dict, method: str, seed: int, threads: int = 1) -> pd.DataFrame:
+def evaluate_run(cfg: dict, method: str, seed: int, benchmarks: list, threads: int = 1) -> pd.DataFrame:
+    """The run's checkpoints (`run_checkpoints`) evaluated on the `benchmarks` files (the config's)."""
     run = resolve_run(cfg, method, seed, read_choice=False).paths
+    problems = benchmark_tables(benchmarks)
     tables = []
     with open_verifier(cfg) as ver:  # one set of grading workers for every checkpoint
         for label, ck in run_checkpoints(cfg, method, seed):
             tables.append(evaluate_checkpoint(
                 cfg, str(ck), run.eval_dir / f"{label}.parquet", f"{method}/seed{seed}/{label}",
                 threads=threads, extra_cols={"method": method, "seed": seed, "checkpoint": label},
-                verifier=ver))
+                verifier=ver, benchmarks=problems))
     out = pd.concat(tables, ignore_index=True)
     write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed, "start": start_seed(cfg)})
     log_evaluation(cfg, method, seed, out)
@@ -319,7 +322,7 @@ def summarize_runs(cfg: dict) -> pd.DataFrame:
     if split is not None:
         from sparserl.evaluation.splits import slip_labels
         start.update(on_split(split, split, "the start policy's per-problem table"))
-        start_pp, labels = start_per_problem(cfg)[0], slip_labels(cfg)
+        start_pp, labels = start_per_problem(cfg)[0], slip_labels(P)
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:

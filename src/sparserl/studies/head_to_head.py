@@ -574,7 +574,7 @@ def head_to_head(P: Paths, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
                                          start_per_problem)
     from sparserl.evaluation.splits import slip_labels
     split = greedy_wrong_split(cfg)
-    start_pp, slips = (start_per_problem(cfg)[0], slip_labels(cfg)) if split is not None else (None, None)
+    start_pp, slips = (start_per_problem(cfg)[0], slip_labels(P)) if split is not None else (None, None)
 
     rows = []
     for m in order:
