@@ -31,11 +31,13 @@ if REF_SHARDS > 1:
             **R("rollout"),
         shell:
             "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+            "--policy-dir {input.policy} --pool {input.pool} "
             "--shard {wildcards.shard} --shards %d --out {output} --threads {threads} > {log} 2>&1" % REF_SHARDS
 
     rule reference_cache:
         input:
-            [str(P.reference_cache_shard("{policy}", k, REF_SHARDS)) for k in range(REF_SHARDS)],
+            parts=[str(P.reference_cache_shard("{policy}", k, REF_SHARDS)) for k in range(REF_SHARDS)],
+            pool=str(P.train_pool()),
         output:
             str(P.reference_cache("{policy}")),
         wildcard_constraints:
@@ -48,7 +50,7 @@ if REF_SHARDS > 1:
             **R("cpu_small"),
         shell:
             "{SPARSERL} mc-values-merge --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
-            "--out {output} {input} > {log} 2>&1"
+            "--pool {input.pool} --out {output} {input.parts} > {log} 2>&1"
 
 else:
 
@@ -72,6 +74,7 @@ else:
             **R("rollout"),
         shell:
             "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+            "--policy-dir {input.policy} --pool {input.pool} "
             "--out {output} --threads {threads} > {log} 2>&1"
 
 rule oracle_values:
@@ -94,6 +97,7 @@ rule oracle_values:
         **R("rollout"),
     shell:
         "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+        "--policy-dir {input.policy} --pool {input.pool} "
         "--out {output} --threads {threads} --seed-offset 1000003 > {log} 2>&1"
 
 # The BASIS value study on RL checkpoints (basis.study_checkpoints, sparserl.studies.basis_checkpoints):

@@ -139,11 +139,22 @@ def cmd_eval_summary(args):
     summarize_evals(_cfg(args), args.evals, args.out)
 
 
+def _policy_and_pool(cfg, args):
+    """The policy's folder and the training pool: the rule's inputs, else the config's (by hand)."""
+    if args.policy_dir is None or args.pool is None:
+        from sparserl.core.paths import Paths
+        P = Paths(cfg)
+        args.policy_dir = args.policy_dir or P.policy(args.policy)
+        args.pool = args.pool or P.train_pool()
+    return args.policy_dir, args.pool
+
+
 def cmd_mc_values(args):
     from sparserl.values.mcvalues import mc_values
     cfg = _cfg(args)
-    mc_values(cfg, args.policy, args.n, args.out, threads=args.threads, seed_offset=args.seed_offset,
-              job_shard=(args.shard, args.shards) if args.shards > 1 else None)
+    policy_dir, pool = _policy_and_pool(cfg, args)
+    mc_values(cfg, args.policy, args.n, args.out, policy_dir=policy_dir, pool=pool, threads=args.threads,
+              seed_offset=args.seed_offset, job_shard=(args.shard, args.shards) if args.shards > 1 else None)
 
 
 def cmd_fetch_models(args):
@@ -157,7 +168,9 @@ def cmd_fetch_models(args):
 
 def cmd_mc_values_merge(args):
     from sparserl.values.mcvalues import merge_mc_values
-    merge_mc_values(_cfg(args), args.policy, args.n, args.parts, args.out)
+    cfg = _cfg(args)
+    args.policy_dir = "unused"  # the merge reads the pool only
+    merge_mc_values(cfg, args.policy, args.n, args.parts, args.out, pool=_policy_and_pool(cfg, args)[1])
 
 
 def _placed_run(cfg, args):
@@ -298,10 +311,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed-offset", type=int, default=0)
     p.add_argument("--shard", type=int, default=0, help="this job's shard (0..shards-1)")
     p.add_argument("--shards", type=int, default=1, help="jobs the prompts are split over (basis.reference_shards)")
+    p.add_argument("--policy-dir", default=None, help="the policy's checkpoint folder (the rule's input; "
+                   "default: the config's for --policy)")
+    p.add_argument("--pool", default=None, help="the training pool parquet (the rule's input; default: the config's)")
     p = add("mc-values-merge", cmd_mc_values_merge, "join the shards of `mc-values --shards K` into one "
             "table (rule reference_cache)", policy=True)
     p.add_argument("--n", type=int, required=True, help="rollouts per prompt")
     p.add_argument("--out", required=True, help="output parquet")
+    p.add_argument("--pool", default=None, help="the training pool parquet: the rows' order (the rule's input; "
+                   "default: the config's)")
     p.add_argument("parts", nargs="+", help="the shard parquets, 0..K-1")
     for name, fn, doc in (("rl-train", cmd_rl_train, "one local RL run (resumable)"),
                           ("rl-eval", cmd_rl_eval, "evaluate a run's final and intermediate checkpoints")):

@@ -186,10 +186,11 @@ def cmd_checkpoint_oracle(args):
         raise SystemExit(f"{ck.path} is missing: the {ck.stage} checkpoint (step {ck.step}) of {ck.method} seed "
                          f"{ck.seed} that basis.study_checkpoints asks for. The run keeps it when trained with "
                          f"this config; retrain it: `snakemake --cores 2 -f {ck.run_dir}/metrics.parquet`")
-    ids = study_prompt_ids(cfg, read_table(args.pool or P.train_pool())["id"])
+    pool = args.pool or P.train_pool()
+    ids = study_prompt_ids(cfg, read_table(pool)["id"])
     n = args.n or int(setting(cfg, "basis", "oracle_n"))
     mc_values(cfg, f"{ck.method}/seed{ck.seed}/{ck.label}", n, args.out or ck.oracle, threads=args.threads,
-              seed_offset=args.seed_offset, policy_path=ck.path, prompt_ids=ids)
+              seed_offset=args.seed_offset, policy_dir=ck.path, pool=pool, checkpoint=True, prompt_ids=ids)
 
 
 def cmd_basis_stages(args):
