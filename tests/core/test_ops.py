@@ -210,6 +210,7 @@ def _pretrain_world(repo, root):
 
 
 def test_pretrain_raises_no_requires_grad_warning(repo, tmp_path):
+    from sparserl.core.paths import Paths
     from sparserl.models.policies import pretrain, pretrain_files
     cfg = _pretrain_world(repo, tmp_path)
     with warnings.catch_warnings(record=True) as caught:
