@@ -282,7 +282,7 @@ SHARPENING_COLS = ("method", "seed", "checkpoint", "step", "rollouts", "wall_tim
 
 def _sharpening_tables(cfg: dict) -> list[Path]:
     """The curves table, then each (method, seed)'s metrics.parquet (its owner's for an alias)."""
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     return [Paths(cfg).head_to_head("curves")] + [method_run(cfg, m, s).metrics
                                                   for m in dict.fromkeys(cfg["rl"]["methods"]) for s in cfg["rl"]["seeds"]]
 

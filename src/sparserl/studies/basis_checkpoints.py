@@ -76,7 +76,8 @@ def study_checkpoints(cfg: dict) -> list[StudyCheckpoint]:
     """The study's checkpoints in training order ([] when basis.study_checkpoints is off)."""
     from sparserl.core.paths import Paths
     from sparserl.engines.report import openrlhf_step_offset
-    from sparserl.methods.spec import fraction_step, load_method, method_run, total_steps
+    from sparserl.methods.run import method_run
+    from sparserl.methods.spec import fraction_step, load_method, total_steps
     sc = checkpoint_settings(cfg)
     if sc is None:
         return []
