@@ -210,11 +210,12 @@ def _pretrain_world(repo, root):
 
 
 def test_pretrain_raises_no_requires_grad_warning(repo, tmp_path):
-    from sparserl.models.policies import pretrain
+    from sparserl.core.paths import Paths
+    from sparserl.models.policies import pretrain, pretrain_files
     cfg = _pretrain_world(repo, tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pretrain(cfg, "s")
+        pretrain(cfg, "s", **pretrain_files(Paths(cfg), "s"))
     assert not [w for w in caught if "requires_grad" in str(w.message)]
 
 

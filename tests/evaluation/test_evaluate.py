@@ -11,9 +11,14 @@ import pytest
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.core.config import load_config
 from sparserl.core.paths import Paths
-from sparserl.evaluation.evaluate import evaluate_checkpoint
+from sparserl.evaluation.evaluate import benchmark_tables, evaluate_checkpoint
 from sparserl.grading.verifier import open_verifier
 from sparserl.tasks import procedural
+
+
+def _config_benchmarks(P):
+    """{name: problems} of the config's benchmark files, as rl-eval passes them."""
+    return benchmark_tables([P.benchmark(b) for b in P.benchmark_names()])
 
 
 def test_a_shared_verifier_grades_alike_and_counts_each_checkpoint_alone(tmp_path, tiny_lm, repo):
@@ -28,11 +33,11 @@ def test_a_shared_verifier_grades_alike_and_counts_each_checkpoint_alone(tmp_pat
     model, tok = tiny_lm
     save_hf(model, tok, P.policy("s"), {"test": True})
 
-    alone = [evaluate_checkpoint(cfg, str(P.policy("s")), tmp_path / f"alone{i}.parquet", "s")
+    alone = [evaluate_checkpoint(cfg, str(P.policy("s")), tmp_path / f"alone{i}.parquet", "s", benchmarks=_config_benchmarks(P))
              for i in range(2)]
     with open_verifier(cfg) as ver:
         shared = [evaluate_checkpoint(cfg, str(P.policy("s")), tmp_path / f"shared{i}.parquet", "s",
-                                      verifier=ver) for i in range(2)]
+                                      verifier=ver, benchmarks=_config_benchmarks(P)) for i in range(2)]
         total = ver.timeout_counts()["items"]
     for a, s, i in zip(alone, shared, range(2)):
         pd.testing.assert_frame_equal(a, s)
@@ -91,9 +96,11 @@ def test_pass_at_k_and_greedy_beside_an_unchanged_mean_at_k(tmp_path, tiny_lm, r
     model, tok = tiny_lm
     save_hf(model, tok, P.policy("s"), {"test": True})
 
-    with_g = evaluate_checkpoint(cfg, str(P.policy("s")), tmp_path / "g.parquet", "s", verifier=_ParityVerifier())
+    with_g = evaluate_checkpoint(cfg, str(P.policy("s")), tmp_path / "g.parquet", "s", verifier=_ParityVerifier(),
+                                 benchmarks=_config_benchmarks(P))
     cfg_off = {**cfg, "evaluation": {**cfg["evaluation"], "greedy": False}}
-    without = evaluate_checkpoint(cfg_off, str(P.policy("s")), tmp_path / "n.parquet", "s", verifier=_ParityVerifier())
+    without = evaluate_checkpoint(cfg_off, str(P.policy("s")), tmp_path / "n.parquet", "s", verifier=_ParityVerifier(),
+                                  benchmarks=_config_benchmarks(P))
     old = ["policy", "benchmark", "protocol", "metric", "k", "problems", "accuracy", "stderr", "mean_response_tokens"]
     pd.testing.assert_frame_equal(with_g[old], without[old])
     assert without["greedy_accuracy"].isna().all()
@@ -191,5 +198,5 @@ def test_every_evaluation_records_its_start_policy_seed(tmp_path, tiny_lm, repo,
         assert read_manifest(path)["start"] == 3, path
     # a checkpoint's evaluation (rl-eval's path) too, and an explicit start wins
     out = tmp_path / "ck" / "final.parquet"
-    EV.evaluate_checkpoint(cfg, str(P.policy("s")), out, "ck", start=5)
+    EV.evaluate_checkpoint(cfg, str(P.policy("s")), out, "ck", start=5, benchmarks=_config_benchmarks(P))
     assert (pd.read_parquet(per_problem_path(out))["start"] == 5).all() and read_manifest(out)["start"] == 5

@@ -359,7 +359,8 @@ def test_evaluate_ood_rolls_a_shared_checkpoint_out_once(tiny, world_tokenizer, 
 
 
 def test_figure_draws_table2_with_basis_deltas(repo, tmp_path, monkeypatch):
-    from sparserl.figures import list_figures, make_figure
+    from sparserl.cli.figures import draw_figure
+    from sparserl.figures import list_figures
     monkeypatch.chdir(tmp_path)
     cfg = load_config([str(repo / "configs/tiny.yaml")])
     cfg["rl"]["seeds"] = [0, 1]
@@ -372,7 +373,7 @@ def test_figure_draws_table2_with_basis_deltas(repo, tmp_path, monkeypatch):
             rows.append({"suite": "reasoning_gym", "benchmark": b, "metric": "mean@16", "policy": label, "method": m,
                          "seed": s, "score": base[m] + 0.1 * j + 0.01 * (s or 0), "problems": 128})
     write_table(ood.to_table(rows), Paths(cfg).ood.table(), cfg=cfg)
-    png = make_figure("basis/t2_ood", cfg)
+    png = draw_figure("basis/t2_ood", cfg, Paths(cfg))
     assert png.resolve() == tmp_path / "paper_figures/tiny/basis/t2_ood.png" and png.stat().st_size > 0
     csv = pd.read_csv(png.with_suffix(".csv")).set_index("row")
     assert list(csv.index) == ["start"] + ood.T2_METHODS + [f"Δ vs {m}" for m in ood.T2_METHODS[:3]]

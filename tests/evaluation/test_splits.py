@@ -68,7 +68,7 @@ def test_the_slip_split_by_hand():
 
 def test_world_1_has_no_slip_split_and_says_so(tmp_path):
     cfg = {"scale": "smoke", "results_dir": str(tmp_path), "tasks": {"world": None, "benchmarks": ["a"]}}
-    assert slip_labels(cfg) is None
+    assert slip_labels(Paths(cfg)) is None
     s = slip_split(_pp([0, 1]), _pp([1, 1]), None)
     assert s["slip_split"] == NO_SLIP and np.isnan(s["eval_slip_greedy_gain"]) and np.isnan(s["start_eval_other_greedy"])
 
@@ -82,7 +82,7 @@ def test_slip_labels_follow_the_hash_of_each_template(tmp_path):
     for b, ps in probs.items():
         write_table(pd.DataFrame({"id": [f"{b}/{i}" for i in range(len(ps))], "problem": ps,
                                   "answer": "0"}), Paths(cfg).benchmark(b))
-    got = slip_labels(cfg)
+    got = slip_labels(Paths(cfg))
     w = worked.settings(cfg["tasks"])
     want = [worked.is_slip_template(worked.template(q), w["slip_share"], w["salt"]) for ps in probs.values() for q in ps]
     assert got["slip"].tolist() == want and got["benchmark"].tolist() == ["x"] * 4 + ["y"] * 3
@@ -144,6 +144,7 @@ def test_an_evpo_run_on_the_critic_at_every_step_is_vf_in_the_ranking(repo, tmp_
     VF's bootstrap draw and does not push GRPO down a rank; at 3 of 4 it is a method of its own."""
     from sparserl.core.artifacts import read_table
     from sparserl.methods.run import method_run
+    from sparserl.core.paths import Paths
     from sparserl.studies.head_to_head import write_head_to_head
     monkeypatch.chdir(tmp_path)
     c = yaml.safe_load((repo / "configs/smoke.yaml").read_text())
@@ -154,7 +155,7 @@ def test_an_evpo_run_on_the_critic_at_every_step_is_vf_in_the_ranking(repo, tmp_
     path = method_run(c, "lc_math_evpo_g8", 0).metrics
     met = read_table(path)
     write_table(met.assign(est_evpo_use_critic=[1.0] * on + [0.0] * (4 - on)), path, cfg=c)
-    r = read_table(write_head_to_head(c, n_boot=100)["ranking"]).set_index("method")
+    r = read_table(write_head_to_head(Paths(c), n_boot=100)["ranking"]).set_index("method")
     evpo = r.loc["lc_math_evpo_g8"]
     assert evpo["critic_switch_share"] == on / 4
     if on == 4:

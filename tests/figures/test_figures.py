@@ -15,9 +15,10 @@ import pytest
 import yaml
 
 from helpers.head_to_head_tables import write_head_to_head_tables
+from sparserl.cli.figures import draw_figure
 from sparserl.core.artifacts import write_table
 from sparserl.core.paths import Paths
-from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, make_figure, registered
+from sparserl.figures import FigureError, MissingTableError, get_figure, list_figures, registered
 from sparserl.figures import basis_checkpoints
 from sparserl.figures.registry import footer, pyplot
 from sparserl.figures.style import method_color
@@ -162,13 +163,13 @@ def test_registry_keeps_every_study_figure_with_its_table_and_png(cfg):
     for fig_id, table in STUDY_FIGURES.items():
         group, name = fig_id.split("/")
         f = figs[fig_id]
-        assert f.output(cfg) == Path(f"paper_figures/smoke/{group}/{name}.png")
-        assert f.tables(cfg) == [Path(f"paper_figures/smoke/{group}/{table}.parquet")]
+        assert f.output(Paths(cfg)) == Path(f"paper_figures/smoke/{group}/{name}.png")
+        assert f.tables(Paths(cfg)) == [Path(f"paper_figures/smoke/{group}/{table}.parquet")]
         assert f.caption and f.rule == f"figure_{group}_{name}"
-    assert figs["head_to_head/learning_curves"].output(cfg) == Path("paper_figures/smoke/head_to_head/learning_curves.png")
-    assert figs["head_to_head/learning_curves"].tables(cfg) == [Path(f"results/smoke/rl/{m}/seed{s}/metrics.parquet")
+    assert figs["head_to_head/learning_curves"].output(Paths(cfg)) == Path("paper_figures/smoke/head_to_head/learning_curves.png")
+    assert figs["head_to_head/learning_curves"].tables(Paths(cfg)) == [Path(f"results/smoke/rl/{m}/seed{s}/metrics.parquet")
                                                       for m in METHODS for s in SEEDS]
-    assert figs["head_to_head/final_accuracy"].tables(cfg) == [Path("results/smoke/rl/runs.parquet")]
+    assert figs["head_to_head/final_accuracy"].tables(Paths(cfg)) == [Path("results/smoke/rl/runs.parquet")]
     # v0/f5_budget needs the budget runs, Le Critique's figures a critique section (smoke has neither)
     assert {f.id for f in registered()} == (set(figs) | {"v0/f5_budget"} | set(LE_CRITIQUE_FIGURES) | TINY_ONLY
                                             | WORLD2_ONLY)
@@ -203,28 +204,28 @@ def test_figures_follow_the_config(cfg):
     assert [f.id for f in list_figures(no_study)] == RL_FIGURES + V0_FIGURES
     assert [f.id for f in list_figures({**no_study, "v0": {}})] == RL_FIGURES
     with pytest.raises(FigureError, match="v0.harvest"):
-        make_figure("v0/f3_tracking", no_rl)
+        draw_figure("v0/f3_tracking", no_rl, Paths(no_rl))
     with pytest.raises(FigureError, match="`rl` section"):
-        make_figure("head_to_head/learning_curves", no_rl)
+        draw_figure("head_to_head/learning_curves", no_rl, Paths(no_rl))
 
 
 @pytest.mark.e2e  # every figure, ~12 s
 def test_every_registered_figure_draws_from_cached_tables(cfg, tmp_path):
     write_all_tables(cfg)
     for f in list_figures(cfg):
-        out = make_figure(f.id, cfg)
-        assert out == f.output(cfg) and out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, f.id
+        out = draw_figure(f.id, cfg, Paths(cfg))
+        assert out == f.output(Paths(cfg)) and out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, f.id
     assert len(list((tmp_path / "paper_figures" / "smoke").rglob("*.png"))) == \
         len(STUDY_FIGURES) + len(RL_FIGURES) + len(V0_FIGURES)
     # --out writes elsewhere; matplotlib stays on Agg (no display needed)
-    other = make_figure("v05/stat_stopping_hist", cfg, tmp_path / "x" / "h.png")
+    other = draw_figure("v05/stat_stopping_hist", cfg, Paths(cfg), out=tmp_path / "x" / "h.png")
     assert other.exists() and matplotlib.get_backend().lower() == "agg"
 
 
 def test_learning_curves_average_seeds_and_band_their_spread(cfg):
     write_rl_tables(cfg)
     f = get_figure("head_to_head/learning_curves")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     df = data["df"]
     assert set(df["method"]) == set(METHODS) and len(df) == len(METHODS) * 4 and (df["seeds"] == 2).all()
     assert data["facets"] == [("group baselines", METHODS)]  # one family: one panel
@@ -247,7 +248,7 @@ def test_learning_curves_average_seeds_and_band_their_spread(cfg):
     assert verts[:, 1].max() == pytest.approx(_rewards(METHODS[0], 1).max())
     assert "band: the seeds' min–max" in fig._suptitle.get_text()
     pyplot().close(fig)
-    assert make_figure("head_to_head/learning_curves", cfg).exists()
+    assert draw_figure("head_to_head/learning_curves", cfg, Paths(cfg)).exists()
 
 
 @pytest.mark.e2e  # the study, then its figures
@@ -268,7 +269,7 @@ def test_learning_curves_are_smoothed_and_faceted_by_family(cfg):
                 noisy[m, s] = noisy[path] = 0.01 * steps + rng.normal(0, 0.1, len(steps))
                 write_table(pd.DataFrame({"step": steps, "reward_mean": noisy[m, s]}), path, cfg=cfg)
     f = get_figure("head_to_head/learning_curves")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     assert data["window"] == 5
     titles = [t for t, _ in data["facets"]]
     assert titles == ["group baselines", "BASIS", "V0.5 and V0 priors", "Le Critique critics"]
@@ -283,7 +284,7 @@ def test_learning_curves_are_smoothed_and_faceted_by_family(cfg):
     smoothed = [pd.Series(noisy[m, s]).rolling(5, center=True, min_periods=1).mean() for s in SEEDS]
     np.testing.assert_allclose(basis[m].get_ydata(), np.mean(smoothed, axis=0))
     pyplot().close(fig)
-    out = make_figure("head_to_head/learning_curves", cfg)
+    out = draw_figure("head_to_head/learning_curves", cfg, Paths(cfg))
     assert out.stat().st_size > 20_000
 
 
@@ -349,7 +350,7 @@ def test_routing_labels_stay_inside_the_figure(cfg):
     """v0/f5_routing: the most expensive policy's label (always_l) points left, inside the axes."""
     write_v0_tables(cfg)
     f = get_figure("v0/f5_routing")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, ax = f.layout(data)
     f.draw(data, ax)
     fig.tight_layout()
@@ -365,7 +366,7 @@ def test_routing_labels_stay_inside_the_figure(cfg):
 def test_final_accuracy_bars_are_seed_means_with_sd(cfg):
     runs = write_rl_tables(cfg)
     f = get_figure("head_to_head/final_accuracy")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, ax = f.layout(data)
     f.draw(data, ax)
     heights = [p.get_height() for p in ax.patches]
@@ -394,7 +395,7 @@ def test_footer_names_scale_config_commit_and_tables(cfg):
 
 def test_unknown_id_names_the_known_ones(cfg, tmp_path):
     with pytest.raises(FigureError, match="unknown figure 'basis/nope'.*basis/f3a_mse_by_method.*head_to_head/learning_curves"):
-        make_figure("basis/nope", cfg)
+        draw_figure("basis/nope", cfg, Paths(cfg))
     from sparserl.cli import main
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -405,11 +406,11 @@ def test_unknown_id_names_the_known_ones(cfg, tmp_path):
 def test_missing_table_names_the_file_and_what_builds_it(cfg, tmp_path):
     with pytest.raises(MissingTableError, match=r"paper_figures/smoke/v05/bias_mse_by_k\.parquet.*"
                                                 r"rule study_v05_bias \(`sparserl study-v05-bias`\)"):
-        make_figure("v05/stat_mse_by_k", cfg)
+        draw_figure("v05/stat_mse_by_k", cfg, Paths(cfg))
     write_rl_tables(cfg)
     Paths(cfg).run("rloo_g8", 1).metrics.unlink()
     with pytest.raises(MissingTableError, match=r"results/smoke/rl/rloo_g8/seed1/metrics\.parquet.*rule rl_train"):
-        make_figure("head_to_head/learning_curves", cfg)
+        draw_figure("head_to_head/learning_curves", cfg, Paths(cfg))
     assert not (tmp_path / "paper_figures" / "smoke" / "rl" / "learning_curves.png").exists()
 
 
@@ -429,7 +430,7 @@ def test_cli_draws_and_lists(cfg, tmp_path, capsys):
 @pytest.mark.e2e  # DAG dry run
 def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
     """The default (tiny) config has RL runs, the studies and V0: every figure gets its own rule."""
-    cmd = [sys.executable, "-m", "snakemake", "figures", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n"]
+    cmd = [sys.executable, "-m", "snakemake", "figures", "-s", str(repo / "Snakefile"), "-d", str(tmp_path), "-n", "-p"]
     out = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     log = out.stdout + out.stderr
@@ -440,8 +441,11 @@ def test_dry_run_has_one_generated_rule_per_figure(repo, tmp_path):
                                     | TINY_ONLY | WORLD2_ONLY)
     for f in figs:
         block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
-        assert f"output: {f.output(tiny)}" in block, block
-        assert f"input: {', '.join(str(t) for t in f.tables(tiny))}" in block, block
+        assert f"output: {f.output(Paths(tiny))}" in block, block
+        assert f"input: {', '.join(str(t) for t in f.tables(Paths(tiny)))}" in block, block
+        # the command draws exactly the rule's input, in its order, to its output
+        assert f"--id {f.id} --tables {' '.join(str(t) for t in f.tables(Paths(tiny)))} --out {f.output(Paths(tiny))}" \
+            in log, f.id
     curves = log.split("rule figure_head_to_head_learning_curves:\n    input: ")[1].split("\n")[0]
     assert curves.count("metrics.parquet") == len(tiny["rl"]["methods"]) * len(tiny["rl"]["seeds"])
     # rl_train's jobs show their message: which run trains, its log and its TensorBoard folder
@@ -456,7 +460,8 @@ def test_budget_figure_needs_its_runs_and_draws_seed_means(cfg, tmp_path):
     from sparserl.figures.v0 import BUDGET
     assert "v0/f5_budget" not in {f.id for f in list_figures(cfg)}
     with pytest.raises(FigureError, match="grpo_budget_oracle, grpo_budget_v0 in rl.methods"):
-        make_figure("v0/f5_budget", {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g8"]}})
+        few = {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g8"]}}
+        draw_figure("v0/f5_budget", few, Paths(few))
     cfg = {**cfg, "rl": {**cfg["rl"], "methods": METHODS + list(BUDGET)[1:]}}
     assert "v0/f5_budget" in {f.id for f in list_figures(cfg)}
     rows = [{"method": m, "seed": s, "eval_accuracy_final": 0.3 + 0.05 * i + 0.01 * s, "start_eval_accuracy": 0.25,
@@ -464,13 +469,13 @@ def test_budget_figure_needs_its_runs_and_draws_seed_means(cfg, tmp_path):
             for i, m in enumerate(["rloo_g8", *BUDGET]) for s in (0, 1, 2)]
     write_table(pd.DataFrame(rows), Paths(cfg).rl_runs(), cfg=cfg)
     fig = get_figure("v0/f5_budget")
-    data = fig.read(cfg, fig.tables(cfg))
+    data = fig.read(cfg, fig.tables(Paths(cfg)))
     assert list(dict.fromkeys(data["method"])) == list(BUDGET)  # the other runs are not drawn
     f, axes = fig.layout(data)
     fig.draw(data, axes)
     bars = [p for p in axes[0].patches]
     assert [round(b.get_height(), 6) for b in bars] == [round(0.3 + 0.05 * i + 0.01, 6) for i in (1, 2, 3)]
-    out = make_figure("v0/f5_budget", cfg)
+    out = draw_figure("v0/f5_budget", cfg, Paths(cfg))
     assert out.read_bytes()[:4] == b"\x89PNG"
 
 

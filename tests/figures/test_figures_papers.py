@@ -8,9 +8,10 @@ import pytest
 import yaml
 from matplotlib.collections import PolyCollection
 
+from sparserl.cli.figures import draw_figure
 from sparserl.core.artifacts import write_table
 from sparserl.core.paths import Paths
-from sparserl.figures import FigureError, get_figure, list_figures, make_figure
+from sparserl.figures import FigureError, get_figure, list_figures
 from sparserl.figures.basis import FAMILIES, ROLES, family_methods
 from sparserl.figures.curves import MEAN
 from sparserl.figures.registry import pyplot
@@ -97,7 +98,7 @@ def write_tables(cfg) -> pd.DataFrame:
 
 def _data(fig_id, cfg):
     f = get_figure(fig_id)
-    return f, f.read(cfg, f.tables(cfg))
+    return f, f.read(cfg, f.tables(Paths(cfg)))
 
 
 def _draw(f, data):
@@ -115,8 +116,8 @@ def test_every_figure_draws_png_pdf_and_the_csv_of_its_numbers(cfg, tmp_path):
     write_tables(cfg)
     assert [f.id for f in list_figures(cfg) if f.id in IDS] == IDS
     for fig_id in IDS:
-        out = make_figure(fig_id, cfg)
-        assert out == get_figure(fig_id).output(cfg) and out.read_bytes()[:4] == b"\x89PNG", fig_id
+        out = draw_figure(fig_id, cfg, Paths(cfg))
+        assert out == get_figure(fig_id).output(Paths(cfg)) and out.read_bytes()[:4] == b"\x89PNG", fig_id
         assert out.with_suffix(".pdf").read_bytes()[:4] == b"%PDF"
         f, data = _data(fig_id, cfg)
         csv = pd.read_csv(out.with_suffix(".csv"))
@@ -203,7 +204,7 @@ def test_f6_reads_the_owner_run_and_basis_ends_at_its_own_steps(cfg):
     f, data = _data("basis/f6_training_curves", cfg)
     assert data["families"] == list(FAMILIES)
     # basis_grid_grpo_g1_vanilla has vanilla_g1's spec: its tables are vanilla_g1's
-    tables = {str(t) for t in f.tables(cfg)}
+    tables = {str(t) for t in f.tables(Paths(cfg))}
     assert "results/smoke/rl/vanilla_g1/seed0/eval.parquet" in tables
     assert not any("basis_grid_grpo_g1_vanilla" in t for t in tables)
     ev = data["eval"]
@@ -287,7 +288,7 @@ def test_figures_are_unavailable_without_their_methods(repo, tmp_path, monkeypat
     assert "BASIS Figure 8 needs a BASIS method" in why["basis/f8_beta_t"]
     assert not {f.id for f in list_figures(few)} & set(IDS)
     with pytest.raises(FigureError, match="V0.5 Figure 1 needs v05_osla"):
-        make_figure("v05/f1_accuracy_curves", few)
+        draw_figure("v05/f1_accuracy_curves", few, Paths(few))
     # one complete family is enough: only it is drawn
     grpo = make_cfg(repo, methods=list(family_methods("GRPO").values()))
     assert {"basis/t1_policy_optimization", "basis/f6_training_curves", "basis/f8_beta_t"} <= \
@@ -305,15 +306,15 @@ def test_bad_tables_name_the_file_and_the_fix(cfg):
     ev.loc[0, "checkpoint"] = "latest"
     ev.to_parquet(ev_path)
     with pytest.raises(FigureError, match=r"grpo_g16/seed1/eval\.parquet: checkpoint 'latest' is neither"):
-        make_figure("v05/f1_accuracy_curves", cfg)
+        draw_figure("v05/f1_accuracy_curves", cfg, Paths(cfg))
     runs = pd.read_parquet(P.rl_runs()).drop(columns=["wall_time_s"])
     runs.to_parquet(P.rl_runs())
     with pytest.raises(FigureError, match=r"runs\.parquet has no wall_time_s column; rerun rule rl_summary"):
-        make_figure("basis/t1_policy_optimization", cfg)
+        draw_figure("basis/t1_policy_optimization", cfg, Paths(cfg))
     met = pd.read_parquet(P.run("basis_grid_gspo_g1_basis", 0).metrics).drop(columns=["est_beta"])
     met.to_parquet(P.run("basis_grid_gspo_g1_basis", 0).metrics)
     with pytest.raises(FigureError, match=r"basis_grid_gspo_g1_basis/seed0/metrics\.parquet has no est_beta column"):
-        make_figure("basis/f8_beta_t", cfg)
+        draw_figure("basis/f8_beta_t", cfg, Paths(cfg))
 
 
 def test_grid_methods_are_the_roles_their_names_say():
@@ -329,3 +330,36 @@ def test_grid_methods_are_the_roles_their_names_say():
         spec = load_method(m)
         assert spec.group_size == k and spec.osla is None and spec.estimator == "v05_fusion"
     assert load_method("v05_osla").osla.k_init == 4 and load_method("grpo_g16").group_size == 16
+
+
+def test_figures_draw_the_tables_they_are_given(cfg, tmp_path):
+    """make_figure reads the tables its caller gives (the rule's {input}), not the config's layout:
+    with the start policy's evaluation moved out of the results tree, V0.5 Fig. 1 draws the same
+    bytes from the moved table, and the command draws it from `--tables`. Fails if a reader
+    re-derives a table from the config (read_eval_curves once did for the start evaluation)."""
+    import shutil
+
+    from sparserl.cli import main
+    from sparserl.core.artifacts import manifest_path
+    from sparserl.figures import MissingTableError, make_figure
+    write_tables(cfg)
+    fig_id = "v05/f1_accuracy_curves"
+    f, P = get_figure(fig_id), Paths(cfg)
+    before = draw_figure(fig_id, cfg, P, out=tmp_path / "before" / "f1.png")
+    start = P.eval_table(cfg["rl"]["policy"])
+    tables = f.tables(P)
+    assert tables[0] == start
+    moved = tmp_path / "elsewhere" / start.name
+    moved.parent.mkdir()
+    shutil.move(start, moved)
+    shutil.move(manifest_path(start), manifest_path(moved))
+    with pytest.raises(MissingTableError, match=str(start)):
+        draw_figure(fig_id, cfg, P)
+    after = make_figure(fig_id, cfg, [moved, *tables[1:]], tmp_path / "after" / "f1.png")
+    for suffix in (".csv", ".png", ".pdf"):
+        assert after.with_suffix(suffix).read_bytes() == before.with_suffix(suffix).read_bytes(), suffix
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["figure", "--config", str(path), "--id", fig_id, "--tables", str(moved), *map(str, tables[1:]),
+                 "--out", str(tmp_path / "cli" / "f1.png")]) == 0
+    assert (tmp_path / "cli" / "f1.csv").read_bytes() == before.with_suffix(".csv").read_bytes()

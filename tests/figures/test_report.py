@@ -15,10 +15,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from sparserl.cli.figures import draw_figure
 from sparserl.core.artifacts import write_table
 from sparserl.core.config import ConfigError, load_config
 from sparserl.core.paths import Paths
-from sparserl.figures import list_figures, make_figure, registered
+from sparserl.figures import list_figures, registered
 from sparserl.figures import report as figure_report
 
 
@@ -84,10 +85,10 @@ def test_every_registered_figure_has_a_caption_and_three_files(repo):
         files, cfg = drawn[f.id]
         name = "+".join(Path(p).name for p in files)
         assert f.caption.strip() and len(f.caption.split()) >= 5, f"{f.id}: caption {f.caption!r} says nothing"
-        out = f.outputs(cfg)
+        out = f.outputs(Paths(cfg))
         assert set(out) == {"png", "pdf", "csv"} and len({p.parent for p in out.values()}) == 1, f.id
         assert [p.suffix for p in out.values()] == [".png", ".pdf", ".csv"] and out["png"].stem == f.name
-        captions.append(figure_report.caption_rst(f, cfg, name))
+        captions.append(figure_report.caption_rst(f, Paths(cfg), name))
     # each caption file renders (Jinja, then docutils, no warning) to the registry's text; one
     # document for all (a docutils run per caption takes 0.2 s)
     bodies = render_caption("\n\nFIGURE-BREAK\n\n".join(captions)).split("<p>FIGURE-BREAK</p>")
@@ -111,15 +112,15 @@ def test_caption_files_are_written_only_when_changed(repo, tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     cfg = load_config([str(repo / "configs/smoke.yaml")])
     figs = list_figures(cfg)
-    paths = figure_report.write_captions(figs, cfg, "smoke.yaml")
+    paths = figure_report.write_captions(figs, Paths(cfg), "smoke.yaml")
     assert set(paths) == {f.id for f in figs} and all(p.is_absolute() and p.exists() for p in paths.values())
-    assert paths[figs[0].id] == (tmp_path / figure_report.caption_path(figs[0], cfg)).resolve()
+    assert paths[figs[0].id] == (tmp_path / figure_report.caption_path(figs[0], Paths(cfg))).resolve()
     stamps = {k: p.stat().st_mtime_ns for k, p in paths.items()}
     os.utime(paths[figs[0].id], ns=(1, 1))  # so a rewrite would show
     stamps[figs[0].id] = 1
-    figure_report.write_captions(figs, cfg, "smoke.yaml")
+    figure_report.write_captions(figs, Paths(cfg), "smoke.yaml")
     assert {k: p.stat().st_mtime_ns for k, p in paths.items()} == stamps
-    figure_report.write_captions(figs, cfg, "smoke.yaml+other.yaml")  # new text: rewritten
+    figure_report.write_captions(figs, Paths(cfg), "smoke.yaml+other.yaml")  # new text: rewritten
     assert paths[figs[0].id].stat().st_mtime_ns != 1
     assert "config smoke.yaml+other.yaml," in plain(render_caption(paths[figs[0].id].read_text()))
 
@@ -146,7 +147,7 @@ def test_smoke_dag_has_a_job_per_figure_writing_png_pdf_and_csv(repo, tmp_path):
     log = out.stdout + out.stderr
     for f in list_figures(cfg):
         block = log.split(f"rule {f.rule}:\n")[1].split("\n\n")[0]
-        o = f.outputs(cfg)
+        o = f.outputs(Paths(cfg))
         assert f"output: {o['png']}, {o['pdf']}, {o['csv']}" in block, block
 
 
@@ -156,8 +157,8 @@ def test_a_drawn_figure_has_its_csv_beside_png_and_pdf(repo, tmp_path, monkeypat
     table = pd.DataFrame({"method": ["basis_unb", "reinforce_pp", "grpo"], "mse": [0.02, 0.06, 0.03],
                           "mse_se": [0.002] * 3, "pct_vs_reinforce_pp": [-66.0, 0.0, -50.0]})
     write_table(table, Paths(cfg).figure_dir("basis") / "mse_by_method.parquet", cfg=cfg)
-    png = make_figure("basis/f3a_mse_by_method", cfg)
-    out = registered()[[f.id for f in registered()].index("basis/f3a_mse_by_method")].outputs(cfg)
+    png = draw_figure("basis/f3a_mse_by_method", cfg, Paths(cfg))
+    out = registered()[[f.id for f in registered()].index("basis/f3a_mse_by_method")].outputs(Paths(cfg))
     assert png == out["png"] and png.read_bytes()[:4] == b"\x89PNG"
     assert out["pdf"].read_bytes()[:5] == b"%PDF-"
     pd.testing.assert_frame_equal(pd.read_csv(out["csv"]), table)
@@ -198,7 +199,7 @@ def test_report_builds_and_names_every_figure(repo, tmp_path):
     cfg = load_config([smoke])
     figs = list_figures(cfg)
     for f in figs:
-        fake_png(tmp_path / f.output(cfg))
+        fake_png(tmp_path / f.output(Paths(cfg)))
     claims = fake_claims_page(tmp_path, cfg)
     report = tmp_path / "report.html"
     out = snakemake(repo, tmp_path, "--report", str(report), "--configfile", smoke)
@@ -209,10 +210,10 @@ def test_report_builds_and_names_every_figure(repo, tmp_path):
     sub = figure_report.subcategory(cfg, "smoke.yaml")
     assert sub == "smoke scale (smoke.yaml)"
     for f in figs:
-        entry = results[str(f.output(cfg))]
+        entry = results[str(f.output(Paths(cfg)))]
         assert " ".join(f.caption.split()) in plain(entry["caption"]), f.id
         assert f.id in plain(entry["caption"]) and "smoke (config smoke.yaml" in plain(entry["caption"])
-        assert str(f.output(cfg)) in categories[figure_report.category(f)][sub]
+        assert str(f.output(Paths(cfg))) in categories[figure_report.category(f)][sub]
         assert entry["labels"] == {"figure": f.name} and entry["job_properties"]["rule"] == f.rule
         assert entry["data_uri"].startswith("data:image/png;") and ";base64," in entry["data_uri"]
     assert {figure_report.category(f) for f in figs} <= set(categories)
@@ -249,7 +250,7 @@ def test_report_holds_the_ranking_table(repo, tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match=r"ranking.parquet: no column\(s\) \['tie_group'\]"):
         main(["ranking-html", "--config", tiny, "--out", str(table.with_name("bad.html"))])
     for f in list_figures(cfg):
-        fake_png(tmp_path / f.output(cfg))
+        fake_png(tmp_path / f.output(Paths(cfg)))
     fake_claims_page(tmp_path, cfg)
     out = snakemake(repo, tmp_path, "--report", str(tmp_path / "report.html"), "--configfile", tiny)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -270,7 +271,7 @@ def test_report_fails_when_a_figure_is_missing(repo, tmp_path):
     cfg = load_config([smoke])
     figs = list_figures(cfg)
     for f in figs[1:]:
-        fake_png(tmp_path / f.output(cfg))
+        fake_png(tmp_path / f.output(Paths(cfg)))
     fake_claims_page(tmp_path, cfg)
     out = snakemake(repo, tmp_path, "--report", str(tmp_path / "r.html"), "--configfile", smoke)
-    assert out.returncode != 0 and str(figs[0].output(cfg)) in out.stdout + out.stderr
+    assert out.returncode != 0 and str(figs[0].output(Paths(cfg))) in out.stdout + out.stderr

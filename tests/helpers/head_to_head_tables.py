@@ -101,7 +101,8 @@ def write_head_to_head_tables(cfg: dict, n_boot: int = 200, **kw) -> dict:
     from sparserl.studies.aggregates import write_aggregates
     from sparserl.studies.head_to_head import write_head_to_head
     write_runs(cfg, **kw)
-    out = {**write_head_to_head(cfg, n_boot=n_boot), **write_aggregates(cfg, reps=min(n_boot, 100))}
+    P = Paths(cfg)
+    out = {**write_head_to_head(P, n_boot=n_boot), **write_aggregates(P, reps=min(n_boot, 100))}
     return {name: read_table(path) for name, path in out.items()}
 
 

@@ -7,7 +7,7 @@ import torch
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.core.config import load_config
 from sparserl.core.paths import Paths
-from sparserl.models.policies import pretrain
+from sparserl.models.policies import pretrain, pretrain_files
 from sparserl.tasks import format_prompt, format_target, procedural
 from sparserl.models.tokenizer import train_tokenizer
 
@@ -32,13 +32,13 @@ def _weights(path):
 
 def test_pretrain_resumes_after_a_kill_with_its_snapshots(repo, tmp_path):
     full, Pf = _world(repo, tmp_path / "full")
-    pretrain(full, "s")
+    pretrain(full, "s", **pretrain_files(Paths(full), "s"))
     killed, Pk = _world(repo, tmp_path / "killed")
     with pytest.raises(RuntimeError, match="simulated kill"):
-        pretrain(killed, "s", stop_after=17)  # checkpoint at 15: steps 16-17 are replayed
+        pretrain(killed, "s", stop_after=17, **pretrain_files(Paths(killed), "s"))  # checkpoint at 15: steps 16-17 are replayed
     assert (Pk.pretrain_state("s") / "last.pt").exists()
     shutil.rmtree(Pk.policy("s@p50"))  # Snakemake deletes a failed job's outputs
-    pretrain(killed, "s")
+    pretrain(killed, "s", **pretrain_files(Paths(killed), "s"))
     for ref in ("s", "s@p50"):
         a, b = _weights(Pf.policy(ref)), _weights(Pk.policy(ref))
         assert all(torch.equal(a[k], b[k]) for k in a), ref
@@ -94,7 +94,7 @@ def test_bf16_and_compiled_pretraining_starts_from_transformers_init_and_saves_a
         return real_loss(model, x, m, chunks)
     monkeypatch.setattr(policies, "batch_loss", spy)
     fp32, P32 = _world(repo, tmp_path / "fp32")
-    pretrain(fp32, "s")
+    pretrain(fp32, "s", **pretrain_files(Paths(fp32), "s"))
     assert not isinstance(seen.pop("model"), Qwen3LM)  # the default path keeps transformers
     fast, Pf = _world(repo, tmp_path / "fast")
     fast["policies"]["s"]["precision"] = "bf16"
@@ -106,7 +106,7 @@ def test_bf16_and_compiled_pretraining_starts_from_transformers_init_and_saves_a
         init.update({k: v.clone() for k, v in model.state_dict().items()})
         return real_from(cls, model)
     monkeypatch.setattr(Qwen3LM, "from_module", classmethod(from_module))
-    pretrain(fast, "s")
+    pretrain(fast, "s", **pretrain_files(Paths(fast), "s"))
     model = seen["model"]
     assert isinstance(model, Qwen3LM) and model.matmul_dtype is torch.bfloat16
     assert all(getattr(layer.forward, "_torchdynamo_orig_callable", None) for layer in model.model.layers)
@@ -137,8 +137,8 @@ def test_start_seed_0_keeps_the_seed_and_another_start_moves_the_weights(repo, t
     other, P1 = _world(repo, tmp_path / "start1")
     other["pretrain"]["start_seed"] = 1
     assert pretrain_seed(other, "s") != pretrain_seed(cfg, "s")
-    pretrain(cfg, "s")
-    pretrain(other, "s")
+    pretrain(cfg, "s", **pretrain_files(Paths(cfg), "s"))
+    pretrain(other, "s", **pretrain_files(Paths(other), "s"))
     a, b = _weights(P0.policy("s")), _weights(P1.policy("s"))
     assert a.keys() == b.keys() and not any(torch.equal(a[k], b[k]) for k in a if a[k].numel() > 1 and a[k].std() > 0)
     assert read_manifest(P1.policy("s"))["start"] == 1 and read_manifest(P0.policy("s"))["start"] == 0

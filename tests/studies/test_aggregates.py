@@ -11,9 +11,10 @@ import pytest
 import yaml
 
 from helpers.head_to_head_tables import problems, write_runs
+from sparserl.cli.figures import draw_figure
 from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths
-from sparserl.figures import get_figure, list_figures, make_figure
+from sparserl.figures import get_figure, list_figures
 from sparserl.studies import aggregates as agg
 
 METHODS = ["grpo_g8", "rloo_g8", "grpo_g4", "vanilla_g1", "basis_grid_grpo_g1_vanilla"]
@@ -118,10 +119,10 @@ def test_study_reads_per_benchmark_scores_and_is_byte_identical_on_a_rerun(repo,
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo)
     probs = write_runs(cfg)
-    out = agg.write_aggregates(cfg, reps=200)
+    out = agg.write_aggregates(Paths(cfg), reps=200)
     assert set(out) == set(agg.TABLES) and all(p.parent == Paths(cfg).head_to_head("iqm").parent for p in out.values())
     first = {n: p.read_bytes() for n, p in out.items()}
-    assert {n: p.read_bytes() for n, p in agg.write_aggregates(cfg, reps=200).items()} == first
+    assert {n: p.read_bytes() for n, p in agg.write_aggregates(Paths(cfg), reps=200).items()} == first
     iqm = read_table(out["iqm"]).set_index(["metric", "method"])
     assert set(iqm.index.get_level_values(0)) == {"accuracy", "gain"}
     # by hand: rloo_g8's final per-problem scores, averaged per benchmark, trimmed by a quarter each side
@@ -149,7 +150,7 @@ def test_one_seed_study_and_start_policy_reference(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo, ["rloo_g8", "grpo_g8", "grpo_g4"], seeds=(0,))
     write_runs(cfg)
-    t = agg.aggregates(cfg, reps=50)
+    t = agg.aggregates(Paths(cfg), reps=50)
     assert t["iqm"]["ci_lo"].isna().all() and t["improvement"]["ci_lo"].isna().all()
     assert t["profiles"]["ci_hi"].isna().all() and t["profiles"]["fraction"].between(0, 1).all()
     imp = t["improvement"]
@@ -169,7 +170,7 @@ def test_runs_on_other_benchmarks_are_refused(repo, tmp_path, monkeypatch):
     write_table(ev.assign(benchmark=ev["benchmark"].replace("b2", "b3")), run.eval)
     from sparserl.studies.head_to_head import HeadToHeadError
     with pytest.raises(HeadToHeadError, match=r"rloo_g8/seed0/eval.parquet: benchmarks \['b1', 'b3'\] differ"):
-        agg.aggregates(cfg, reps=20)
+        agg.aggregates(Paths(cfg), reps=20)
 
 
 def test_cli_writes_where_told(repo, tmp_path, monkeypatch, capsys):
@@ -205,26 +206,26 @@ def test_figures_are_registered_and_drawn_with_the_scale_footer(repo, tmp_path, 
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo)
     write_runs(cfg)
-    agg.write_aggregates(cfg, reps=100)
+    agg.write_aggregates(Paths(cfg), reps=100)
     assert set(FIGURES) <= {f.id for f in list_figures(cfg)}
     assert not set(FIGURES) & {f.id for f in list_figures({k: v for k, v in cfg.items() if k != "rl"})}
     for fig_id in FIGURES:
         f = get_figure(fig_id)
         assert f.bars and "rliable" in f.caption
-        out = make_figure(fig_id, cfg)
+        out = draw_figure(fig_id, cfg, Paths(cfg))
         assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, fig_id
         assert out.with_suffix(".pdf").exists() and len(pd.read_csv(out.with_suffix(".csv")))
-        data = f.read(cfg, f.tables(cfg))
+        data = f.read(cfg, f.tables(Paths(cfg)))
         fig, axes = f.layout(data)
         from sparserl.figures.registry import footer
         f.draw(data, axes)
-        footer(fig, f.tables(cfg), cfg, "smoke.yaml", bars=f.bars)
+        footer(fig, f.tables(Paths(cfg)), cfg, "smoke.yaml", bars=f.bars)
         text = fig.texts[-1].get_text()
         assert text.startswith("scale=smoke  [SMOKE SCALE") and "smoke.yaml" in text and "rliable" in text
         pyplot().close(fig)
     # the IQM figure: one point per method and metric at the table's IQM
     f = get_figure(FIGURES[0])
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, axes = f.layout(data)
     f.draw(data, axes)
     xs = sorted(float(c.lines[0].get_xdata()[0]) for c in axes[0].containers)
@@ -240,7 +241,7 @@ def test_pooled_start_policies_make_start_seed_pairs_the_runs(repo, tmp_path, mo
     reads the first tree alone (1 run, P = 1)."""
     from helpers.head_to_head_tables import two_start_trees
     first, pooled, lifts = two_start_trees(repo, tmp_path, monkeypatch)
-    alone, t = agg.aggregates(first, reps=200), agg.aggregates(pooled, reps=200)
+    alone, t = agg.aggregates(Paths(first), reps=200), agg.aggregates(Paths(pooled), reps=200)
     assert "starts" not in alone["iqm"] and (alone["iqm"]["runs"] == 1).all()  # one start: as before
     iqm = t["iqm"]
     assert set(iqm["method"]) == {"grpo_g8", "v05_k4"}  # the methods both trees ran
@@ -263,6 +264,7 @@ def test_pooled_start_policies_make_start_seed_pairs_the_runs(repo, tmp_path, mo
     # the figures' titles and footers name the starts and the pooled tree
     from sparserl.figures.head_to_head import _scores_note
     assert _scores_note(iqm) == "2 starts x 1 seed = 2 runs x 2 benchmarks"
-    assert get_figure(FIGURES[0]).note(pooled) == ("runs: (start policy, seed) pairs, start policies pooled from this "
-                                                   f"tree and {pooled['head_to_head']['pool'][0]}")
-    assert get_figure(FIGURES[0]).note(first) == ""
+    iqm_fig = get_figure(FIGURES[0])
+    assert iqm_fig.note(pooled, iqm_fig.tables(Paths(pooled))) == ("runs: (start policy, seed) pairs, start policies "
+                                                                   f"pooled from this tree and {pooled['head_to_head']['pool'][0]}")
+    assert iqm_fig.note(first, iqm_fig.tables(Paths(first))) == ""

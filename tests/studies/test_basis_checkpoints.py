@@ -38,29 +38,29 @@ def test_tiny_keeps_step_10_of_grpo_g8_seed0_only(repo):
     assert study_snapshot_steps(cfg, g8, 0) == [10]  # kept, not evaluated; final (40) is `final/`
     assert study_snapshot_steps(cfg, g8, 1) == []
     assert study_snapshot_steps(cfg, load_method("grpo_g16"), 0) == []
-    cks = bc.study_checkpoints(cfg)
+    cks = bc.study_checkpoints(Paths(cfg))
     assert [(c.stage, c.step, c.label) for c in cks] == [("early", 10, "step00010"), ("middle", 20, "step00020"),
                                                         ("late", 40, "final")]
     run = Paths(cfg).run("grpo_g8", 0)
     assert [c.path for c in cks] == [run.checkpoint(10), run.checkpoint(20), run.final]
     assert cks[0].oracle == Paths(cfg).stage("basis", "oracle", "rl", "grpo_g8", "seed0", "step00010.parquet")
-    assert bc.main_checkpoint(cfg) == cks[1]
+    assert bc.main_checkpoint(Paths(cfg)) == cks[1]
     # small evaluates step 50 of 100 and keeps step 25 for the study
     small = _cfg(repo, "small")
     assert study_snapshot_steps(small, g8, 0) == [25]
-    assert [c.label for c in bc.study_checkpoints(small)] == ["step00025", "step00050", "final"]
-    assert bc.study_checkpoints(_cfg(repo, "smoke")) == []  # no RL at smoke scale
+    assert [c.label for c in bc.study_checkpoints(Paths(small))] == ["step00025", "step00050", "final"]
+    assert bc.study_checkpoints(Paths(_cfg(repo, "smoke"))) == []  # no RL at smoke scale
 
 
 def test_a_method_that_repeats_another_studies_the_owners_run(repo):
     cfg = _cfg(repo, method="basis_grid_grpo_g1_vanilla", seed=0, fractions=[0.5, 1.0])
-    assert bc.study_checkpoints(cfg)[0].method == "vanilla_g1"
+    assert bc.study_checkpoints(Paths(cfg))[0].method == "vanilla_g1"
     assert study_snapshot_steps(cfg, load_method("vanilla_g1"), 0) == []  # 20 is evaluated anyway
     cfg["basis"]["study_checkpoints"]["fractions"] = [0.1, 1.0]
     assert study_snapshot_steps(cfg, load_method("vanilla_g1"), 0) == [4]
     cfg["basis"]["study_checkpoints"]["fractions"] = [0.5, 0.25]
     with pytest.raises(ValueError, match="increasing fractions"):
-        bc.study_checkpoints(cfg)
+        bc.study_checkpoints(Paths(cfg))
 
 
 def test_prompt_subset_is_fixed_seeded_and_in_pool_order(repo):
@@ -218,7 +218,7 @@ def test_the_extra_snapshot_changes_no_number_of_the_run(world):
     # the oracle of the early checkpoint, on 8 seeded prompts of the pool
     cfg_path = P.results / "study.yaml"
     cfg_path.write_text(yaml.safe_dump(study))
-    ck = bc.study_checkpoints(study)[0]
+    ck = bc.study_checkpoints(Paths(study))[0]
     assert main(["study-checkpoint-oracle", "--config", str(cfg_path), "--checkpoint", "early", "--n", "3"]) == 0
     orc = read_table(ck.oracle)
     pool_ids = read_table(P.train_pool())["id"].tolist()
@@ -236,7 +236,7 @@ def test_the_extra_snapshot_changes_no_number_of_the_run(world):
 @pytest.mark.e2e  # CLI, tables and figures
 def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, monkeypatch):
     from sparserl.cli import main
-    from sparserl.figures import make_figure
+    from sparserl.cli.figures import draw_figure
     monkeypatch.chdir(tmp_path)
     cfg = load_config(repo / "configs/tiny.yaml")
     cfg["basis"]["study"] = {"value": {"repeats": 20, "bootstrap": 20}}
@@ -245,7 +245,7 @@ def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, 
     P = Paths(cfg)
     rng = np.random.default_rng(0)
     p_ref = rng.integers(1, 64, size=96) / 64
-    for k, ck in enumerate(bc.study_checkpoints(cfg)):  # values rise over training
+    for k, ck in enumerate(bc.study_checkpoints(Paths(cfg))):  # values rise over training
         write_pair(P.reference_cache("s"), ck.oracle, p_ref, np.clip(p_ref + 0.05 * k, 0, 1), seed=k, cfg=cfg)
     assert main(["study-basis-stages", "--config", str(cfg_path)]) == 0
     SP = Paths(cfg).studies
@@ -256,13 +256,13 @@ def test_cli_writes_both_stage_tables_and_the_figures_draw_them(repo, tmp_path, 
     info = read_manifest(SP.table("basis", "stage_mse_by_method"))
     assert info["data"]["reference_policy"] == "s" and len(info["data"]["checkpoints"]) == 3
     for fig_id in ("basis/f2_initial_vs_refined", "basis/a1_mse_by_stage"):
-        png = make_figure(fig_id, cfg)
+        png = draw_figure(fig_id, cfg, Paths(cfg))
         assert png.read_bytes()[:4] == b"\x89PNG" and png.with_suffix(".csv").exists()
     # F3 / F5 default to the middle checkpoint against the start policy; the pair is the stress test
-    v = bc.study_variants(cfg)
-    assert v[""] == (P.reference_cache("s"), bc.study_checkpoints(cfg)[1].oracle)
+    v = bc.study_variants(Paths(cfg))
+    assert v[""] == (P.reference_cache("s"), bc.study_checkpoints(Paths(cfg))[1].oracle)
     assert v["stress_"] == (P.reference_cache("s@p50"), P.oracle("s@p75"))
-    assert bc.study_variants(load_config(repo / "configs/smoke.yaml")).keys() == {""}
+    assert bc.study_variants(Paths(load_config(repo / "configs/smoke.yaml"))).keys() == {""}
 
 
 @pytest.mark.e2e  # DAG dry run

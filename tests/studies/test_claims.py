@@ -97,7 +97,7 @@ def _claim(measure, **kw):
 def test_a_premise_absent_overrides_the_direction_and_is_shown():
     prem = C.Premise(text="vanilla collapses", quantity="gain(vanilla)", relation="<", threshold=0.0,
                      inputs=lambda cfg: [], measure=lambda ctx: C.Interval(0.03, 0.01, 0.05, "m"))
-    df = C.build_rows({"scale": "smoke"}, {}, [_claim(lambda ctx: C.Interval(-0.05, -0.08, -0.02, "m"), premise=prem)])
+    df = C.build_rows(Paths({"scale": "smoke"}), {}, [_claim(lambda ctx: C.Interval(-0.05, -0.08, -0.02, "m"), premise=prem)])
     r = df.iloc[0]
     assert r.direction_status == C.CONTRADICTED and r.premise_status == C.ABSENT and r.status == C.PREMISE_ABSENT
     assert "vanilla collapses" in r.premise and "+0.030 [+0.010, +0.050]" in r.premise
@@ -106,7 +106,7 @@ def test_a_premise_absent_overrides_the_direction_and_is_shown():
 def test_a_non_inferiority_margin_is_a_share_of_the_compared_gain():
     gain = lambda v: C.Margin(of="B's gain", inputs=lambda cfg: [], gain=lambda ctx: C.Interval(v, v - 0.01, v + 0.01, "m"))  # noqa: E731
     iv = lambda ctx: C.Interval(-0.005, -0.015, 0.006, "m")  # noqa: E731
-    rows = C.build_rows({"scale": "smoke"}, {}, [_claim(iv, id="a", threshold=np.nan, margin=gain(0.04)),
+    rows = C.build_rows(Paths({"scale": "smoke"}), {}, [_claim(iv, id="a", threshold=np.nan, margin=gain(0.04)),
                                                  _claim(iv, id="b", threshold=np.nan, margin=gain(0.08)),
                                                  _claim(iv, id="c", threshold=np.nan, margin=gain(-0.02))])
     a, b, c = rows.itertuples()
@@ -123,7 +123,7 @@ def test_right_sign_wrong_magnitude_is_not_reproduced():
         return C.Claim(id=f"t.{paper_value}", paper="V0.5", claim="c", paper_number="+10 points", quantity="q",
                        relation=">", threshold=0.0, target="v05/f1", inputs=lambda cfg: [],
                        measure=lambda ctx: C.Interval(0.02, 0.01, 0.03, "m"), paper_value=paper_value)
-    df = C.build_rows({"scale": "smoke"}, {}, [claim(0.10), claim(0.025), claim(None)]).set_index("paper_lo",
+    df = C.build_rows(Paths({"scale": "smoke"}), {}, [claim(0.10), claim(0.025), claim(None)]).set_index("paper_lo",
                                                                                                   drop=False)
     assert df["direction_status"].tolist() == [C.REPRODUCED] * 3
     assert df["magnitude_status"].tolist() == ["off by 5.0x", C.IN_CI, C.NO_PAPER]
@@ -135,11 +135,11 @@ def test_right_sign_wrong_magnitude_is_not_reproduced():
 
 
 def test_not_run_is_a_status_of_build_rows():
-    def inputs(cfg):
+    def inputs(P):
         raise C.NotRun("rl.methods of this config lacks x")
     claim = C.Claim(id="t.x", paper="V0", claim="c", paper_number="1", quantity="q", relation=">", threshold=0.0,
                     target="v0/t1", inputs=inputs, measure=lambda ctx: C.Interval(1, 1, 1, "m"))
-    df = C.build_rows({"scale": "smoke"}, {}, [claim])
+    df = C.build_rows(Paths({"scale": "smoke"}), {}, [claim])
     assert df["status"].tolist() == [C.NOT_RUN] and "lacks x" in df["reason"].iloc[0]
     assert df["direction_status"].tolist() == [C.NOT_RUN] and df["magnitude_status"].tolist() == [C.NO_PAPER]
 
@@ -224,7 +224,6 @@ def _write_rl(cfg, better=("v05_osla",), shift=0.2):
 
 
 def _write_basis(cfg):
-    from sparserl.core.paths import Paths
     SP = Paths(cfg).studies
     head = {"basis_vs_reinforce_pp_pct": {"pct_change": -60.0, "ci95": [-62.0, -58.0], "n_batches": 12},
             "basis_vs_grpo_g8_pct": {"pct_change": 5.0, "ci95": [-1.0, 11.0], "n_batches": 12}}
@@ -237,7 +236,6 @@ def _write_basis(cfg):
 
 
 def _write_critique(cfg):
-    from sparserl.core.paths import Paths
     CP = Paths(cfg).critique
     rows, steps = [], []
     for s in (0, 1, 2):
@@ -273,19 +271,19 @@ def test_rl_measure_one_seed_bootstrap_and_seeds_t(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = _cfg(repo)
     _write_rl(cfg)
-    iv = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
+    iv = C.rl_accuracy(C.Context(Paths(cfg)), "v05_osla", "grpo_g16")
     # the hierarchical bootstrap, naming its levels; one start and one seed: problems only
     assert iv.method.startswith("hierarchical bootstrap") and iv.lo > 0 and iv.value < 0.2 + 1e-9
     assert "1 start x 1 seed x 50 problems (2 benchmarks); resampled: problems" in iv.method
     # the gain over the start: its own per-problem table, paired by problem (runs.parquet's eval_gain)
-    g = C.rl_gain(C.Context(cfg), "grpo_g16")
+    g = C.rl_gain(C.Context(Paths(cfg)), "grpo_g16")
     want = pd.read_parquet(Paths(cfg).rl_runs()).set_index("method").loc["grpo_g16", "eval_gain"]
     assert g.method.startswith("hierarchical bootstrap (2000x, paired with the start): 1 start x 1 seed")
     assert g.value == pytest.approx(want) and g.lo < g.value < g.hi and g.lo > 0
-    assert C.rl_accuracy(C.Context(cfg), "v05_k4", "grpo_g16").value == pytest.approx(0.0)  # same problems' p
+    assert C.rl_accuracy(C.Context(Paths(cfg)), "v05_k4", "grpo_g16").value == pytest.approx(0.0)  # same problems' p
     cfg2 = _cfg(repo, seeds=(0, 1, 2))
     _write_rl(cfg2, shift=0.1)
-    iv2 = C.rl_accuracy(C.Context(cfg2), "v05_osla", "grpo_g16")
+    iv2 = C.rl_accuracy(C.Context(Paths(cfg2)), "v05_osla", "grpo_g16")
     assert "1 start x 3 seeds x 50 problems (2 benchmarks); resampled: seeds, problems" in iv2.method
     assert iv2.lo > 0
     # never narrower than t over the 3 seeds
@@ -293,14 +291,14 @@ def test_rl_measure_one_seed_bootstrap_and_seeds_t(repo, tmp_path, monkeypatch):
     t = C.seed_interval(runs.loc["v05_osla"], runs.loc["grpo_g16"])
     assert iv2.lo <= t.lo + 1e-12 and iv2.hi >= t.hi - 1e-12
     with pytest.raises(C.NotRun, match="grpo_budget_v0"):
-        C.rl_accuracy(C.Context(cfg), "grpo_budget_v0", "grpo_g8")
+        C.rl_accuracy(C.Context(Paths(cfg)), "grpo_budget_v0", "grpo_g8")
 
 
 def test_v0_measure_bootstraps_contexts(repo, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = dict(_cfg(repo), v0={"harvest": {}})
     _write_v0(cfg)
-    ctx = C.Context(cfg)
+    ctx = C.Context(Paths(cfg))
     auc = C.v0_auc_interval(ctx, "sequential", "v0")
     assert auc.value == pytest.approx(1.0) and "8 checkpoint contexts" in auc.method
     diff = C.v0_auc_interval(ctx, "sequential", "v0", "vanilla_value_model")
@@ -313,13 +311,12 @@ def test_basis_and_critique_measures(repo, tmp_path, monkeypatch):
     cfg = _cfg(repo)
     _write_basis(cfg)
     _write_critique(cfg)
-    ctx = C.Context(cfg)
+    ctx = C.Context(Paths(cfg))
     n = C.basis_sensitivity_n(ctx)
     assert n.value == pytest.approx(-60.0) and n.lo < -60 < n.hi  # n=8 -> n=64: 0.03 -> 0.012
     r = C.basis_headline("basis_vs_grpo_g8_pct")["measure"](ctx)
     assert (r.value, r.lo, r.hi) == (5.0, -1.0, 11.0)
     # Figure 2 reads the RL-checkpoint study's table at the middle checkpoint, mean over the beta grid
-    from sparserl.core.paths import Paths
     f2 = pd.DataFrame([{"stage": st, "estimator": est, "beta": b, "mse": m, "mse_se": 0.001}
                        for st, scale in (("early", 1.0), ("middle", 2.0), ("late", 3.0))
                        for est, ms in (("initial", (0.02, 0.10)), ("refined", (0.03, 0.03)))
@@ -330,22 +327,21 @@ def test_basis_and_critique_measures(repo, tmp_path, monkeypatch):
     assert "best beta: initial 0.0400, refined 0.0600" in f2c.detail
     write_table(f2[f2["estimator"] == "initial"], Paths(cfg).studies.table("basis", "stage_initial_vs_refined"), cfg=cfg)
     with pytest.raises(C.BadArtifact, match="no 'refined' rows at stage middle"):
-        C.basis_refined_vs_initial(C.Context(cfg))
+        C.basis_refined_vs_initial(C.Context(Paths(cfg)))
     ev = C.critique_diff("sudoku_k4", "ev_final", "pvf", "vf")["measure"](ctx)
     assert ev.value == pytest.approx(0.16) and ev.lo > 0 and "lc_pvf_answer" in ev.detail
     rho = C.tether_rho("sudoku_k4")["measure"](ctx)
     assert rho.value == pytest.approx(0.45) and rho.lo > 0 and "after the first step 0.100" in rho.detail
     with pytest.raises(C.NotRun, match="rg_k8"):
-        C.critique_diff("rg_k8", "ev_final", "pvf", "vf")["inputs"](cfg)
+        C.critique_diff("rg_k8", "ev_final", "pvf", "vf")["inputs"](Paths(cfg))
     # the paper's n = 8 -> 64: a table without n = 64 is not run; a table without a column is an error
-    from sparserl.core.paths import Paths
     path = Paths(cfg).studies.table("basis", "sensitivity_n")
     write_table(pd.DataFrame({"value": [8.0, 16.0], "skipped": ["", ""], "mse": [0.03, 0.02], "mse_se": [0.001] * 2}), path)
     with pytest.raises(C.NotRun, match="n=64"):
-        C.basis_sensitivity_n(C.Context(cfg))
+        C.basis_sensitivity_n(C.Context(Paths(cfg)))
     write_table(pd.DataFrame({"value": [8.0, 64.0], "mse": [0.03, 0.02]}), path)
     with pytest.raises(C.BadArtifact, match=r"sensitivity_n.parquet: no column\(s\) \['skipped', 'mse_se'\]"):
-        C.basis_sensitivity_n(C.Context(cfg))
+        C.basis_sensitivity_n(C.Context(Paths(cfg)))
 
 
 def test_claims_are_data():
@@ -376,7 +372,7 @@ def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monke
     _write_rl(cfg)
     _write_basis(cfg)
     _write_critique(cfg)
-    inputs = C.claim_inputs(cfg)
+    inputs = C.claim_inputs(Paths(cfg))
     assert str(Paths(cfg).rl_runs()) in inputs and not any("values/eval" in p for p in inputs)
     assert main(["claims", "--config", str(cfg_path), "--config-name", "smoke+claims.yaml"]) == 0
     P = Paths(cfg)
@@ -436,7 +432,7 @@ def test_rl_rows_carry_greedy_pass_and_the_splits_as_context(repo, tmp_path, mon
     cfg = _cfg(repo, critique=False)
     _write_rl(cfg)
     runs = pd.read_parquet(Paths(cfg).rl_runs())
-    before = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
+    before = C.rl_accuracy(C.Context(Paths(cfg)), "v05_osla", "grpo_g16")
     assert "greedy" not in before.detail  # runs evaluated without them
     extra = {"eval_greedy_final": {"v05_osla": 0.61, "grpo_g16": 0.58},
              "eval_pass_final": {"v05_osla": 0.8, "grpo_g16": 0.9},
@@ -449,7 +445,7 @@ def test_rl_rows_carry_greedy_pass_and_the_splits_as_context(repo, tmp_path, mon
         runs[col] = runs["method"].map(by)
     runs["pass_metric"] = "pass@16"
     write_table(runs, Paths(cfg).rl_runs())
-    iv = C.rl_accuracy(C.Context(cfg), "v05_osla", "grpo_g16")
+    iv = C.rl_accuracy(C.Context(Paths(cfg)), "v05_osla", "grpo_g16")
     assert ("; greedy 0.610 vs 0.580; pass@16 0.800 vs 0.900; slip-template greedy change +0.120 vs -0.010; "
             "greedy wrong -> right 30.0 vs 25.0; right -> wrong 28.0 vs 26.0") in iv.detail
     assert "other-template" not in iv.detail  # an arm without it
@@ -527,9 +523,9 @@ def test_pooled_trees_are_starts_of_the_rl_rows(repo, tmp_path, monkeypatch):
     reads the first tree alone (1 start)."""
     monkeypatch.chdir(tmp_path)
     first, second, pooled = _two_trees(repo, tmp_path)
-    alone = [C.rl_accuracy(C.Context(c), "v05_osla", "grpo_g16") for c in (first, second)]
+    alone = [C.rl_accuracy(C.Context(Paths(c)), "v05_osla", "grpo_g16") for c in (first, second)]
     assert [round(a.value, 6) for a in alone] == pytest.approx([0.05, 0.15], abs=0.02)
-    iv = C.rl_accuracy(C.Context(pooled), "v05_osla", "grpo_g16")
+    iv = C.rl_accuracy(C.Context(Paths(pooled)), "v05_osla", "grpo_g16")
     assert iv.method == ("hierarchical bootstrap (2000x, paired with b by start and problem): 2 starts x 1 seed x "
                          "50 problems (2 benchmarks); resampled: starts, problems")
     assert iv.value == pytest.approx(np.mean([a.value for a in alone]))
@@ -537,34 +533,34 @@ def test_pooled_trees_are_starts_of_the_rl_rows(repo, tmp_path, monkeypatch):
     assert all(iv.hi - iv.lo > 2 * (a.hi - a.lo) for a in alone)
     assert iv.detail.endswith(f"; per start 0, 1: {alone[0].value:+.3f}, {alone[1].value:+.3f}")
     # gains: each start's runs against their own start policy (0.2 apart), not against start 0's
-    g_alone = [C.rl_gain(C.Context(c), "grpo_g16") for c in (first, second)]
-    g = C.rl_gain(C.Context(pooled), "grpo_g16")
+    g_alone = [C.rl_gain(C.Context(Paths(c)), "grpo_g16") for c in (first, second)]
+    g = C.rl_gain(C.Context(Paths(pooled)), "grpo_g16")
     assert "paired with the start): 2 starts x 1 seed x 50 problems" in g.method
     assert g.value == pytest.approx(np.mean([a.value for a in g_alone]))
     assert g.lo < g_alone[0].value < g_alone[1].value < g.hi and g.hi < 0.15
     # V0.5 k=4: start 1's tree did not run it, so the row stays on start 0 alone, unchanged, and says so
-    k4 = C.rl_accuracy(C.Context(pooled), "v05_k4", "grpo_g16")
-    k4_alone = C.rl_accuracy(C.Context(first), "v05_k4", "grpo_g16")
+    k4 = C.rl_accuracy(C.Context(Paths(pooled)), "v05_k4", "grpo_g16")
+    k4_alone = C.rl_accuracy(C.Context(Paths(first)), "v05_k4", "grpo_g16")
     assert (k4.value, k4.lo, k4.hi) == (k4_alone.value, k4_alone.lo, k4_alone.hi)
     assert k4.method == k4_alone.method + (f"; not pooled: start 1 ({pooled['head_to_head']['pool'][0]}) did not "
                                            "run v05_k4, so this tree's start 0 alone")
     # the table and the rule's inputs: the pooled tree's runs and start evaluation where a row pools it
-    rows = C.build_rows(pooled, claims=[c for c in C.CLAIMS if c.id in ("v05.osla_vs_grpo16", "v05.k4_vs_grpo16")])
+    rows = C.build_rows(Paths(pooled), claims=[c for c in C.CLAIMS if c.id in ("v05.osla_vs_grpo16", "v05.k4_vs_grpo16")])
     rows = rows.set_index("id")
     assert "2 starts x 1 seed x 50 problems" in rows.loc["v05.osla_vs_grpo16", "ci_method"]
     assert "1 start x 1 seed" in rows.loc["v05.k4_vs_grpo16", "ci_method"]
     assert f"GRPO G=16's gain over the start policy {g.value:+.3f}" in rows.loc["v05.k4_vs_grpo16", "premise"]
-    inputs = C.claim_inputs(pooled, [c for c in C.CLAIMS if c.id == "v05.k4_vs_grpo16"])
+    inputs = C.claim_inputs(Paths(pooled), [c for c in C.CLAIMS if c.id == "v05.k4_vs_grpo16"])
     assert [i for i in inputs if i.startswith("results_start1")] == [
         "results_start1/smoke/eval/s/eval.parquet", "results_start1/smoke/rl/grpo_g16/seed0/eval.parquet"]
     assert "results_start1/smoke/rl/v05_osla/seed0/eval.parquet" in C.claim_inputs(
-        pooled, [c for c in C.CLAIMS if c.id == "v05.osla_vs_grpo16"])
+        Paths(pooled), [c for c in C.CLAIMS if c.id == "v05.osla_vs_grpo16"])
     # a pooled tree whose tables name another start: one line naming the table
     from sparserl.methods.run import method_run
     path = method_run(second, "grpo_g16", 0).eval_dir / "final_per_problem.parquet"
     write_table(pd.read_parquet(path).assign(start=0), path)
     with pytest.raises(C.BadArtifact, match="start \\[0\\], but its tree's pretrain.start_seed is 1"):
-        C.rl_accuracy(C.Context(pooled), "v05_osla", "grpo_g16")
+        C.rl_accuracy(C.Context(Paths(pooled)), "v05_osla", "grpo_g16")
 
 
 def test_pooled_seeds_widen_to_t_over_the_runs(repo, tmp_path, monkeypatch):
@@ -572,7 +568,7 @@ def test_pooled_seeds_widen_to_t_over_the_runs(repo, tmp_path, monkeypatch):
     paired t over the 4 (start, seed) runs, and its text names both."""
     monkeypatch.chdir(tmp_path)
     _, _, pooled = _two_trees(repo, tmp_path, seeds=(0, 1))
-    ctx = C.Context(pooled)
+    ctx = C.Context(Paths(pooled))
     iv = C.rl_accuracy(ctx, "v05_osla", "grpo_g16")
     assert "2 starts x 2 seeds x 50 problems (2 benchmarks); resampled: starts, seeds, problems" in iv.method
     arm = {m: CR._runs_array(ctx, m, ctx.trees())[0] for m in ("v05_osla", "grpo_g16")}

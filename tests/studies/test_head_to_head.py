@@ -13,8 +13,9 @@ import yaml
 from helpers.head_to_head_tables import (
     METHODS, make_cfg, problems, two_start_trees, write_head_to_head_tables, write_runs,
 )
+from sparserl.cli.figures import draw_figure
 from sparserl.core.paths import Paths
-from sparserl.figures import FigureError, get_figure, list_figures, make_figure
+from sparserl.figures import FigureError, get_figure, list_figures
 from sparserl.figures.registry import pyplot
 from sparserl.studies import head_to_head as h2h
 
@@ -154,7 +155,7 @@ def test_one_seed_study_ranks_bootstraps_and_writes_three_tables(cfg, tmp_path):
     # the same tables give the same bytes
     P = Paths(cfg)
     first = {n: P.head_to_head(n).read_bytes() for n in h2h.TABLES}
-    h2h.write_head_to_head(cfg, n_boot=300)
+    h2h.write_head_to_head(Paths(cfg), n_boot=300)
     assert {n: P.head_to_head(n).read_bytes() for n in h2h.TABLES} == first
     assert (tmp_path / "results/smoke/head_to_head/ranking.parquet.manifest.json").exists()
 
@@ -215,7 +216,7 @@ def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo
     base = probs[["benchmark", "id"]].assign(p=probs["p0"] * 0.5 + 0.2)
     base = pd.concat([base.assign(start=0), base.assign(start=1, p=base["p"] + 0.2)], ignore_index=True)
     write_table(base.assign(**{"pass": 1.0}), P.stage("eval", "s", "eval_per_problem.parquet"), cfg=cfg)
-    r = h2h.head_to_head(cfg, n_boot=400)["ranking"].set_index("method")
+    r = h2h.head_to_head(Paths(cfg), n_boot=400)["ranking"].set_index("method")
     assert (r["ci_levels"] == "2 starts x 2 seeds x 100 problems (2 benchmarks); resampled: starts, seeds, "
                               "problems").all()
     for m, ls in lifts.items():
@@ -225,7 +226,7 @@ def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo
     write_table(base[base["start"] == 0].assign(**{"pass": 1.0}), P.stage("eval", "s", "eval_per_problem.parquet"),
                 cfg=cfg)
     with pytest.raises(h2h.HeadToHeadError, match="1 start policies but the runs descend from"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
 
 
 def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, tmp_path, monkeypatch):
@@ -234,9 +235,9 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
     than the first tree's alone; each start's gain is over its own start policy, so the gain's
     interval stays narrow. The ranking holds the methods both trees ran."""
     first, pooled, lifts = two_start_trees(repo, tmp_path, monkeypatch)
-    alone_t = h2h.head_to_head(first, n_boot=600)
+    alone_t = h2h.head_to_head(Paths(first), n_boot=600)
     alone = alone_t["ranking"].set_index("method")
-    t = h2h.head_to_head(pooled, n_boot=600)
+    t = h2h.head_to_head(Paths(pooled), n_boot=600)
     r = t["ranking"].set_index("method")
     assert list(r.index) == ["v05_k4", "grpo_g8"] and (r["starts"] == 2).all() and (alone["starts"] == 1).all()
     levels = "2 starts x 1 seed x 100 problems (2 benchmarks); resampled: starts, problems"
@@ -253,15 +254,15 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
         assert r.loc[m, "gain"] == pytest.approx(0.1 + lifts[m][0])
         assert r.loc[m, "gain_ci_hi"] - r.loc[m, "gain_ci_lo"] < 1e-9
     # the manifest says what was pooled; the curves stay the first tree's runs
-    h2h.write_head_to_head(pooled, n_boot=100)
+    h2h.write_head_to_head(Paths(pooled), n_boot=100)
     from sparserl.core.artifacts import read_manifest
     man = read_manifest(Paths(first).head_to_head("ranking"))
     assert man["starts"] == {"results/smoke": 0, "results_start1/smoke": 1} and man["ci_levels"] == levels
     # the ranking figure draws these whiskers; its footer names the levels and the pooled tree
     f = get_figure("head_to_head/ranking")
-    assert f.note(pooled) == f"bootstrap levels: {levels} (start policies pooled from this tree and " \
+    assert f.note(pooled, f.tables(Paths(pooled))) == f"bootstrap levels: {levels} (start policies pooled from this tree and " \
                              f"{pooled['head_to_head']['pool'][0]})"
-    data = f.read(pooled, f.tables(pooled))
+    data = f.read(pooled, f.tables(Paths(pooled)))
     fig, ax = f.layout(data)
     f.draw(data, ax)
     from matplotlib.container import ErrorbarContainer
@@ -271,7 +272,7 @@ def test_pooled_trees_are_starts_whose_intervals_hold_both_start_policies(repo, 
                                data[["ci_lo", "ci_hi"]].to_numpy())
     assert "2 start policies" in ax.get_title()
     pyplot().close(fig)
-    assert make_figure("head_to_head/ranking", pooled).read_bytes()[:4] == b"\x89PNG"
+    assert draw_figure("head_to_head/ranking", pooled, Paths(pooled)).read_bytes()[:4] == b"\x89PNG"
     mine = alone_t["curves"][alone_t["curves"]["method"].isin(r.index)].reset_index(drop=True)
     pd.testing.assert_frame_equal(t["curves"].sort_values(["method", "step"]).reset_index(drop=True),
                                   mine.sort_values(["method", "step"]).reset_index(drop=True))
@@ -292,9 +293,9 @@ def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_comm
     overlay = pooled["head_to_head"]["pool"][0]
     want = (f"head_to_head.pool: {gone} is missing: build the pooled tree first with `snakemake --cores 2 "
             f"head_to_head --configfile configs/smoke.yaml {overlay}`")
-    assert h2h.missing_pool(pooled) == want
+    assert h2h.missing_pool(Paths(pooled)) == want
     with pytest.raises(h2h.HeadToHeadError) as e:
-        h2h.head_to_head(pooled, n_boot=50)
+        h2h.head_to_head(Paths(pooled), n_boot=50)
     assert str(e.value) == want and "\n" not in want
     cfg_file = tmp_path / "pooled.yaml"
     cfg_file.write_text(yaml.safe_dump(pooled))
@@ -305,14 +306,14 @@ def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_comm
     path = method_run(second, "grpo_g8", 0).eval_dir / "final_per_problem.parquet"
     write_table(read_table(path).assign(start=0), path, cfg=second)
     with pytest.raises(h2h.HeadToHeadError, match="start 0, but its tree's pretrain.start_seed is 1"):
-        h2h.head_to_head(pooled, n_boot=50)
+        h2h.head_to_head(Paths(pooled), n_boot=50)
     # an overlay that is no file, or one that gives the first tree's results
     with pytest.raises(h2h.HeadToHeadError, match="nowhere.yaml is no file"):
-        h2h.pool_trees({**first, "head_to_head": {"pool": ["nowhere.yaml"]}})
+        h2h.pool_trees(Paths({**first, "head_to_head": {"pool": ["nowhere.yaml"]}}))
     same = tmp_path / "same.yaml"
     same.write_text(yaml.safe_dump({"pretrain": {"start_seed": 1}}))
     with pytest.raises(h2h.HeadToHeadError, match="needs its own results_dir and start_seed"):
-        h2h.pool_trees({**first, "head_to_head": {"pool": [str(same)]}})
+        h2h.pool_trees(Paths({**first, "head_to_head": {"pool": [str(same)]}}))
 
 
 def test_ranking_and_curves_carry_greedy_pass_and_the_greedy_wrong_split(repo, tmp_path, monkeypatch):
@@ -354,20 +355,20 @@ def test_runs_on_other_problems_or_inconsistent_tables_are_refused(cfg):
     pp = pd.read_parquet(run.eval_dir / "final_per_problem.parquet")
     pp.iloc[:-1].to_parquet(run.eval_dir / "final_per_problem.parquet")
     with pytest.raises(h2h.HeadToHeadError, match=r"rl/rloo_g8/seed0/eval/final_per_problem\.parquet.*disagrees"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
     # same accuracy, other problem ids: not the same benchmark items
     pp.assign(id=pp["id"] + "x").to_parquet(run.eval_dir / "final_per_problem.parquet")
     with pytest.raises(h2h.HeadToHeadError, match=r"rloo_g8/seed0/eval/final_per_problem\.parquet: evaluated on other "
                                                   r"problems.*sparserl rl-eval --method rloo_g8 --seed 0"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
     (run.eval_dir / "final_per_problem.parquet").unlink()
     with pytest.raises(h2h.HeadToHeadError, match=r"final_per_problem\.parquet is missing.*rl-eval --method rloo_g8"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
     write_runs(cfg)
     met = pd.read_parquet(run.metrics).drop(columns="wall_time_s")
     met.to_parquet(run.metrics)
     with pytest.raises(h2h.HeadToHeadError, match=r"rloo_g8/seed0/metrics\.parquet: no column\(s\) \['wall_time_s'\]"):
-        h2h.head_to_head(cfg, n_boot=50)
+        h2h.head_to_head(Paths(cfg), n_boot=50)
 
 
 def test_cli_writes_the_tables_and_refuses_a_config_without_rl(cfg, tmp_path, capsys):
@@ -385,6 +386,23 @@ def test_cli_writes_the_tables_and_refuses_a_config_without_rl(cfg, tmp_path, ca
         main(["head-to-head", "--config", str(bad)])
 
 
+def test_cli_writes_and_renders_the_tables_the_rule_names(cfg, tmp_path):
+    """Rule head_to_head passes its outputs: `head-to-head --out` writes there and nowhere else, and
+    `ranking-html --ranking` renders that table (on main the flags did not exist: the commands
+    rebuilt the results tree's paths)."""
+    from sparserl.cli import main
+    from sparserl.core.artifacts import read_manifest
+    write_runs(cfg)
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    outs = [tmp_path / "o" / f"{n}.parquet" for n in h2h.TABLES]
+    assert main(["head-to-head", "--config", str(path), "--bootstrap", "50", "--out", *map(str, outs)]) == 0
+    assert all(p.exists() for p in outs) and not Paths(cfg).head_to_head("ranking").exists()
+    page = tmp_path / "o" / "ranking.html"
+    assert main(["ranking-html", "--config", str(path), "--ranking", str(outs[0]), "--out", str(page)]) == 0
+    assert str(outs[0]) in page.read_text() and read_manifest(page)["source"] == str(outs[0])
+
+
 @pytest.mark.e2e  # DAG dry run
 def test_rule_reads_every_run_once_and_the_start_evaluation(repo, tmp_path):
     """A dry run of the tiny DAG's head-to-head table: its inputs are the runs' metrics and eval
@@ -400,7 +418,7 @@ def test_rule_reads_every_run_once_and_the_start_evaluation(repo, tmp_path):
     inputs = [i.strip() for i in block.split("input: ")[1].split("\n")[0].split(",")]
     owners = set(run_owners(tiny["rl"]["methods"]).values())
     from sparserl.evaluation.splits import slip_inputs
-    benchmarks = [str(b) for b in slip_inputs(tiny)]  # the slip-template split reads them (world 2.0)
+    benchmarks = [str(b) for b in slip_inputs(Paths(tiny))]  # the slip-template split reads them (world 2.0)
     assert benchmarks and set(benchmarks) <= set(inputs)
     assert len(inputs) == 2 * len(owners) * len(tiny["rl"]["seeds"]) + 1 + len(benchmarks)
     assert "results/tiny/eval/s/eval.parquet" in inputs and "results/tiny/rl/vanilla_g1/seed0/eval.parquet" in inputs
@@ -421,8 +439,8 @@ def test_figures_follow_the_config(cfg):
     no_v05 = {**cfg, "rl": {**cfg["rl"], "methods": ["grpo_g4", "grpo_g8", "rloo_g8"]}}
     assert set(H2H[:3]) <= {f.id for f in list_figures(no_v05)} and H2H[3] not in {f.id for f in list_figures(no_v05)}
     with pytest.raises(FigureError, match="missing: v05_k4, v05_k8"):
-        make_figure("head_to_head/grpo_vs_v05_k", no_v05)
-    assert get_figure(H2H[0]).tables(cfg) == [Paths(cfg).head_to_head("curves")]
+        draw_figure("head_to_head/grpo_vs_v05_k", no_v05, Paths(no_v05))
+    assert get_figure(H2H[0]).tables(Paths(cfg)) == [Paths(cfg).head_to_head("curves")]
 
 
 @pytest.mark.e2e  # the study, then its figures
@@ -431,11 +449,11 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     cfg = make_cfg(repo, METHODS[:4] + ["v05_k4_v0"], seeds=(0, 1, 2))
     t = write_head_to_head_tables(cfg, n_boot=200)
     for fig_id in H2H:
-        out = make_figure(fig_id, cfg)
+        out = draw_figure(fig_id, cfg, Paths(cfg))
         assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000, fig_id
     # ranking: bars in rank order, whiskers = the CIs, the tie letters beside them; CSV = the table
     f = get_figure("head_to_head/ranking")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, ax = f.layout(data)
     f.draw(data, ax)
     r = t["ranking"]
@@ -448,7 +466,7 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     np.testing.assert_allclose(csv["ci_hi"], r["ci_hi"])
     # curves: one line per method through the seeds' means, a band per method (3 seeds)
     f = get_figure("head_to_head/accuracy_vs_rollouts")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     fig, (ax, legend_ax) = f.layout(data)
     f.draw(data, (ax, legend_ax))
     lines = {ln.get_label(): ln for ln in ax.lines}
@@ -463,7 +481,7 @@ def test_figures_draw_the_study_tables(repo, tmp_path, monkeypatch):
     pyplot().close(fig)
     # the matched comparison: V0.5 - GRPO at the same k from the pairs table, V0's prior included
     f = get_figure("head_to_head/grpo_vs_v05_k")
-    data = f.read(cfg, f.tables(cfg))
+    data = f.read(cfg, f.tables(Paths(cfg)))
     bars = data["df"].set_index("method")
     assert list(bars.index) == ["grpo_g4", "v05_k4", "v05_k4_v0", "grpo_g8", "v05_k8"]
     p = t["pairs"].set_index(["a", "b"])
@@ -484,7 +502,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
     t = write_head_to_head_tables(cfg, n_boot=200)
     f = get_figure("head_to_head/sharpening_curves")
     assert f.id in {x.id for x in list_figures(cfg)} and f.bars
-    tables = f.tables(cfg)
+    tables = f.tables(Paths(cfg))
     assert tables[0] == Paths(cfg).head_to_head("curves") and len(tables) == 1 + 2 * 2
     data = f.read(cfg, tables)
     fig, axes = f.layout(data)
@@ -499,7 +517,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
         assert line.get_xdata()[0] == 0  # the start policy
     assert len(ent_ax.lines) == 2 and len(ent_ax.lines[0].get_xdata()) == 4  # every training step
     pyplot().close(fig)
-    out = make_figure(f.id, cfg)
+    out = draw_figure(f.id, cfg, Paths(cfg))
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 5000
     csv = pd.read_csv(out.with_suffix(".csv"))
     assert set(csv["part"]) == {"checkpoints", "entropy per step"}
@@ -510,7 +528,7 @@ def test_sharpening_curves_draw_entropy_greedy_and_pass_from_cached_tables(repo,
             pd.read_parquet(p).drop(columns="entropy").to_parquet(p)
     data = f.read(cfg, tables)
     assert data["entropy"] is None
-    assert make_figure(f.id, cfg).exists()
+    assert draw_figure(f.id, cfg, Paths(cfg)).exists()
 
 
 @pytest.mark.e2e  # two dry runs of the tiny DAG
@@ -538,7 +556,7 @@ def test_the_rule_declares_the_pooled_trees_files_and_stops_in_one_line_without_
     os.chdir(tmp_path)  # the study resolves the trees' relative results_dir here, as the DAG does
     try:
         cfg = load_config([tiny, str(pool)])
-        for f in h2h.input_tables(cfg) + [
+        for f in h2h.input_tables(Paths(cfg)) + [
                 p for m in ("grpo_g8", "v05_k4") for p in
                 (tmp_path / f"results_start1/tiny/rl/{m}/seed0/eval/final_per_problem.parquet",)] + [
                 tmp_path / "results_start1/tiny/eval/s/eval_per_problem.parquet"]:

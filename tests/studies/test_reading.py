@@ -258,10 +258,24 @@ def test_cli_writes_the_page_with_its_manifest_and_copies_it(repo, tmp_path, mon
     text = page.read_text()
     assert text.startswith("# Results at scale `tiny`") and "Config `tiny.yaml`" in text
     assert oct(page.stat().st_mode & 0o777) == "0o644"
-    assert read_manifest(page)["tables"] == [str(p) for p in R.Inputs.of(load_config([cfg_file])).paths()]
+    assert read_manifest(page)["tables"] == [str(p) for p in R.Inputs.of(P).paths()]
     (tmp_path / "docs").mkdir()
     assert _cli("reading", "--config", cfg_file, "--copy-to", "docs/results_tiny.md") == 0
     assert (tmp_path / "docs/results_tiny.md").read_text() == text
+
+
+def test_cli_reads_the_tables_the_rule_names(repo, tmp_path, monkeypatch):
+    """Rule reading passes its named inputs (--claims, --ranking, ...): the page reads those files,
+    not the config's tree (nothing is built there); on main the flags did not exist."""
+    from sparserl.core.artifacts import read_manifest
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    inputs = _write(tmp_path / "elsewhere", _claims(), _ranking())
+    flags = [x for k, p in inputs.named().items() for x in (f"--{k}", str(p))]
+    out = tmp_path / "page.md"
+    assert _cli("reading", "--config", str(repo / "configs/tiny.yaml"), *flags, "--out-md", str(out)) == 0
+    assert read_manifest(out)["tables"] == [str(p) for p in inputs.paths()]
+    assert set(inputs.named()) == set(R.FIELDS)  # every table has its flag
 
 
 @pytest.mark.e2e  # DAG dry run

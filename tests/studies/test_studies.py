@@ -13,7 +13,7 @@ import yaml
 from helpers.reference_caches import cache_frame
 from sparserl.core.artifacts import read_manifest, write_table
 from sparserl.estimators import shrinkage_fusion
-from sparserl.studies import load_study_data, settings
+from sparserl.studies import load_study_data, settings, table_targets
 from sparserl.studies import basis_value as bv
 from sparserl.studies import v05_stats as vs
 
@@ -252,15 +252,15 @@ def test_cli_tables_summaries_and_every_figure(repo, tmp_path, monkeypatch):
     for t in ("budget_by_offset", "c_sweep", "stopping_hist"):
         assert main(["study-v05-table", *c, "--table", t]) == 0
     assert main(["study-v05-summary", *c]) == 0
-    SP = Paths(cfg).studies
+    SP = P.studies
     from sparserl.figures import list_figures
     figs = list_figures(cfg)
     assert len(figs) == 13  # smoke has no `rl` section: the study figures only
     for fig in figs:
         assert main(["figure", *c, "--id", fig.id]) == 0
-        f = fig.output(cfg)
+        f = fig.output(Paths(cfg))
         assert f.exists() and f.stat().st_size > 5000 and f.read_bytes()[:4] == b"\x89PNG"
-    assert all(p.exists() for p in SP.targets())
+    assert all(p.exists() for p in table_targets(SP))
     summ = json.loads(SP.summary("basis").read_text())
     assert summ["data"]["oracle_n"] == 16 and "basis_vs_reinforce_pp_pct" in summ["headline"]
     v = json.loads(SP.summary("v05").read_text())

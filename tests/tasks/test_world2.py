@@ -184,11 +184,12 @@ def test_bad_world_values_name_the_key(repo, tmp_path, key, value, match):
 @pytest.mark.e2e  # ~20 s
 def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_path):
     """End to end on a 3-step policy: the report's new fields, then its figure from the JSON alone."""
+    from sparserl.cli.figures import draw_figure
     from sparserl.core.artifacts import write_table
     from sparserl.core.paths import Paths
     from sparserl.evaluation.world import world_report
-    from sparserl.figures import list_figures, make_figure
-    from sparserl.models.policies import pretrain
+    from sparserl.figures import list_figures
+    from sparserl.models.policies import pretrain, pretrain_files
     from sparserl.models.tokenizer import train_tokenizer
     cfg = _cfg(repo)
     cfg["results_dir"] = str(tmp_path / "results")
@@ -208,7 +209,7 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
         write_table(df, P.benchmark(name))
     train_tokenizer([format_prompt(cfg, p) + t for p, t in zip(corpus["problem"], corpus_targets(cfg, corpus))],
                     cfg["tokenizer"]["vocab_size"], P.tokenizer(), cfg["tokenizer"]["max_length"])
-    pretrain(cfg, "s")
+    pretrain(cfg, "s", **pretrain_files(Paths(cfg), "s"))
     report = world_report(cfg, {"s": P.policy("s")}, pool=P.train_pool(), corpus=P.pretrain_corpus(),
                           tokenizer=P.tokenizer(), benchmarks=[P.benchmark(b) for b in P.benchmark_names()],
                           out=P.world_report())
@@ -223,7 +224,7 @@ def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_
     assert all("greedy_wrong" in r and r["eval_protocol"] == r["sampled_t1_k2"] for n, r in sets.items()
                if n != "rl_pool")
     assert "world/start_policy" in [f.id for f in list_figures(cfg)]
-    png = make_figure("world/start_policy", cfg, out=tmp_path / "fig" / "start_policy.png")
+    png = draw_figure("world/start_policy", cfg, Paths(cfg), out=tmp_path / "fig" / "start_policy.png")
     assert png.exists() and png.with_suffix(".csv").exists()
     assert "world/start_policy" in [f.id for f in list_figures(load_config(repo / "configs/tiny.yaml"))]
     world1 = load_config([repo / "configs/tiny.yaml", repo / "configs/overlays/world1.yaml"])

@@ -531,7 +531,7 @@ def test_v0_prior_reads_the_support_buffer_and_caches_features():
 
 def test_v0_prior_factory_needs_the_config():
     from sparserl.values.priors import make_prior
-    with pytest.raises(ValueError, match="needs the run's config"):
+    with pytest.raises(ValueError, match="needs the run's config and files: cfg, pool, embeddings, model missing"):
         make_prior("v0", spec={"kind": "v0"}, seed=0)
 
 

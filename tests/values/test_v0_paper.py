@@ -52,7 +52,7 @@ def test_v0_tables_and_prior_embed_the_user_message_under_a_chat_template(tmp_pa
                 P.train_pool())
     write_table(pd.DataFrame({"query_id": ["p0", "h0"], "problem": ["1 + 2", "5 + 5"], "model": "s",
                               "step": 0, "value": 0.5}), P.harvest_table())
-    pool = pool_embeddings(cfg, path=tmp_path / "pool.pt")          # v05_osla_v0's prior
+    pool = pool_embeddings(cfg, None, tmp_path / "pool.pt", P.train_pool())        # v05_osla_v0's prior
     harvest = experiments.harvest_embeddings(cfg, P.harvest_table(), tmp_path / "harvest.pt")  # Tables 1, 2, 6, routing
     want = {q: f"{p}\n\n{PAPER_INSTRUCTION}" for q, p in [("p0", "1 + 2"), ("p1", "3 + 4"), ("h0", "5 + 5")]}
     assert sorted(emb.texts) == sorted([want["p0"], want["p1"], want["p0"], want["h0"]])

@@ -60,19 +60,20 @@ def test_sharded_reference_cache_merges_to_the_one_job_table(tmp_path, monkeypat
     pool = pd.DataFrame({"id": [f"q{i}" for i in range(11)], "problem": [f"{i} + 1" for i in range(11)],
                          "answer": [str(i + 1) for i in range(11)]})
     write_table(pool, P.train_pool())
-    one = mc.mc_values(cfg, "s", 4, tmp_path / "one.parquet", shard_size=2)
+    files = {"policy_dir": P.policy("s"), "pool": P.train_pool()}
+    one = mc.mc_values(cfg, "s", 4, tmp_path / "one.parquet", shard_size=2, **files)
     parts = [P.reference_cache_shard("s", k, 3) for k in range(3)]
     for k, part in enumerate(parts):
-        sub = mc.mc_values(cfg, "s", 4, part, shard_size=2, job_shard=(k, 3))
+        sub = mc.mc_values(cfg, "s", 4, part, shard_size=2, job_shard=(k, 3), **files)
         assert 0 < len(sub) < len(pool)
-    merged = mc.merge_mc_values(cfg, "s", 4, reversed(parts), P.reference_cache("s"))
+    merged = mc.merge_mc_values(cfg, "s", 4, reversed(parts), P.reference_cache("s"), pool=P.train_pool())
     pd.testing.assert_frame_equal(merged, one)
     pd.testing.assert_frame_equal(read_table(P.reference_cache("s")), read_table(tmp_path / "one.parquet"))
     a, b = read_manifest(P.reference_cache("s")), read_manifest(tmp_path / "one.parquet")
     for key in ("key_hash", "verifier", "mean_phat", "frac_mixed", "rows", "rollouts_per_prompt"):
         assert a[key] == b[key], key
     with pytest.raises(ValueError, match=r"not shards 0\.\.1 of 2"):
-        mc.merge_mc_values(cfg, "s", 4, parts[:2], tmp_path / "bad.parquet")
+        mc.merge_mc_values(cfg, "s", 4, parts[:2], tmp_path / "bad.parquet", pool=P.train_pool())
 
 
 # --------------------------------------------------------------------------- hub models, hand-placed files

@@ -195,6 +195,7 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     # (tests/figures/test_report.py checks the report in detail; perf/check_report.py in Chromium)
     import html
     from sparserl.core.config import load_config
+    from sparserl.core.paths import Paths
     from sparserl.figures import list_figures
     from sparserl.figures.report import report_results
     report = snakemake(repo, tmp_path, "--report", str(tmp_path / "report.html"), "--configfile", cfg)
@@ -202,7 +203,7 @@ def test_smoke_dag_end_to_end(repo, tmp_path):
     smoke = load_config([cfg])
     entries = report_results((tmp_path / "report.html").read_text())
     for f in list_figures(smoke):
-        shown = html.unescape(re.sub(r"<[^>]+>", " ", entries[str(f.output(smoke))]["caption"]))
+        shown = html.unescape(re.sub(r"<[^>]+>", " ", entries[str(f.output(Paths(smoke)))]["caption"]))
         assert " ".join(f.caption.split()) in " ".join(shown.split()), f.id
 
 

@@ -31,11 +31,13 @@ if REF_SHARDS > 1:
             **R("rollout"),
         shell:
             "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+            "--policy-dir {input.policy} --pool {input.pool} "
             "--shard {wildcards.shard} --shards %d --out {output} --threads {threads} > {log} 2>&1" % REF_SHARDS
 
     rule reference_cache:
         input:
-            [str(P.reference_cache_shard("{policy}", k, REF_SHARDS)) for k in range(REF_SHARDS)],
+            parts=[str(P.reference_cache_shard("{policy}", k, REF_SHARDS)) for k in range(REF_SHARDS)],
+            pool=str(P.train_pool()),
         output:
             str(P.reference_cache("{policy}")),
         wildcard_constraints:
@@ -48,7 +50,7 @@ if REF_SHARDS > 1:
             **R("cpu_small"),
         shell:
             "{SPARSERL} mc-values-merge --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
-            "--out {output} {input} > {log} 2>&1"
+            "--pool {input.pool} --out {output} {input.parts} > {log} 2>&1"
 
 else:
 
@@ -72,6 +74,7 @@ else:
             **R("rollout"),
         shell:
             "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+            "--policy-dir {input.policy} --pool {input.pool} "
             "--out {output} --threads {threads} > {log} 2>&1"
 
 rule oracle_values:
@@ -94,6 +97,7 @@ rule oracle_values:
         **R("rollout"),
     shell:
         "{SPARSERL} mc-values --config {CONFIGS} --policy {wildcards.policy} --n {params.n} "
+        "--policy-dir {input.policy} --pool {input.pool} "
         "--out {output} --threads {threads} --seed-offset 1000003 > {log} 2>&1"
 
 # The BASIS value study on RL checkpoints (basis.study_checkpoints, sparserl.studies.basis_checkpoints):
@@ -101,7 +105,7 @@ rule oracle_values:
 # The run writes its intermediate checkpoints before `final/`, its declared output.
 from sparserl.studies.basis_checkpoints import study_checkpoints
 
-STUDY_CKPTS = study_checkpoints(CFG)
+STUDY_CKPTS = study_checkpoints(P)
 
 if STUDY_CKPTS:
 
@@ -123,4 +127,4 @@ if STUDY_CKPTS:
             **R("rollout"),
         shell:
             "{SPARSERL} study-checkpoint-oracle --config {CONFIGS} --checkpoint {wildcards.label} "
-            "--n {params.n} --out {output} --threads {threads} > {log} 2>&1"
+            "--pool {input.pool} --n {params.n} --out {output} --threads {threads} > {log} 2>&1"

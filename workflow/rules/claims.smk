@@ -18,7 +18,7 @@ def claims_targets():
 
 rule claims:
     input:
-        claim_inputs(CFG),
+        claim_inputs(P),
     output:
         md=str(P.claims_md()),
         csv=str(P.claims_csv()),
@@ -49,9 +49,12 @@ rule claims:
 from sparserl.studies.reading import Inputs as reading_inputs
 
 
+READING_INPUTS = {k: str(p) for k, p in reading_inputs.of(P).named().items()}
+
+
 rule reading:
     input:
-        [str(p) for p in reading_inputs.of(CFG).paths()],
+        **READING_INPUTS,
     output:
         md=str(P.results_md()),
     params:
@@ -63,4 +66,6 @@ rule reading:
     resources:
         **R("cpu_small"),
     shell:
-        "{SPARSERL} reading --config {CONFIGS} --config-name {params.name:q} --out-md {output.md} > {log} 2>&1"
+        "{SPARSERL} reading --config {CONFIGS} --config-name {params.name:q} "
+        + "".join(f"--{k} {{input.{k}}} " for k in READING_INPUTS)
+        + "--out-md {output.md} > {log} 2>&1"

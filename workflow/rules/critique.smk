@@ -198,7 +198,7 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
         # Ray on the SLURM allocation, then OpenRLHF with the env's reward function or agent
         input:
             # the run's start policy (a hub model's local copy) and the env's hand-placed files
-            policy=lambda w: critique_run(w).inputs[0],
+            policy=lambda w: str(critique_run(w).reads.policy),
             hand_placed=lambda w: hand_placed(f"critique.envs.{CP_EXPERIMENT_ENV[w.exp]}"),
         output:
             metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),

@@ -8,11 +8,12 @@ from sparserl.figures import list_figures
 from sparserl.figures import report as figure_report
 
 FIGURES = list_figures(CFG)
-# the cached tables of each figure, computed once per parse (some take seconds: every RL run's)
-FIGURE_TABLES = {f.id: [str(t) for t in f.tables(CFG)] for f in FIGURES}
+# the cached tables of each figure in the DAG's layout P, computed once per parse (some take
+# seconds: every RL run's); each figure's rule passes them to the command as --tables {input}
+FIGURE_TABLES = {f.id: [str(t) for t in f.tables(P)] for f in FIGURES}
 # `snakemake --report report.html`: every figure's PNG, with its caption from the registry (written
 # at parse time, only when changed, to results/{scale}/report/), under its paper and the scale/config
-CAPTIONS = figure_report.write_captions(FIGURES, CFG, CONFIG_NAME, FIGURE_TABLES)
+CAPTIONS = figure_report.write_captions(FIGURES, P, CONFIG_NAME, FIGURE_TABLES)
 
 
 report: "../report/workflow.rst"
@@ -20,7 +21,7 @@ report: "../report/workflow.rst"
 
 def figure_targets(*groups):
     """The PNG of every figure of this config (only those of `groups`, e.g. "basis", if given)."""
-    return [str(f.output(CFG)) for f in FIGURES if not groups or f.group in groups]
+    return [str(f.output(P)) for f in FIGURES if not groups or f.group in groups]
 
 
 for _fig in FIGURES:
@@ -32,14 +33,14 @@ for _fig in FIGURES:
             FIGURE_TABLES[_fig.id],
         output:
             png=report(
-                str(_fig.outputs(CFG)["png"]),
+                str(_fig.outputs(P)["png"]),
                 caption=str(CAPTIONS[_fig.id]),
                 category=figure_report.category(_fig),
                 subcategory=figure_report.subcategory(CFG, CONFIG_NAME),
                 labels=figure_report.labels(_fig),
             ),
-            pdf=str(_fig.outputs(CFG)["pdf"]),
-            csv=str(_fig.outputs(CFG)["csv"]),
+            pdf=str(_fig.outputs(P)["pdf"]),
+            csv=str(_fig.outputs(P)["csv"]),
         params:
             id=_fig.id,
             name=CONFIG_NAME,
@@ -50,7 +51,8 @@ for _fig in FIGURES:
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} figure --config {CONFIGS} --config-name {params.name:q} --id {params.id} --out {output.png} > {log} 2>&1"
+            "{SPARSERL} figure --config {CONFIGS} --config-name {params.name:q} --id {params.id} "
+            "--tables {input:q} --out {output.png} > {log} 2>&1"
 
 
 rule figures:
@@ -60,7 +62,7 @@ rule figures:
     run:
         print(f"\nfigures ({SCALE}) under {P.figures}/:")
         for f in FIGURES:
-            print(f"  {f.output(CFG)}  {f.caption}")
+            print(f"  {f.output(P)}  {f.caption}")
 
 
 # One target per paper: its figures and tables, and only what they read

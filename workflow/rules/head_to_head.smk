@@ -26,7 +26,7 @@ if CFG.get("rl"):
     _own_files = [str(f) for f in (workflow.overwrite_configfiles or workflow.configfiles)
                   if "head_to_head" not in (read_yaml(f) or {})]
     try:
-        _pool_missing = missing_pool(CFG, " ".join(_own_files))
+        _pool_missing = missing_pool(P, " ".join(_own_files))
     except HeadToHeadError as e:
         _pool_missing = str(e)
     if _pool_missing:
@@ -37,9 +37,9 @@ if CFG.get("rl"):
             # each run's metrics and eval.parquet (aliases read their owner's run), the start
             # policy's evaluation; the per-problem tables come with eval.parquet (`sparserl rl-eval`);
             # with head_to_head.pool, the same of every pooled tree
-            [str(t) for t in head_to_head_inputs(CFG)],
+            [str(t) for t in head_to_head_inputs(P)],
             # the slip-template split labels the benchmarks' problems (sparserl.evaluation.splits)
-            slips=[str(b) for b in slip_inputs(CFG)],
+            slips=[str(b) for b in slip_inputs(P)],
         output:
             ranking=str(P.head_to_head("ranking")),
             pairs=str(P.head_to_head("pairs")),
@@ -59,15 +59,16 @@ if CFG.get("rl"):
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} head-to-head --config {CONFIGS} > {log} 2>&1 && "
-            "{SPARSERL} ranking-html --config {CONFIGS} --out {output.table} >> {log} 2>&1"
+            "{SPARSERL} head-to-head --config {CONFIGS} --out {output.ranking} {output.pairs} {output.curves} "
+            "> {log} 2>&1 && "
+            "{SPARSERL} ranking-html --config {CONFIGS} --ranking {output.ranking} --out {output.table} >> {log} 2>&1"
 
     # IQM, probability of improvement and performance profiles over benchmarks x seeds through
     # rliable (sparserl.studies.aggregates); the same runs as the head-to-head, read the same way:
     # with head_to_head.pool, every pooled tree's runs and start evaluation, a run a (start, seed)
     rule head_to_head_aggregates:
         input:
-            [str(t) for t in head_to_head_inputs(CFG)],
+            [str(t) for t in head_to_head_inputs(P)],
         output:
             iqm=str(P.head_to_head("iqm")),
             improvement=str(P.head_to_head("improvement")),

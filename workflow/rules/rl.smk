@@ -45,7 +45,7 @@ if RL:
                 TRAIN_MESSAGE
             shell:
                 "{SPARSERL} rl-train --config {CONFIGS} --method {wildcards.method} "
-                "--seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+                "--seed {wildcards.seed} --out {output.final} --threads {threads} > {log} 2>&1"
 
     else:
 
@@ -87,7 +87,7 @@ if RL:
             **(R("rl_eval") or R("rollout")),
         shell:
             "{SPARSERL} rl-eval --config {CONFIGS} --method {wildcards.method} "
-            "--seed {wildcards.seed} --threads {threads} > {log} 2>&1"
+            "--seed {wildcards.seed} --benchmarks {input.benchmarks} --threads {threads} > {log} 2>&1"
 
     rule rl_summary:
         input:
@@ -97,7 +97,7 @@ if RL:
             # the start policy's evaluation: the summary's gains are over it
             + ([str(P.eval_table(RL_POLICY))] if RL_POLICY in EVAL_POLICIES else [])
             # the slip-template split labels the benchmarks' problems (sparserl.evaluation.splits)
-            + [str(b) for b in slip_inputs(CFG)],
+            + [str(b) for b in slip_inputs(P)],
         output:
             runs=str(P.rl_runs()),
             summary=str(P.rl_summary()),

@@ -13,11 +13,10 @@
 # it is the V0.5 statistics' data too, and F3/F5's where basis.study_checkpoints is unset (smoke).
 
 from sparserl.studies import BASIS_SENSITIVITY, BASIS_TABLES, V05_RUN_TABLES, settings, study_refs, table_targets
-from sparserl.core.paths import Paths
 from sparserl.studies.basis_checkpoints import study_variants
 from sparserl.studies.basis_checkpoints import targets as checkpoint_targets
 
-SP = Paths(CFG).studies
+SP = P.studies
 STUDY_REFS = study_refs(CFG)
 
 
@@ -55,7 +54,7 @@ if STUDY_REFS:
     # against the start policy when basis.study_checkpoints is set (the snapshot pair otherwise), prefix
     # "stress_" the snapshot pair (sparserl.studies.basis_checkpoints.study_variants). One rule each;
     # input, output and log are bound when the rule is defined, the shell takes none of the loop's names.
-    for _prefix, (_ref, _oracle) in study_variants(CFG).items():
+    for _prefix, (_ref, _oracle) in study_variants(P).items():
         _caches = dict(ref=str(_ref), oracle=str(_oracle))
 
         rule:
@@ -106,7 +105,7 @@ if STUDY_REFS:
                 "{SPARSERL} study-basis-summary --config {CONFIGS} --batches {input} --out {output} > {log} 2>&1"
 
     # F5's sensitivity: the main study only (the stress test draws F3; tiny's DAG time)
-    MAIN_CACHES = {k: str(v) for k, v in zip(("ref", "oracle"), study_variants(CFG)[""])}
+    MAIN_CACHES = {k: str(v) for k, v in zip(("ref", "oracle"), study_variants(P)[""])}
 
     rule study_basis_sensitivity:
         input:

@@ -139,11 +139,22 @@ def cmd_eval_summary(args):
     summarize_evals(_cfg(args), args.evals, args.out)
 
 
+def _policy_and_pool(cfg, args):
+    """The policy's folder and the training pool: the rule's inputs, else the config's (by hand)."""
+    if args.policy_dir is None or args.pool is None:
+        from sparserl.core.paths import Paths
+        P = Paths(cfg)
+        args.policy_dir = args.policy_dir or P.policy(args.policy)
+        args.pool = args.pool or P.train_pool()
+    return args.policy_dir, args.pool
+
+
 def cmd_mc_values(args):
     from sparserl.values.mcvalues import mc_values
     cfg = _cfg(args)
-    mc_values(cfg, args.policy, args.n, args.out, threads=args.threads, seed_offset=args.seed_offset,
-              job_shard=(args.shard, args.shards) if args.shards > 1 else None)
+    policy_dir, pool = _policy_and_pool(cfg, args)
+    mc_values(cfg, args.policy, args.n, args.out, policy_dir=policy_dir, pool=pool, threads=args.threads,
+              seed_offset=args.seed_offset, job_shard=(args.shard, args.shards) if args.shards > 1 else None)
 
 
 def cmd_fetch_models(args):
@@ -157,13 +168,32 @@ def cmd_fetch_models(args):
 
 def cmd_mc_values_merge(args):
     from sparserl.values.mcvalues import merge_mc_values
-    merge_mc_values(_cfg(args), args.policy, args.n, args.parts, args.out)
+    cfg = _cfg(args)
+    args.policy_dir = "unused"  # the merge reads the pool only
+    merge_mc_values(cfg, args.policy, args.n, args.parts, args.out, pool=_policy_and_pool(cfg, args)[1])
+
+
+def _placed_run(cfg, args):
+    """The run of --method/--seed (`methods.run.resolve_run`), in the folder of --out (its final/,
+    as rule rl_train passes it) when given: the same key, the DAG's paths."""
+    from dataclasses import replace
+    from pathlib import Path
+    from sparserl.core.paths import RunPaths
+    from sparserl.methods.run import resolve_run
+    run = resolve_run(cfg, args.method, args.seed)
+    if args.out is None:
+        return run
+    if Path(args.out).name != run.paths.final.name:
+        raise SystemExit(f"rl-train --out {args.out}: not a run's final checkpoint folder "
+                         f"(.../<method>/seed<s>/{run.paths.final.name}); pass the run's, e.g. {run.paths.final}")
+    return replace(run, paths=RunPaths(Path(args.out).parent, run.owner, run.seed, engine=run.paths.engine))
 
 
 def cmd_rl_train(args):
-    from sparserl.engines.local.trainer import NonFiniteError, train
+    from sparserl.engines.local.trainer import NonFiniteError, Trainer
+    cfg = _cfg(args)
     try:
-        out = train(_cfg(args), args.method, args.seed, threads=args.threads)
+        out = Trainer(cfg, _placed_run(cfg, args), threads=args.threads).run()
     except NonFiniteError as e:  # a diverged run: one line, not a traceback
         log.error(f"rl-train stopped: {e}")
         return 3
@@ -174,7 +204,12 @@ def cmd_rl_eval(args):
     from sparserl.engines.report import evaluate_run
     from sparserl.methods.run import resolve_run
     cfg = _cfg(args)
-    evaluate_run(cfg, resolve_run(cfg, args.method, args.seed), threads=args.threads)
+    if args.benchmarks is None:  # the config's (the DAG passes them: rule rl_eval's input)
+        from sparserl.core.paths import Paths
+        P = Paths(cfg)
+        args.benchmarks = [P.benchmark(b) for b in P.benchmark_names()]
+    _named_benchmarks("rl-eval", args.benchmarks, cfg)
+    evaluate_run(cfg, resolve_run(cfg, args.method, args.seed), args.benchmarks, threads=args.threads)
 
 
 def cmd_sizing_table(args):
@@ -280,16 +315,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed-offset", type=int, default=0)
     p.add_argument("--shard", type=int, default=0, help="this job's shard (0..shards-1)")
     p.add_argument("--shards", type=int, default=1, help="jobs the prompts are split over (basis.reference_shards)")
+    p.add_argument("--policy-dir", default=None, help="the policy's checkpoint folder (the rule's input; "
+                   "default: the config's for --policy)")
+    p.add_argument("--pool", default=None, help="the training pool parquet (the rule's input; default: the config's)")
     p = add("mc-values-merge", cmd_mc_values_merge, "join the shards of `mc-values --shards K` into one "
             "table (rule reference_cache)", policy=True)
     p.add_argument("--n", type=int, required=True, help="rollouts per prompt")
     p.add_argument("--out", required=True, help="output parquet")
+    p.add_argument("--pool", default=None, help="the training pool parquet: the rows' order (the rule's input; "
+                   "default: the config's)")
     p.add_argument("parts", nargs="+", help="the shard parquets, 0..K-1")
     for name, fn, doc in (("rl-train", cmd_rl_train, "one local RL run (resumable)"),
                           ("rl-eval", cmd_rl_eval, "evaluate a run's final and intermediate checkpoints")):
         p = add(name, fn, doc, threads=True)
         p.add_argument("--method", required=True, help="configs/methods/<name>.yaml")
         p.add_argument("--seed", type=int, required=True)
+        if name == "rl-train":
+            p.add_argument("--out", default=None, help="the run's final checkpoint folder, the run in its parent "
+                           "(rule rl_train's; default results/<scale>/rl/<method>/seed<s>/final)")
+        else:
+            p.add_argument("--benchmarks", nargs="+", default=None, help="one parquet per config benchmark, "
+                           "tasks/benchmarks/<name>.parquet (rule rl_eval's; default the config's)")
     add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
     add("sizing-table", cmd_sizing_table, "docs/cluster.md's sizing and storage tables: each GPU job of the "
         "paper dry run (run from the repo root) against its estimate (sparserl.engines.sizing)")

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _figures(cfg) -> dict[str, str]:
-    """Registered figure id -> its PNG for this config: the claims' targets."""
+def _figures(cfg, P) -> dict[str, str]:
+    """Registered figure id -> its PNG in the layout `P`: the claims' targets."""
     from sparserl.figures import list_figures
-    return {f.id: str(f.output(cfg)) for f in list_figures(cfg)}
+    return {f.id: str(f.output(P)) for f in list_figures(cfg)}
 
 
 def cmd_claims(args):
@@ -22,21 +22,21 @@ def cmd_claims(args):
     from sparserl.core.paths import Paths
     from sparserl.studies.claims import CLAIMS, BadArtifact, MissingArtifact, NotRun, html_path, write_claims
     cfg = load_config(args.config)
+    P = Paths(cfg)
     if args.list:
         for c in CLAIMS:
             try:
-                reads = ", ".join(str(p) for p in c.inputs(cfg))
+                reads = ", ".join(str(p) for p in c.inputs(P))
             except NotRun as e:
                 reads = f"not run at this scale: {e}"
             paper = "" if c.paper_value is None else f" (paper: {c.paper_value})"
             print(f"{c.id:32s} {c.paper:12s} {c.quantity} {c.relation} {c.threshold:g}{paper}\n    {reads}")
         return
-    P = Paths(cfg)
     md, csv = Path(args.out_md or P.claims_md()), Path(args.out_csv or P.claims_csv())
     page = Path(args.out_html or html_path(md))
     name = args.config_name or "+".join(Path(c).name for c in args.config)
     try:
-        df = write_claims(cfg, md, csv, config_name=name, figures=_figures(cfg), html=page)
+        df = write_claims(P, md, csv, config_name=name, figures=_figures(cfg, P), html=page)
     except (MissingArtifact, BadArtifact) as e:  # they name the file(s) and the fix: no traceback
         raise SystemExit(f"claims: {e}")
     counts = df["status"].value_counts().to_dict()
@@ -45,13 +45,15 @@ def cmd_claims(args):
 
 def cmd_ranking_html(args):
     from sparserl.core.config import load_config
+    from sparserl.core.paths import Paths
     from sparserl.studies.report_tables import write_ranking_html
     cfg = load_config(args.config)
     if not cfg.get("rl"):
         raise SystemExit("ranking-html: the config has no `rl` section, so there is no head-to-head ranking")
     name = args.config_name or "+".join(Path(c).name for c in args.config)
+    src = args.ranking or Paths(cfg).head_to_head("ranking")
     try:
-        out = write_ranking_html(cfg, args.out, config_name=name)
+        out = write_ranking_html(cfg, src, args.out, config_name=name)
     except (FileNotFoundError, ValueError) as e:  # they name the file and the fix
         raise SystemExit(f"ranking-html: {e}")
     print(f"ranking -> {out}")
@@ -67,5 +69,6 @@ def register(sub, add) -> None:
                                          "(default: the --config files' names)")
     p.add_argument("--list", action="store_true", help="list the claims and the artifacts each reads")
     r = add("ranking-html", cmd_ranking_html, "the head-to-head ranking as an HTML page (for `snakemake --report`)")
+    r.add_argument("--ranking", help="the ranking to render (default: results/{scale}/head_to_head/ranking.parquet)")
     r.add_argument("--out", required=True, help="output HTML (the rule's: results/{scale}/head_to_head/ranking.html)")
     r.add_argument("--config-name", help="the config file(s) the run was given, for the header")

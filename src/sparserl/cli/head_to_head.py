@@ -9,14 +9,22 @@ rules of the CIs and ties are in `sparserl.studies.head_to_head`.
 from __future__ import annotations
 
 
-def cmd_head_to_head(args):
+def _layout(args, command: str):
+    """The command's config and its results layout, built once; a config without `rl` is refused."""
     from sparserl.core.config import load_config
-    from sparserl.studies.head_to_head import HeadToHeadError, write_head_to_head
+    from sparserl.core.paths import Paths
     cfg = load_config(args.config)
     if not cfg.get("rl"):
-        raise SystemExit("head-to-head: the config has no `rl` section, so there are no runs to compare")
+        raise SystemExit(f"{command}: the config has no `rl` section, so there are no runs to compare")
+    return Paths(cfg)
+
+
+def cmd_head_to_head(args):
+    from sparserl.studies.head_to_head import TABLES, HeadToHeadError, write_head_to_head
+    P = _layout(args, "head-to-head")
     try:
-        out = write_head_to_head(cfg, **({"n_boot": args.bootstrap} if args.bootstrap else {}))
+        out = write_head_to_head(P, **({"n_boot": args.bootstrap} if args.bootstrap else {}),
+                                 out=dict(zip(TABLES, args.out)) if args.out else None)
     except (HeadToHeadError, FileNotFoundError) as e:
         raise SystemExit(f"head-to-head: {e}")
     for name, path in out.items():
@@ -24,14 +32,11 @@ def cmd_head_to_head(args):
 
 
 def cmd_aggregates(args):
-    from sparserl.core.config import load_config
     from sparserl.studies.head_to_head import HeadToHeadError
     from sparserl.studies.aggregates import write_aggregates
-    cfg = load_config(args.config)
-    if not cfg.get("rl"):
-        raise SystemExit("head-to-head-aggregates: the config has no `rl` section, so there are no runs to compare")
+    P = _layout(args, "head-to-head-aggregates")
     try:
-        out = write_aggregates(cfg, **({"reps": args.bootstrap} if args.bootstrap else {}),
+        out = write_aggregates(P, **({"reps": args.bootstrap} if args.bootstrap else {}),
                                out=dict(zip(("iqm", "improvement", "profiles"), args.out)) if args.out else None)
     except (HeadToHeadError, FileNotFoundError) as e:
         raise SystemExit(f"head-to-head-aggregates: {e}")
@@ -44,6 +49,8 @@ def register(sub, add) -> None:
     # the default lives in the study (BOOTSTRAP), not imported here: building the parser stays cheap
     p.add_argument("--bootstrap", type=int, default=None,
                    help="bootstrap resamples for the pair CIs and 1-seed CIs (default: the study's, 2000)")
+    p.add_argument("--out", nargs=3, metavar=("RANKING", "PAIRS", "CURVES"), default=None,
+                   help="the three tables (default: results/{scale}/head_to_head/{ranking,pairs,curves}.parquet)")
     p = add("head-to-head-aggregates", cmd_aggregates,
             "IQM, probability of improvement and performance profiles over benchmarks x seeds (rliable)")
     p.add_argument("--bootstrap", type=int, default=None,

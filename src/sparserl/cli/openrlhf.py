@@ -21,29 +21,26 @@ def _common(p):
 
 
 def _run(args):
-    """(cfg, the tree's Paths, the run): the run in --out's parent (rl/<method>/seed<s>, or V0's
+    """(cfg, the run): the run in --out's parent (rl/<method>/seed<s>, or V0's
     harvest folder), absolute (Ray workers do not share the driver's cwd)."""
     from sparserl.core.config import ConfigError, load_config
-    from sparserl.core.paths import Paths
     from sparserl.methods.run import resolve_run
 
     cfg = load_config(args.config)
     if "rl" not in cfg:
         raise ConfigError(f"{', '.join(args.config)}: no 'rl' section")
-    return cfg, Paths(cfg), resolve_run(cfg, args.method, args.seed, root=Path(args.out).absolute().parent)
+    return cfg, resolve_run(cfg, args.method, args.seed, root=Path(args.out).absolute().parent)
 
 
 def cmd_openrlhf_args(args):
     from sparserl.methods.spec import load_method
 
-    from sparserl.engines.openrlhf.launcher import openrlhf_argv, tree_inputs
+    from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
 
-    cfg, P, run = _run(args)
-    method = load_method(args.method)
-    policy = str(Path(run.inputs[0]).absolute())  # Run.inputs: the start policy first
-    argv = openrlhf_argv(cfg, method, args.seed, run.paths, policy_path=policy,
-                         v0_model=tree_inputs(P, method)["v0_model"])
+    cfg, run = _run(args)
+    argv = openrlhf_argv(cfg, load_method(args.method), args.seed, run.paths,
+                         policy_path=str(Path(run.reads.policy).absolute()), v0_model=run.reads.v0_model)
     if args.check:
         parse_args(argv)  # OpenRLHF's own validation on the rebuilt parser
     if args.lines:
@@ -55,8 +52,8 @@ def cmd_openrlhf_args(args):
 def cmd_openrlhf_launch(args):
     from sparserl.engines.openrlhf.launcher import run
 
-    cfg, P, rec = _run(args)
-    argv = run(cfg, P, rec, config_paths=args.config, dry_run=args.dry_run)
+    cfg, rec = _run(args)
+    argv = run(cfg, rec, config_paths=args.config, dry_run=args.dry_run)
     if args.dry_run:
         print(shlex.join(argv))
 

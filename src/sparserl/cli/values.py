@@ -101,7 +101,7 @@ def cmd_v0_embed(args):
     if (args.pool is None) == (args.harvest is None):
         raise SystemExit("v0-embed: give --pool <train_pool.parquet> (V0's prior) or --harvest <harvest.parquet>")
     if args.pool is not None:
-        t = pool_embeddings(cfg, path=Path(args.out), log=log, pool=Path(args.pool))
+        t = pool_embeddings(cfg, None, Path(args.out), Path(args.pool), log=log)
     else:
         t = harvest_embeddings(cfg, args.harvest, args.out, log=log)
     print(f"{len(t.ids)} prompts, states {tuple(t.states.shape)} ({t.embedder}) -> {args.out}")

@@ -110,6 +110,26 @@ class RunPaths:
         return self.openrlhf / "args.json"
 
 
+# config readers the layout uses, also for code that reads settings without a layout (figures)
+def benchmark_names(cfg: dict) -> list[str]:
+    """The names of the config's `tasks.benchmarks`, in its order."""
+    return [b if isinstance(b, str) else b["name"] for b in cfg["tasks"].get("benchmarks", [])]
+
+
+def world_policies(cfg: dict) -> list[str]:
+    """The policies of the world report: `world.policies`, else the RL start policy, else the
+    first policy of the config."""
+    refs = (cfg.get("world") or {}).get("policies")
+    if refs:
+        return list(refs)
+    return [cfg["rl"]["policy"]] if cfg.get("rl") else list(cfg["policies"])[:1]
+
+
+def pretrained_policies(cfg: dict) -> list[str]:
+    """The policies the config pre-trains (source pretrain)."""
+    return [n for n, p in cfg["policies"].items() if p["source"] == "pretrain"]
+
+
 class Paths:
     def __init__(self, cfg: dict, root: str | Path = "."):
         self.cfg = cfg
@@ -120,6 +140,10 @@ class Paths:
 
     def stage(self, stage: str, *parts: str) -> Path:
         return self.results.joinpath(stage, *parts)
+
+    def for_config(self, cfg: dict) -> "Paths":
+        """Another config's tree under this root: a start policy's tree of `head_to_head.pool`."""
+        return Paths(cfg, self.root)
 
     # the layouts of the studies, the OOD stage and Le Critique's world, resolved with this tree
     @property
@@ -154,10 +178,7 @@ class Paths:
         return self.stage("tuning", *parts)
 
     def benchmark_names(self) -> list[str]:
-        out = []
-        for b in self.cfg["tasks"].get("benchmarks", []):
-            out.append(b if isinstance(b, str) else b["name"])
-        return out
+        return benchmark_names(self.cfg)
 
     # policies
     def tokenizer(self) -> Path:
@@ -215,18 +236,13 @@ class Paths:
         return self.stage("policies", "world.json")
 
     def world_policies(self) -> list[str]:
-        """The policies of the world report: `world.policies`, else the RL start policy, else the
-        first policy of the config."""
-        refs = (self.cfg.get("world") or {}).get("policies")
-        if refs:
-            return list(refs)
-        return [self.cfg["rl"]["policy"]] if self.cfg.get("rl") else list(self.cfg["policies"])[:1]
+        return world_policies(self.cfg)
 
     def passrates(self) -> Path:
         return self.stage("policies", "passrates.json")
 
     def pretrained_policies(self) -> list[str]:
-        return [n for n, p in self.cfg["policies"].items() if p["source"] == "pretrain"]
+        return pretrained_policies(self.cfg)
 
     def snapshot_tags(self) -> list[str]:
         return [snapshot_tag(f) for f in self.cfg.get("pretrain", {}).get("snapshots", [])]

@@ -10,6 +10,7 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.config import start_seed
 from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
+from sparserl.evaluation.evaluate import benchmark_tables
 from sparserl.grading.verifier import open_verifier
 from sparserl.core.paths import Paths
 from sparserl.core.runlog import EVAL_SUFFIX, RunLog
@@ -43,18 +44,20 @@ def openrlhf_step_offset(method) -> int:
     return critic_warmup_steps(method)
 
 
-def evaluate_run(cfg: dict, rec: Run, threads: int = 1) -> pd.DataFrame:
-    """Every checkpoint of run `rec` (`run_checkpoints`) on the benchmarks -> its eval.parquet
-    (one table per checkpoint under eval/), logged at each checkpoint's step (`log_evaluation`)."""
+def evaluate_run(cfg: dict, rec: Run, benchmarks: list, threads: int = 1) -> pd.DataFrame:
+    """Every checkpoint of run `rec` (`run_checkpoints`) on the `benchmarks` files (the config's)
+    -> its eval.parquet (one table per checkpoint under eval/), logged at each checkpoint's step
+    (`log_evaluation`)."""
     run, method, seed = rec.paths, rec.method, rec.seed
     checkpoint_steps(rec)  # the steps logged: a tuned run's must be read before hours of evaluation
+    problems = benchmark_tables(benchmarks)
     tables = []
     with open_verifier(cfg) as ver:  # one set of grading workers for every checkpoint
         for label, ck in run_checkpoints(rec):
             tables.append(evaluate_checkpoint(
                 cfg, str(ck), run.eval_dir / f"{label}.parquet", f"{method}/seed{seed}/{label}",
                 threads=threads, extra_cols={"method": method, "seed": seed, "checkpoint": label},
-                verifier=ver))
+                verifier=ver, benchmarks=problems))
     out = pd.concat(tables, ignore_index=True)
     write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed, "start": start_seed(cfg)})
     log_evaluation(cfg, rec, out)
@@ -323,7 +326,7 @@ def summarize_runs(cfg: dict, P: Paths) -> pd.DataFrame:
     if split is not None:
         from sparserl.evaluation.splits import slip_labels
         start.update(on_split(split, split, "the start policy's per-problem table"))
-        start_pp, labels = start_per_problem(P)[0], slip_labels(cfg)
+        start_pp, labels = start_per_problem(P)[0], slip_labels(P)
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:

@@ -29,7 +29,6 @@ import pandas as pd
 from sparserl.core.artifacts import read_manifest, read_table, write_json, write_table
 from sparserl.core.config import rollout_max_new_tokens, section_setting, setting, start_samples, start_seed
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths
 from sparserl.evaluation.pass_at_k import pass_at_k, pass_at_k_curve
 from sparserl.evaluation.progress import rollout_progress
 from sparserl.grading.verifier import open_verifier
@@ -188,27 +187,25 @@ def evaluate_policy(cfg: dict, ref: str, *, policy_dir, benchmarks, out, curve, 
 
 
 def evaluate_checkpoint(cfg: dict, model: str, path: Path, label: str, threads: int = 1,
-                        extra_cols: dict | None = None, verifier=None,
-                        benchmarks: dict[str, pd.DataFrame] | None = None, samples: int | None = None,
+                        extra_cols: dict | None = None, verifier=None, *,
+                        benchmarks: dict[str, pd.DataFrame], samples: int | None = None,
                         curve: Path | None = None, start: int | None = None) -> pd.DataFrame:
     """Evaluate one checkpoint (dir or hub name) on every benchmark; write `path` (+ per problem).
     `verifier`: an open one to share across checkpoints (its workers start once); the manifest
-    counts this checkpoint's items only. `benchmarks`: name -> problems to score instead of the
-    config's benchmarks (the lr tuning's validation split), each under `protocol_for` its name.
+    counts this checkpoint's items only. `benchmarks`: name -> problems to score (`benchmark_tables`
+    of the config's benchmark files, or the lr tuning's validation split), each under `protocol_for` its name.
     `samples`: draw this many samples a problem on a sampled benchmark (at least its k; the start
     policy's `start_k`); `curve`: write the pass@k curve there; `start`: the per-problem `start`
     (default `pretrain.start_seed`: the start policy every model of the config descends from)."""
     if verifier is None:
         with open_verifier(cfg) as ver:
-            return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver, benchmarks, samples,
-                                       curve, start)
+            return evaluate_checkpoint(cfg, model, path, label, threads, extra_cols, ver, benchmarks=benchmarks,
+                                       samples=samples, curve=curve, start=start)
     ver, before = verifier, verifier.timeout_counts()
     start = start_seed(cfg) if start is None else int(start)
-    P = Paths(cfg)
     backend = make_backend(cfg, model, threads=threads)
     rows, per_problem = [], []
-    tables = benchmarks if benchmarks is not None else {b: read_table(P.benchmark(b)) for b in P.benchmark_names()}
-    benches = [(b, df, protocol_for(cfg, b)) for b, df in tables.items()]
+    benches = [(b, df, protocol_for(cfg, b)) for b, df in benchmarks.items()]
     ks = [1 if spec.get("protocol") == "greedy" else section_setting(spec, "$defs", "sampling", "k")
           for _, _, spec in benches]
     # samples drawn a problem: the protocol's k, or more for the start policy (same estimands)

@@ -29,13 +29,12 @@ NO_SLIP = "no slip templates (world 1)"
 KEY = ["benchmark", "id"]
 
 
-def slip_labels(cfg: dict) -> pd.DataFrame | None:
-    """(benchmark, id, slip) of every benchmark problem of the config, `slip` whether its template
-    is a slip template; None in a world without them (`tasks.world` unset: world 1)."""
-    w = worked.settings(cfg.get("tasks") or {})
+def slip_labels(P: Paths) -> pd.DataFrame | None:
+    """(benchmark, id, slip) of every benchmark problem of the layout's config, `slip` whether its
+    template is a slip template; None in a world without them (`tasks.world` unset: world 1)."""
+    w = worked.settings(P.cfg.get("tasks") or {})
     if w is None:
         return None
-    P = Paths(cfg)
     parts = []
     for b in P.benchmark_names():
         df = read_table(P.benchmark(b))
@@ -44,12 +43,11 @@ def slip_labels(cfg: dict) -> pd.DataFrame | None:
     return pd.concat(parts, ignore_index=True)
 
 
-def slip_inputs(cfg: dict) -> list:
+def slip_inputs(P: Paths) -> list:
     """The tables `slip_labels` reads (every benchmark; none in world 1): an input of the rules whose
     command calls it (rl_summary, head_to_head), so that a DAG of those rules alone has them."""
-    if worked.settings(cfg.get("tasks") or {}) is None:
+    if worked.settings(P.cfg.get("tasks") or {}) is None:
         return []
-    P = Paths(cfg)
     return [P.benchmark(b) for b in P.benchmark_names()]
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sparserl.core.paths import Paths
+from sparserl.core.paths import benchmark_names
 from sparserl.figures.curves import (
     EVAL_BUILT_BY,
     MEAN,
@@ -110,7 +110,7 @@ def _read_table1(cfg: dict, tables) -> dict:
     their Avg (eval_accuracy_final), steps, rollouts and wall time; then BASIS minus each baseline."""
     runs = read_single(cfg, tables)
     path = tables[0]
-    benches = Paths(cfg).benchmark_names()
+    benches = benchmark_names(cfg)
     need = ["method", "seed", *(f"eval_{b}" for b in benches), "eval_accuracy_final", "wall_time_s", "steps",
             "rollouts_total"]
     missing = [c for c in need if c not in runs]
@@ -160,7 +160,7 @@ def _cell(v: float, sd: float) -> str:
     return f"{v:.1f}" + (f" ± {sd:.1f}" if np.isfinite(sd) else "")
 
 
-@register_figure("basis/t1_policy_optimization", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_table1,
+@register_figure("basis/t1_policy_optimization", tables=lambda P: [P.rl_runs()], read=_read_table1,
                  layout=_table1_layout, built_by="rule rl_summary (`sparserl rl-summary`)",
                  unavailable=_no_grid("BASIS Table 1"),
                  caption="BASIS Table 1: online policy optimisation. Per GRPO-type algorithm: G=8 (group mean), "
@@ -232,7 +232,7 @@ def _table1(data, ax):
 def _read_f6(cfg: dict, tables) -> dict:
     methods = _grid_methods(cfg)
     train = read_smoothed(cfg, metrics_tables(cfg, methods), methods, "reward_mean")
-    ev = read_eval_curves(cfg, methods)
+    ev = read_eval_curves(cfg, tables, methods)
     roles = _roles(cfg)
     t = train["df"].merge(roles, on="method").assign(part="train_reward")
     t = t.rename(columns={"smoothed": "value"}).drop(columns=["metric"])
@@ -251,7 +251,7 @@ def _f6_layout(data):
     return fig, axes
 
 
-@register_figure("basis/f6_training_curves", tables=lambda cfg: eval_tables(cfg, _grid_methods(cfg)), read=_read_f6, layout=_f6_layout,
+@register_figure("basis/f6_training_curves", tables=lambda P: eval_tables(P, _grid_methods(P.cfg)), read=_read_f6, layout=_f6_layout,
                  built_by=EVAL_BUILT_BY, unavailable=_no_grid("BASIS Figure 6"),
                  bars="accuracy: ±1 s.e. over the problems with one seed, else the seeds' min–max band",
                  caption="BASIS Fig. 6 (Appendix C): training curves per GRPO-type algorithm, G=8 against G=1 "
@@ -322,7 +322,7 @@ def _read_f8(cfg: dict, tables) -> dict:
     return {"df": df, "median": median, "per_seed": curves, "methods": methods, "window": window}
 
 
-@register_figure("basis/f8_beta_t", tables=lambda cfg: metrics_tables(cfg, calibrated_basis_methods(cfg)),
+@register_figure("basis/f8_beta_t", tables=lambda P: metrics_tables(P.cfg, calibrated_basis_methods(P.cfg)),
                  read=_read_f8, layout=single((6.4, 3.8)), built_by=TRAIN_BUILT_BY, unavailable=_no_beta,
                  caption="BASIS Fig. 8 (Appendix D): the beta_t the online calibration selects at each step (the "
                          "grid value minimising the batch's leave-one-out squared error; metrics est_beta), log "

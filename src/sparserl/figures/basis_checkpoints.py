@@ -14,7 +14,6 @@ from sparserl.figures.registry import get_figure, pyplot, register_figure
 from sparserl.figures.studies import BASIS_DATA, LABELS, STRESS_DATA
 from sparserl.figures.style import method_color
 from sparserl.studies import study_refs
-from sparserl.core.paths import Paths
 from sparserl.studies.basis_checkpoints import STRESS, checkpoint_settings
 
 BUILT_BY = "rule study_basis_stages (`sparserl study-basis-stages`)"
@@ -35,7 +34,7 @@ def _no_checkpoints(cfg: dict) -> str:
 
 
 def _tables(name: str):
-    return lambda cfg: [Paths(cfg).studies.table("basis", name)]
+    return lambda P: [P.studies.table("basis", name)]
 
 
 def _stages(df) -> list[str]:

@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from sparserl.evaluation.ood import START, ood_settings, t2_table
-from sparserl.core.paths import Paths
 from sparserl.figures.registry import pyplot, read_single, register_figure
 from sparserl.figures.style import method_color
 
@@ -96,7 +95,7 @@ def _draw(data, axes):
 
 
 register_figure(
-    "basis/t2_ood", tables=lambda cfg: [Paths(cfg).ood.table()], read=_read, layout=_layout,
+    "basis/t2_ood", tables=lambda P: [P.ood.table()], read=_read, layout=_layout,
     frame=lambda data: data["df"], unavailable=_unavailable, bars="±1 sd across seeds (none with one seed)",
     built_by="rule ood_eval (`sparserl ood-eval`; paper scale: rule ood_table, `sparserl ood-table`)",
     caption="BASIS Table 2: out-of-domain evaluation of the GRPO variants trained on the math pool: the "

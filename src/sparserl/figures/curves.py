@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_table
-from sparserl.core.paths import Paths
+from sparserl.core.paths import Paths, benchmark_names
 from sparserl.figures.registry import FigureError
 from sparserl.figures.style import method_color
 from sparserl.methods.run import method_run
@@ -50,11 +50,11 @@ def metrics_tables(cfg: dict, methods) -> list[Path]:
     return [method_run(cfg, m, s).metrics for m, s in run_pairs(cfg, methods)]
 
 
-def eval_tables(cfg: dict, methods) -> list[Path]:
+def eval_tables(P: Paths, methods) -> list[Path]:
     """The start policy's evaluation, then each run's metrics and eval tables (each path once)."""
-    paths = [Paths(cfg).eval_table(cfg["rl"]["policy"])]
-    for m, s in run_pairs(cfg, methods):
-        run = method_run(cfg, m, s)
+    paths = [P.eval_table(P.cfg["rl"]["policy"])]
+    for m, s in run_pairs(P.cfg, methods):
+        run = method_run(P.cfg, m, s)
         paths += [run.metrics, run.eval]
     return list(dict.fromkeys(paths))
 
@@ -101,17 +101,17 @@ def checkpoint_step(label: str, final_step: int, path: Path) -> int:
 def benchmark_order(cfg: dict, present) -> list[str]:
     """The config's benchmarks that were evaluated, in the config's order, then any others."""
     present = list(dict.fromkeys(present))
-    named = [b for b in Paths(cfg).benchmark_names() if b in set(present)]
+    named = [b for b in benchmark_names(cfg) if b in set(present)]
     return named + [b for b in present if b not in set(named)]
 
 
-def read_eval_curves(cfg: dict, methods) -> dict:
+def read_eval_curves(cfg: dict, tables: list[Path], methods) -> dict:
     """Accuracy per (method, seed, step, benchmark), the mean over benchmarks as benchmark `MEAN`
     (unweighted, as the runs table's eval_accuracy_final), and its seed aggregate:
     {"raw", "df" (method, benchmark, step, seeds, accuracy, lo, hi, stderr), "methods", "benchmarks", "metric"}.
+    `tables`: `eval_tables(P, methods)`, the start policy's evaluation first.
     """
-    P = Paths(cfg)
-    start_path = P.eval_table(cfg["rl"]["policy"])
+    start_path = tables[0]
     start = read_table(start_path)
     metrics = set(start["metric"].astype(str)) if "metric" in start else set()
     metric = "/".join(sorted(metrics)) or "accuracy"

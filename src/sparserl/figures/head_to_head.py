@@ -42,7 +42,7 @@ def _no_matched(cfg: dict) -> str:
 
 
 def _tables(*names):
-    return lambda cfg: [Paths(cfg).head_to_head(n) for n in names]
+    return lambda P: [P.head_to_head(n) for n in names]
 
 
 def _need(df: pd.DataFrame, cols, path) -> pd.DataFrame:
@@ -143,11 +143,11 @@ def _ranking_layout(df):
     return pyplot().subplots(figsize=(8.5, 1.2 + 0.24 * len(df)))
 
 
-def _ranking_note(cfg: dict) -> str:
-    """The footer's line: the starts, seeds and problems the intervals resample, and
-    the trees pooled as starts (head_to_head.pool)."""
-    path = Paths(cfg).head_to_head("ranking")
-    r = read_table(path) if path.exists() else None
+def _ranking_note(cfg: dict, tables: list[Path]) -> str:
+    """The footer's line: the starts, seeds and problems the intervals resample (from the ranking
+    table, `tables`), and the trees pooled as starts (head_to_head.pool)."""
+    (path,) = tables
+    r = read_table(path) if Path(path).exists() else None
     if r is None or "ci_levels" not in r or r.empty:
         return ""
     pool = (cfg.get("head_to_head") or {}).get("pool", [])
@@ -280,11 +280,12 @@ SHARPENING_COLS = ("method", "seed", "checkpoint", "step", "rollouts", "wall_tim
                    "greedy_accuracy", "pass_at_k")
 
 
-def _sharpening_tables(cfg: dict) -> list[Path]:
+def _sharpening_tables(P: Paths) -> list[Path]:
     """The curves table, then each (method, seed)'s metrics.parquet (its owner's for an alias)."""
     from sparserl.methods.run import method_run
-    return [Paths(cfg).head_to_head("curves")] + [method_run(cfg, m, s).metrics
-                                                  for m in dict.fromkeys(cfg["rl"]["methods"]) for s in cfg["rl"]["seeds"]]
+    rl = P.cfg["rl"]
+    return [P.head_to_head("curves")] + [method_run(P.cfg, m, s).metrics
+                                         for m in dict.fromkeys(rl["methods"]) for s in rl["seeds"]]
 
 
 def _read_sharpening(cfg: dict, tables: list[Path]) -> dict:
@@ -389,7 +390,7 @@ IMPROVEMENT_COLS = ("x", "y", "against", "p_improvement", "ci_lo", "ci_hi", "run
 PROFILE_COLS = ("method", "tau", "fraction", "ci_lo", "ci_hi")
 
 
-def _agg_note(cfg: dict) -> str:
+def _agg_note(cfg: dict, tables: list[Path]) -> str:
     """The footer's line with head_to_head.pool: the runs are (start, seed) pairs."""
     pool = (cfg.get("head_to_head") or {}).get("pool", [])
     return (f"runs: (start policy, seed) pairs, start policies pooled from this tree and {', '.join(pool)}"

@@ -13,7 +13,6 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table
 from sparserl.envs.world import experiments
-from sparserl.core.paths import Paths
 from sparserl.figures.registry import FigureError, pyplot, register_figure
 from sparserl.figures.style import method_color
 from sparserl.studies.le_critique import EV_BATCHES, ema, role, seed_stats  # noqa: F401 (role: used here, re-exported)
@@ -32,12 +31,12 @@ def _none(cfg: dict) -> str:
     return "" if cfg.get("critique", {}).get("experiments") else "Le Critique's figures need critique.experiments"
 
 
-def _runs(cfg):
-    return [Paths(cfg).critique.runs_table()]
+def _runs(P):
+    return [P.critique.runs_table()]
 
 
-def _final(cfg):
-    return [Paths(cfg).critique.final_table()]
+def _final(P):
+    return [P.critique.final_table()]
 
 
 def _read(cfg, tables):

@@ -19,8 +19,8 @@ def _no_start(cfg: dict) -> str:
     return "" if policy in policies else f"the DAG does not evaluate the start policy {policy} (evaluation.policies)"
 
 
-def _tables(cfg: dict) -> list:
-    return [Paths(cfg).pass_at_k_curve(cfg["rl"]["policy"])]
+def _tables(P: Paths) -> list:
+    return [P.pass_at_k_curve(P.cfg["rl"]["policy"])]
 
 
 def _read(cfg: dict, tables) -> dict:

@@ -1,8 +1,9 @@
 """One registry of figures: figure id -> drawing function -> the cached tables it reads -> caption.
 
 A figure module puts `@register_figure(...)` at each drawing function. `make_figure` draws any
-registered figure from its cached tables alone (it never trains or simulates anything), and
-workflow/rules/figures.smk generates one Snakemake rule per figure of `list_figures(cfg)`.
+registered figure from the cached tables it is given alone (it never trains or simulates anything),
+and workflow/rules/figures.smk generates one Snakemake rule per figure of `list_figures(cfg)`, whose
+input is `Figure.tables(P)` and output `Figure.outputs(P)` of the DAG's layout `P`.
 
 A figure's id is `<paper>/<id>`, its id the paper's (`f3a_...`, `t1_...`) where the paper has
 it; it writes `paper_figures/{scale}/<paper>/<id>.png`, `.pdf` and `.csv` (the numbers drawn).
@@ -18,7 +19,6 @@ from typing import Any, Callable
 
 from sparserl.core.artifacts import atomic_write_bytes, atomic_write_text, config_hash, git_commit, read_manifest, read_table
 from sparserl.core.paths import Paths
-from sparserl.core.published import origin_line
 
 
 class FigureError(Exception):
@@ -78,14 +78,14 @@ class Figure:
 
     id: str
     draw: Callable[[Any, Any], None]            # draw(data, axes)
-    tables: Callable[[dict], list[Path]]        # cfg -> the cached tables it reads
+    tables: Callable[[Paths], list[Path]]       # the results layout -> the cached tables it reads
     caption: str
     layout: Callable[[Any], tuple]              # data -> (matplotlib figure, the axes draw gets)
     read: Callable[[dict, list[Path]], Any]     # (cfg, tables) -> the data layout and draw get
     built_by: str                               # the rule and command that write its tables
     unavailable: Callable[[dict], str]          # cfg -> why the config has no such figure ('' if it has)
     frame: Callable[[Any], Any] = default_frame  # data -> the DataFrame of its CSV
-    note: Callable[[dict], str] = lambda cfg: ""  # cfg -> a line for the footer (e.g. V0's head)
+    note: Callable[[dict, list[Path]], str] = lambda cfg, tables: ""  # (cfg, tables) -> a footer line
     bars: str = ""  # what its error bars or bands are ('' when it draws none); the footer says it
 
     @property
@@ -105,24 +105,32 @@ class Figure:
     def paper(self) -> str:
         return self.group
 
-    def output(self, cfg: dict, root: str | Path = ".") -> Path:
-        """Its PNG; the PDF and the CSV lie beside it (`outputs`)."""
-        return Paths(cfg, root).figure_dir(self.group) / f"{self.name}.png"
+    def require(self, cfg: dict) -> None:
+        """Raise FigureError when this config has no such figure (`unavailable`): before its
+        tables are resolved, which may need the config sections it lacks."""
+        why = self.unavailable(cfg)
+        if why:
+            raise FigureError(f"figure {self.id} is not drawn for this config: {why}")
 
-    def outputs(self, cfg: dict, root: str | Path = ".") -> dict[str, Path]:
-        png = self.output(cfg, root)
+    def output(self, P: Paths) -> Path:
+        """Its PNG in the layout `P`; the PDF and the CSV lie beside it (`outputs`)."""
+        return P.figure_dir(self.group) / f"{self.name}.png"
+
+    def outputs(self, P: Paths) -> dict[str, Path]:
+        png = self.output(P)
         return {"png": png, "pdf": png.with_suffix(".pdf"), "csv": png.with_suffix(".csv")}
 
 
 _REGISTRY: dict[str, Figure] = {}
 
 
-def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], caption: str, layout: Callable,
+def register_figure(fig_id: str, *, tables: Callable[[Paths], list[Path]], caption: str, layout: Callable,
                     built_by: str, unavailable: Callable[[dict], str], read: Callable = read_single,
                     frame: Callable = default_frame, note: Callable | None = None, bars: str = "") -> Callable:
     """Decorator: register the drawing function under `fig_id` and return it unchanged, so one
-    function may draw several figures (one decorator each). `frame(data)` gives the DataFrame of
-    its CSV (default: `default_frame`); `note(cfg)` a line the footer adds; `bars` what its error
+    function may draw several figures (one decorator each). `tables(P)` gives the cached tables it
+    reads in the results layout `P`; `frame(data)` the DataFrame of its CSV (default:
+    `default_frame`); `note(cfg, tables)` a line the footer adds; `bars` what its error
     bars or bands are (every figure that draws some must say: tests/figures/test_figures.py checks)."""
     group, _, name = fig_id.partition("/")
     if not group or not name or "/" in name:
@@ -132,7 +140,7 @@ def register_figure(fig_id: str, *, tables: Callable[[dict], list[Path]], captio
         if fig_id in _REGISTRY:
             raise ValueError(f"figure {fig_id} is registered twice")
         _REGISTRY[fig_id] = Figure(fig_id, draw, tables, caption, layout, read, built_by, unavailable, frame,
-                                   note or (lambda cfg: ""), bars)
+                                   note or (lambda cfg, tables: ""), bars)
         return draw
 
     return deco
@@ -211,14 +219,14 @@ def footer(fig, tables: list[Path], cfg: dict | None = None, config_name: str | 
     fig.text(0.01, 0.005, text, fontsize=6.5, color="0.35", ha="left", va="bottom")
 
 
-def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None, config_name: str | None = None) -> Path:
-    """Draw a registered figure from its cached tables and write its PNG, PDF and CSV atomically
-    (default: `Figure.outputs(cfg)`; with `out`, the PDF and CSV beside it). Returns the PNG."""
+def make_figure(fig_id: str, cfg: dict, tables: list, out: str | Path, config_name: str | None = None,
+                origin: str = "") -> Path:
+    """Draw a registered figure from `tables` (its cached tables, `Figure.tables(P)` in the DAG)
+    and write its PNG `out`, the PDF and CSV beside it, atomically. `origin`: the footer's line
+    on published tables (`sparserl.core.published.origin_line` of the results tree). Returns the PNG."""
     f = get_figure(fig_id)
-    why = f.unavailable(cfg)
-    if why:
-        raise FigureError(f"figure {fig_id} is not drawn for this config: {why}")
-    tables = [Path(t) for t in f.tables(cfg)]
+    f.require(cfg)
+    tables = [Path(t) for t in tables]
     missing = [t for t in tables if not t.exists()]
     if missing:
         listed = ", ".join(str(t) for t in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
@@ -229,8 +237,7 @@ def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None, config_na
     fig, axes = f.layout(data)
     try:  # a drawing that fails on a malformed table must not leave its figure open
         f.draw(data, axes)
-        note = f.note(cfg)
-        origin = origin_line(Paths(cfg).results)
+        note = f.note(cfg, tables)
         # the footer's lines (~0.12 in each at 6.5 pt) below the axes, whatever the figure's height
         bottom = (0.06 + 0.12 * footer_lines(note, f.bars, origin)) / fig.get_figheight()
         fig.tight_layout(rect=(0, min(bottom, 0.3), 1, 1))
@@ -241,7 +248,7 @@ def make_figure(fig_id: str, cfg: dict, out: str | Path | None = None, config_na
         fig.savefig(pdf, format="pdf", metadata={"CreationDate": None})
     finally:
         pyplot().close(fig)
-    out = Path(out) if out is not None else f.output(cfg)
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out.with_suffix(".pdf"), pdf.getvalue())
     atomic_write_text(out.with_suffix(".csv"), csv)

@@ -68,16 +68,16 @@ def _tables_line(tables: list[Path]) -> str:
     return f"{len(tables)} tables under " + ", ".join(rst_literal(f) for f in folders)
 
 
-def caption_rst(fig: Figure, cfg: dict, config_name: str = "", tables: list | None = None) -> str:
-    """The caption file of a figure: the registry's caption, then a field list naming the figure
-    id, the scale and config, its three files, the tables it reads (`tables`: its
-    `Figure.tables(cfg)` if already computed) and who writes them."""
-    out = fig.outputs(cfg)
-    tables = fig.tables(cfg) if tables is None else tables
+def caption_rst(fig: Figure, P: Paths, config_name: str = "", tables: list | None = None) -> str:
+    """The caption file of a figure in the results layout `P`: the registry's caption, then a field
+    list naming the figure id, the scale and config, its three files, the tables it reads
+    (`tables`: its `Figure.tables(P)` if already computed) and who writes them."""
+    out = fig.outputs(P)
+    tables = fig.tables(P) if tables is None else tables
     config = f"{config_name}, " if config_name else ""
     fields = {
         "figure": rst_literal(fig.id),
-        "scale": rst_text(f"{cfg['scale']} (config {config}hash {config_hash(cfg)})"),
+        "scale": rst_text(f"{P.scale} (config {config}hash {config_hash(P.cfg)})"),
         "files": (rst_literal(out["png"]) + ", " + rst_literal(out["pdf"].name) + " and "
                   + rst_literal(out["csv"].name) + " " + rst_text("(the numbers drawn) beside it")),
         "reads": _tables_line([Path(t) for t in tables]),
@@ -87,25 +87,25 @@ def caption_rst(fig: Figure, cfg: dict, config_name: str = "", tables: list | No
     return f"{rst_text(fig.caption)}\n\n{body}\n"
 
 
-def caption_dir(cfg: dict) -> Path:
-    """Where the caption files of this config go (one folder per config, as its resolved file)."""
-    return Paths(cfg).stage("report", config_hash(cfg))
+def caption_dir(P: Paths) -> Path:
+    """Where the caption files of the layout's config go (one folder per config, as its resolved file)."""
+    return P.stage("report", config_hash(P.cfg))
 
 
-def caption_path(fig: Figure, cfg: dict) -> Path:
-    return caption_dir(cfg) / fig.group / f"{fig.name}.rst"
+def caption_path(fig: Figure, P: Paths) -> Path:
+    return caption_dir(P) / fig.group / f"{fig.name}.rst"
 
 
-def write_captions(figures: list[Figure], cfg: dict, config_name: str = "",
+def write_captions(figures: list[Figure], P: Paths, config_name: str = "",
                    tables: dict[str, list] | None = None) -> dict[str, Path]:
     """Write the caption file of every figure (only those whose text changed) and return
     figure id -> absolute path: Snakemake resolves a relative caption path against the .smk
     file's folder, not the working directory the results are in. `tables`: figure id -> its
-    tables, where the caller has them (a figure's `tables(cfg)` can take seconds at parse time)."""
+    tables, where the caller has them (a figure's `tables(P)` can take seconds at parse time)."""
     paths = {}
     for fig in figures:
-        path = caption_path(fig, cfg)
-        text = caption_rst(fig, cfg, config_name, (tables or {}).get(fig.id))
+        path = caption_path(fig, P)
+        text = caption_rst(fig, P, config_name, (tables or {}).get(fig.id))
         if not path.exists() or path.read_text() != text:
             atomic_write_text(path, text)
         paths[fig.id] = path.resolve()

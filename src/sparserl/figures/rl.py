@@ -22,8 +22,8 @@ def _runs(cfg: dict) -> list[tuple[str, int]]:
     return [(m, s) for m in cfg["rl"]["methods"] for s in cfg["rl"]["seeds"]]
 
 
-def _metrics_tables(cfg: dict) -> list[Path]:
-    return [method_run(cfg, m, s).metrics for m, s in _runs(cfg)]
+def _metrics_tables(P: Paths) -> list[Path]:
+    return [method_run(P.cfg, m, s).metrics for m, s in _runs(P.cfg)]
 
 
 def _read_curves(cfg: dict, tables: list[Path]) -> dict:
@@ -111,7 +111,7 @@ def _accuracy_layout(df):
     return pyplot().subplots(figsize=(max(7.0, 2 + 0.32 * df["method"].nunique()), 4.6))
 
 
-@register_figure("head_to_head/final_accuracy", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_runs,
+@register_figure("head_to_head/final_accuracy", tables=lambda P: [P.rl_runs()], read=_read_runs,
                  layout=_accuracy_layout, built_by="rule rl_summary (`sparserl rl-summary`)", unavailable=_no_rl,
                  bars="±1 sd of the final accuracy across seeds",
                  caption="Final-checkpoint eval accuracy (mean over benchmarks) per method: bar = mean over "

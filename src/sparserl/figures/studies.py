@@ -10,7 +10,6 @@ import numpy as np
 from sparserl.figures.registry import pyplot, register_figure, row, single
 from sparserl.figures.style import method_color
 from sparserl.studies import study_refs
-from sparserl.core.paths import Paths
 
 LABELS = {"basis_unb": "BASIS UNB", "basis_vop": "BASIS VOP", "basis_rvg": "BASIS RVG",
           "basis_unb_prev": "BASIS UNB (prev. batch β)", "basis_unb_inf": "BASIS UNB (β=∞)",
@@ -42,7 +41,7 @@ BUDGET_SE = "±1 s.e. of the mean OSLA budget over the study's batches"
 def study_figure(fig_id: str, table: str, built_by: str, caption: str, layout=SINGLE, bars: str = ""):
     """`register_figure` for a figure drawn from one study table `table` of its paper's figure dir."""
     paper = fig_id.partition("/")[0]
-    return register_figure(fig_id, tables=lambda cfg: [Paths(cfg).studies.table(paper, table)],
+    return register_figure(fig_id, tables=lambda P: [P.studies.table(paper, table)],
                            caption=caption + (f" Error bars: {bars}." if bars else ""),
                            layout=layout, built_by=built_by, unavailable=_no_study, bars=bars)
 

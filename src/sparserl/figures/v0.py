@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.config import setting
-from sparserl.core.paths import Paths
 from sparserl.figures.curves import seed_bars
 from sparserl.figures.registry import pyplot, read_single, register_figure, row, single
 from sparserl.figures.style import method_color
@@ -26,7 +25,7 @@ def _label(method: str) -> str:
     return REFERENCES.get(method, method)
 
 
-def head_note(cfg: dict) -> str:
+def head_note(cfg: dict, tables: list) -> str:
     """The footer line naming V0's head: at tiny and small scale an offline GP stands in for
     TabPFN-v2.5, whose weights cannot be had here, and every V0 figure says so."""
     kind = setting(cfg, "v0", "head", "kind")
@@ -76,7 +75,7 @@ for _protocol, _name, _title in (("sequential", "t1_sequential", "Table 1: seque
         _table_figure(df, axes, _t)
 
     register_figure(
-        f"v0/{_name}", tables=lambda cfg, _p=_protocol: [Paths(cfg).value_eval(f"v0_{_p}")],
+        f"v0/{_name}", tables=lambda P, _p=_protocol: [P.value_eval(f"v0_{_p}")],
         layout=row(2, (12, 4.6)), built_by=f"rule v0_table (`sparserl v0-table --protocol {_protocol}`)",
         unavailable=_no_v0, note=head_note,
         caption=f"{_title}: intra-context AUC (label = value >= 0.5, per checkpoint, averaged) and "
@@ -103,7 +102,7 @@ def _nothing(ax, what: str) -> None:
             ha="center", va="center", fontsize=8, transform=ax.transAxes)
 
 
-@register_figure("v0/f3_tracking", tables=lambda cfg: [Paths(cfg).value_eval("v0_sequential_predictions")],
+@register_figure("v0/f3_tracking", tables=lambda P: [P.value_eval("v0_sequential_predictions")],
                  layout=lambda df: pyplot().subplots(1, df["model"].nunique(), figsize=(4.2 * df["model"].nunique(), 4),
                                                      squeeze=False),
                  built_by="rule v0_table (`sparserl v0-table --protocol sequential`)", unavailable=_no_v0, note=head_note,
@@ -128,8 +127,8 @@ def _tracking(df, axes):
 
 
 @register_figure("v0/f4_robustness",
-                 tables=lambda cfg: [Paths(cfg).value_eval("v0_sequential_predictions"),
-                                     Paths(cfg).value_eval("v0_strict_predictions")],
+                 tables=lambda P: [P.value_eval("v0_sequential_predictions"),
+                                   P.value_eval("v0_strict_predictions")],
                  read=lambda cfg, tables: tuple(read_single(cfg, [t]) for t in tables),
                  layout=row(3, (13, 4.2)), built_by="rule v0_table (`sparserl v0-table`)", unavailable=_no_v0, note=head_note,
                  caption="Figure 4: intra-context AUC by early vs late checkpoints (first and second half of "
@@ -168,7 +167,7 @@ def _robustness(data, axes):
 
 
 
-@register_figure("v0/t6_ablations", tables=lambda cfg: [Paths(cfg).value_eval("v0_ablations")],
+@register_figure("v0/t6_ablations", tables=lambda P: [P.value_eval("v0_ablations")],
                  layout=row(2, (11, 4.4)), built_by="rule v0_ablations (`sparserl v0-ablations`)",
                  unavailable=_no_v0, note=head_note,
                  caption="Table 6: V0 with one piece changed at a time (connector, loss, frozen vs tuned "
@@ -185,7 +184,7 @@ def _ablations(df, axes):
     axes[0].set_title(f"Table 6 ({_head(df)})", fontsize=9, loc="left")
 
 
-@register_figure("v0/f5_routing", tables=lambda cfg: [Paths(cfg).value_eval("v0_routing")],
+@register_figure("v0/f5_routing", tables=lambda P: [P.value_eval("v0_routing")],
                  layout=single((6.5, 4.6)), built_by="rule v0_routing (`sparserl v0-routing`)", unavailable=_no_v0, note=head_note,
                  caption="Figure 5 (right): routing each held-out query to the cheapest policy whose predicted "
                          "success clears a threshold (swept): mean accuracy vs mean cost (parameters) for V0, a "
@@ -229,7 +228,7 @@ def _read_budget(cfg: dict, tables) -> pd.DataFrame:
     return df[df["method"].isin(list(BUDGET))]
 
 
-@register_figure("v0/f5_budget", tables=lambda cfg: [Paths(cfg).rl_runs()], read=_read_budget,
+@register_figure("v0/f5_budget", tables=lambda P: [P.rl_runs()], read=_read_budget,
                  layout=row(2, (11, 4.4)), built_by="rule rl_summary (`sparserl rl-summary`)",
                  unavailable=_no_budget, note=head_note, bars="±1 s.e. of the final accuracy over seeds",
                  caption="Figure 5 (left): GRPO whose rollouts per prompt maximise sum_i U(B_i, p_i) under G=8's "

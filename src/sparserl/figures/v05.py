@@ -74,7 +74,7 @@ F1 = "v05/f1_accuracy_curves"
 F5 = "v05/f5_fixed_k"
 
 register_figure(
-    F1, tables=lambda cfg: eval_tables(cfg, F1_METHODS), read=lambda cfg, t: read_eval_curves(cfg, F1_METHODS),
+    F1, tables=lambda P: eval_tables(P, F1_METHODS), read=lambda cfg, t: read_eval_curves(cfg, t, F1_METHODS),
     layout=_panels_layout, built_by=EVAL_BUILT_BY, unavailable=needs_methods(F1_METHODS, "V0.5 Figure 1"),
     bars="band = the seeds' min–max; with one seed, ±1 s.e. over the benchmark's problems",
     caption="V0.5 Fig. 1: held-out accuracy vs RL step per benchmark and their unweighted mean: V0.5 (shrinkage "
@@ -87,7 +87,7 @@ register_figure(
 )(_accuracy_figure("V0.5 vs GRPO / DAPO"))
 
 register_figure(
-    F5, tables=lambda cfg: eval_tables(cfg, F5_METHODS), read=lambda cfg, t: read_eval_curves(cfg, F5_METHODS),
+    F5, tables=lambda P: eval_tables(P, F5_METHODS), read=lambda cfg, t: read_eval_curves(cfg, t, F5_METHODS),
     layout=_panels_layout, built_by=EVAL_BUILT_BY, unavailable=needs_methods(F5_METHODS, "V0.5 Figure 5"),
     bars="band = the seeds' min–max; with one seed, ±1 s.e. over the benchmark's problems",
     caption="V0.5 Fig. 5: V0.5's shrinkage fusion at a fixed k in {1, 2, 4, 8} rollouts per prompt (no OSLA; "
@@ -116,7 +116,7 @@ for _id, _col, _ylabel, _title, _fig, _caption in (
         ("v05/f4_entropy", "entropy", "policy entropy (nats per token)", "Policy entropy", "Fig. 4",
          "the policy's mean per-token entropy on the step's sampled responses (nats)")):
     register_figure(
-        _id, tables=lambda cfg: metrics_tables(cfg, F1_METHODS),
+        _id, tables=lambda P: metrics_tables(P.cfg, F1_METHODS),
         read=lambda cfg, t, _c=_col: read_smoothed(cfg, t, F1_METHODS, _c),
         layout=single((6.2, 3.6)), built_by=TRAIN_BUILT_BY,
         unavailable=needs_methods(F1_METHODS, f"V0.5 {_fig}"),

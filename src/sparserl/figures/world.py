@@ -9,21 +9,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sparserl.core.paths import Paths
+from sparserl.core.paths import benchmark_names, pretrained_policies, world_policies
 from sparserl.figures.registry import FigureError, row, register_figure
 
 
 def _unavailable(cfg: dict) -> str:
     if not (cfg.get("tasks") or {}).get("world"):
         return "world 2.0 only (tasks.world; world 1 is configs/overlays/world1.yaml)"
-    if not Paths(cfg).pretrained_policies():
+    if not pretrained_policies(cfg):
         return "no pre-trained policy, so no world report"
     return ""
 
 
 def _read(cfg: dict, tables: list[Path]) -> dict:
     report = json.loads(Path(tables[0]).read_text())
-    ref = Paths(cfg).world_policies()[0]
+    ref = world_policies(cfg)[0]
     pol = (report.get("policies") or {}).get(ref)
     if pol is None or "greedy_wrong" not in pol:
         raise FigureError(f"{tables[0]}: no greedy_wrong for policy {ref} (written by an older "
@@ -31,7 +31,7 @@ def _read(cfg: dict, tables: list[Path]) -> dict:
     k = pol["samples"]
     corpus = report.get("corpus_answer_tokens") or {}
     rows = []
-    order = ["rl_pool"] + [b for b in Paths(cfg).benchmark_names() if b in pol["sets"]]
+    order = ["rl_pool"] + [b for b in benchmark_names(cfg) if b in pol["sets"]]
     for name in order + sorted(set(pol["sets"]) - set(order)):
         r = pol["sets"][name]
         rows.append({"set": name, "problems": r["problems"], "greedy": r["greedy"],
@@ -71,7 +71,7 @@ def _draw(data, axes):
 
 
 register_figure(
-    "world/start_policy", tables=lambda cfg: [Paths(cfg).world_report()], read=_read,
+    "world/start_policy", tables=lambda P: [P.world_report()], read=_read,
     layout=row(3, (14.0, 4.2)), unavailable=_unavailable,
     built_by="rule world_report (`sparserl world-report`)",
     caption="World 2.0 as the RL start policy sees it (sparserl.evaluation.world): left, its greedy "

@@ -27,6 +27,20 @@ from sparserl.methods.spec import (MethodSpec, load_method, prompts_per_step, ru
 
 
 @dataclass(frozen=True)
+class RunInputs:
+    """The files a run reads, by what they are (`Run.inputs` lists them for its rule)."""
+    policy: Path  # the start policy's checkpoint folder
+    pool: Path | None = None  # the training pool (Le Critique's runs draw their env's problems)
+    reference_cache: Path | None = None  # BASIS's, the oracle prior's
+    v0_model: Path | None = None  # the 'v0' prior's trained V0
+    v0_embeddings: Path | None = None  # the pool's prompts under V0's embedder
+    lr_choice: Path | None = None  # rl.lr_tuning's chosen rates
+
+    def files(self) -> tuple[str, ...]:
+        return tuple(str(f) for f in dataclasses.astuple(self) if f is not None)
+
+
+@dataclass(frozen=True)
 class Run:
     """One run: what trains, where, from which files, under which key."""
     spec: MethodSpec  # the method trained (its owner's spec; Le Critique: K from the experiment)
@@ -41,7 +55,7 @@ class Run:
     snapshot_steps: tuple[int, ...]  # intermediate checkpoints kept and evaluated (rl.eval_fractions)
     study_steps: tuple[int, ...]  # more kept, not evaluated: the BASIS value study's (basis.study_checkpoints)
     paths: RunPaths
-    inputs: tuple[str, ...]  # the files the run reads (its rule's input)
+    reads: RunInputs  # the files the run reads
     identity: dict  # what `key` hashes
     key: str
     experiment: str | None = None  # Le Critique's experiment (`resolve_critique_run`)
@@ -49,6 +63,11 @@ class Run:
     @property
     def dir(self) -> Path:
         return self.paths.dir
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The files the run reads: its rule's input."""
+        return self.reads.files()
 
 
 def run_identity(cfg: dict, spec: MethodSpec, settings: dict, study: list[int], seed: int | None) -> dict:
@@ -64,20 +83,19 @@ def run_identity(cfg: dict, spec: MethodSpec, settings: dict, study: list[int], 
     return out
 
 
-def run_inputs(cfg: dict, spec: MethodSpec, tuned: bool) -> tuple[str, ...]:
+def run_inputs(cfg: dict, spec: MethodSpec, tuned: bool) -> RunInputs:
     """The files a run of `spec` reads: the start policy, the pool, the reference cache (BASIS,
     the oracle prior), V0 and the pool's embeddings (the 'v0' prior) and the tuned rates."""
     P = Paths(cfg)
     policy = cfg["rl"]["policy"]
-    ins = [str(P.policy(policy)), str(P.train_pool())]
-    if spec.needs_reference_cache:
-        ins.append(str(P.reference_cache(policy)))
+    v0 = {}
     if spec.needs_v0_model:  # trained on the harvest (workflow/rules/values.smk)
         from sparserl.values.v0.settings import v0_settings
-        ins += [str(P.v0_prior_model()), str(P.v0_pool_embeddings(v0_settings(cfg)["embedder"]["kind"]))]
-    if tuned:
-        ins.append(str(chosen_path(P)))
-    return tuple(ins)
+        v0 = {"v0_model": P.v0_prior_model(),
+              "v0_embeddings": P.v0_pool_embeddings(v0_settings(cfg)["embedder"]["kind"])}
+    return RunInputs(policy=P.policy(policy), pool=P.train_pool(),
+                     reference_cache=P.reference_cache(policy) if spec.needs_reference_cache else None,
+                     lr_choice=chosen_path(P) if tuned else None, **v0)
 
 
 def owner_of(cfg: dict, method: str) -> str:
@@ -131,7 +149,7 @@ def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None
     return Run(spec=spec, method=method, seed=seed, owner=owner, settings=settings, lr=run_lr,
                lr_source=source, steps=steps, prompts_per_step=prompts_per_step(spec, rl["rollouts_per_step"]),
                snapshot_steps=tuple(snapshot_steps(rl, spec)), study_steps=tuple(study), paths=paths,
-               inputs=run_inputs(cfg, spec, tuned), identity=identity, key=config_hash(identity))
+               reads=run_inputs(cfg, spec, tuned), identity=identity, key=config_hash(identity))
 
 
 def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str, root: str | Path | None = None,
@@ -163,5 +181,5 @@ def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str, root
                prompts_per_step=prompts_per_step(spec, int(rl["rollouts_per_step"])), snapshot_steps=(),
                study_steps=(), paths=RunPaths(CP.run(exp, method, seed).dir if root is None else Path(root), method, seed,
                                               engine=engine),
-               inputs=(str(policy),), identity=identity,
+               reads=RunInputs(policy=Path(policy)), identity=identity,
                key=config_hash(identity), experiment=exp)

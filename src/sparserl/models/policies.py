@@ -145,22 +145,25 @@ def pretrain_seed(cfg: dict, name: str) -> int:
     return int(np.random.SeedSequence([base, start]).generate_state(1, np.uint32)[0])
 
 
+def pretrain_files(P: Paths, name: str) -> dict:
+    """`pretrain`'s files of policy `name` in the layout `P`: the corpus, the tokenizer, its
+    checkpoint dir and its snapshots' (what rule pretrain_policy passes)."""
+    return {"corpus": P.pretrain_corpus(), "tokenizer": P.tokenizer(), "out": P.policy(name),
+            "snapshots": [P.policy(r) for r in P.snapshot_refs(name)]}
+
+
 def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info, stop_after: int | None = None, *,
-             corpus=None, tokenizer=None, out=None, snapshots=None) -> Path:
+             corpus, tokenizer, out, snapshots) -> Path:
     """Pre-train policy `name` on `corpus` with `tokenizer` into checkpoint dir `out`, and each
     `pretrain.snapshots` fraction into its dir of `snapshots` (named `<name>@<tag>`, e.g. s@p50);
     resumable, from a state dir beside `out` (`_state/<name>`). Returns `out`. The DAG passes
-    every path; a caller that passes none gets the config's (`Paths`: the critique world's policy).
+    every path (`pretrain_files` gives a layout's).
 
     `stop_after` simulates a kill after that many steps (tests)."""
     import pandas as pd
     from transformers import AutoTokenizer
 
     torch.set_num_threads(threads)
-    if out is None:
-        paths = Paths(cfg)
-        corpus, tokenizer, out = paths.pretrain_corpus(), paths.tokenizer(), paths.policy(name)
-        snapshots = [paths.policy(r) for r in paths.snapshot_refs(name)]
     out = Path(out)
     snap_dirs = {Path(d).name.split("@", 1)[1]: Path(d) for d in snapshots or []}
     pol = cfg["policies"][name]

@@ -33,7 +33,7 @@ import pandas as pd
 
 from sparserl.core.artifacts import read_table
 from sparserl.core.config import with_defaults
-from sparserl.core.paths import Paths, StudyPaths  # noqa: F401  (StudyPaths: table_targets's type)
+from sparserl.core.paths import StudyPaths
 
 BASIS_TABLES = ("mse_by_method", "mse_by_heterogeneity", "mse_by_difficulty", "zero_one_rate")
 BASIS_SENSITIVITY = ("eps", "n", "B", "grid")

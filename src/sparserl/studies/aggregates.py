@@ -177,22 +177,23 @@ def profile_table(scores: dict[str, np.ndarray], taus: np.ndarray = TAUS, reps: 
 
 # --- reading the runs ------------------------------------------------------------------------------
 
-def score_matrices(cfg: dict) -> tuple[dict[str, dict[str, np.ndarray]], list[str], dict]:
+def score_matrices(P: Paths) -> tuple[dict[str, dict[str, np.ndarray]], list[str], dict]:
     """({metric: {method: (runs x benchmarks)}}, the benchmarks, the design {starts, seeds}): final
     accuracy per benchmark of each run and, when the start policy is evaluated, its gain over the
     start policy's accuracy. With head_to_head.pool a run is a (start, seed) pair: the runs of every
-    tree (`head_to_head.pool_trees`) of the methods all of them ran, each gain over its own start."""
-    rl = cfg["rl"]
+    tree (`head_to_head.pool_trees`) of the methods all of them ran, each gain over its own start.
+    `P`: the tree whose config it reads."""
+    rl = P.cfg["rl"]
     methods, seeds = list(dict.fromkeys(rl["methods"])), list(rl["seeds"])
     if not methods or not seeds:
         raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
-    trees = pool_trees(cfg)
+    trees = pool_trees(P)
     if len(trees) > 1:
-        missing = missing_pool(cfg)
+        missing = missing_pool(P)
         if missing:
             raise HeadToHeadError(missing)
-        methods = pooled_methods(cfg, trees)
-        counts = {Paths(t.cfg).results: len(t.cfg["rl"]["seeds"]) for t in trees}
+        methods = pooled_methods(trees)
+        counts = {t.P.results: len(t.cfg["rl"]["seeds"]) for t in trees}
         if len(set(counts.values())) != 1:
             raise HeadToHeadError(f"head_to_head.pool: the trees hold {counts} seeds; every start needs as many "
                                   "(rl.seeds), as in the head-to-head")
@@ -213,7 +214,7 @@ def score_matrices(cfg: dict) -> tuple[dict[str, dict[str, np.ndarray]], list[st
                 tree_of[m].append(i)
         acc[m] = np.stack(rows)
     out = {"accuracy": acc}
-    if start_eval_table(cfg) is not None:  # a pooled tree without one is refused by missing_pool
+    if start_eval_table(P) is not None:  # a pooled tree without one is refused by missing_pool
         a0 = [start_accuracy(t, benchmarks) for t in trees]
         out["gain"] = {m: a - np.stack([a0[i] for i in tree_of[m]]) for m, a in acc.items()}
     return out, benchmarks, {"starts": len(trees), "seeds": len(seeds)}
@@ -221,7 +222,7 @@ def score_matrices(cfg: dict) -> tuple[dict[str, dict[str, np.ndarray]], list[st
 
 def start_accuracy(tree, benchmarks: list[str]) -> np.ndarray:
     """A tree's start policy's accuracy on each of `benchmarks` (its evaluation table)."""
-    start = start_eval_table(tree.cfg)
+    start = start_eval_table(tree.P)
     ev = read_table(start)
     if not {"benchmark", "accuracy"} <= set(ev.columns) or not set(benchmarks) <= set(ev["benchmark"]):
         raise HeadToHeadError(f"{start}: needs columns benchmark, accuracy with rows for {benchmarks}; "
@@ -239,11 +240,11 @@ def design_text(design: dict, tasks: int) -> str:
     return f"{runs} x {unit(tasks, 'benchmark')}"
 
 
-def aggregates(cfg: dict, reps: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
-    """The three tables of the module doc; with head_to_head.pool each has `starts` and `seeds`
-    columns and its ci_method names the runs (start, seed) it resampled."""
-    scores, benchmarks, design = score_matrices(cfg)
-    seed = int(cfg["seed"])
+def aggregates(P: Paths, reps: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
+    """The three tables of the module doc for tree `P`; with head_to_head.pool each has `starts` and
+    `seeds` columns and its ci_method names the runs (start, seed) it resampled."""
+    scores, benchmarks, design = score_matrices(P)
+    seed = int(P.cfg["seed"])
     iqm = pd.concat([iqm_table(scores[k], k, reps, seed) for k in METRICS if k in scores], ignore_index=True)
     methods = list(scores["accuracy"])
     pairs = improvement_pairs(methods, best_method(iqm))
@@ -258,18 +259,18 @@ def aggregates(cfg: dict, reps: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     return out
 
 
-def write_aggregates(cfg: dict, reps: int = BOOTSTRAP, out: dict[str, Path] | None = None) -> dict[str, Path]:
-    """Compute the aggregates and write their tables atomically, with manifests (to `out[name]`,
-    default `Paths.head_to_head(name)`)."""
-    P = Paths(cfg)
+def write_aggregates(P: Paths, reps: int = BOOTSTRAP, out: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Compute the aggregates of tree `P` and write their tables atomically, with manifests (to
+    `out[name]`, default `P.head_to_head(name)`)."""
+    cfg = P.cfg
     paths = {name: Path((out or {}).get(name) or P.head_to_head(name)) for name in TABLES}
-    tables = aggregates(cfg, reps)
+    tables = aggregates(P, reps)
     from importlib.metadata import version
     extra = {"study": "head_to_head_aggregates", "library": f"rliable {version('rliable')}", "level": LEVEL,
              "bootstrap": reps, "bootstrap_seed": BOOTSTRAP_SEED, "seed": int(cfg["seed"]),
              "reference": REFERENCE, "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"]),
              "pool": list((cfg.get("head_to_head") or {}).get("pool", [])),
-             "starts": {str(Paths(t.cfg).results): t.start for t in pool_trees(cfg)}}
+             "starts": {str(t.P.results): t.start for t in pool_trees(P)}}
     written = {name: write_table(tables[name], paths[name], cfg=cfg, extra=extra) for name in TABLES}
     iqm = tables["iqm"]
     acc = iqm[iqm["metric"] == "accuracy"].sort_values("rank", kind="stable")

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.config import ConfigError, with_defaults
+from sparserl.core.paths import Paths
 from sparserl.estimators import basis_calibrate, basis_refine, basis_value
 
 from . import BASIS_TABLES, StudyData, study_refs, study_seed
@@ -72,12 +73,13 @@ def stage_names(n: int) -> list[str]:
     return list(STAGE_NAMES) if n == 3 else [f"stage{i + 1}" for i in range(n)]
 
 
-def study_checkpoints(cfg: dict) -> list[StudyCheckpoint]:
-    """The study's checkpoints in training order ([] when basis.study_checkpoints is off)."""
-    from sparserl.core.paths import Paths
+def study_checkpoints(P: Paths) -> list[StudyCheckpoint]:
+    """The study's checkpoints in training order, their oracles in tree `P` ([] when
+    basis.study_checkpoints is off)."""
     from sparserl.engines.report import openrlhf_step_offset
     from sparserl.methods.run import method_run
     from sparserl.methods.spec import fraction_step, load_method, total_steps
+    cfg = P.cfg
     sc = checkpoint_settings(cfg)
     if sc is None:
         return []
@@ -93,7 +95,7 @@ def study_checkpoints(cfg: dict) -> list[StudyCheckpoint]:
         out.append(StudyCheckpoint(method=run.method, seed=int(sc["seed"]), run_dir=run.dir, stage=stage,
                                    fraction=f, step=step, label=label,
                                    path=run.final if final else run.checkpoint(step + offset),
-                                   oracle=Paths(cfg).checkpoint_oracle(run.method, sc["seed"], label)))
+                                   oracle=P.checkpoint_oracle(run.method, sc["seed"], label)))
     return out
 
 
@@ -176,26 +178,25 @@ def stage_tables(stages: list[tuple[StudyCheckpoint, StudyData]], s: dict, seed:
 STRESS = "stress_"  # table / figure prefix of the snapshot-pair stress test
 
 
-def main_checkpoint(cfg: dict) -> StudyCheckpoint | None:
-    """The checkpoint of the F3 / F5 tables: the middle one (BASIS 5.1: "an intermediate training
-    checkpoint"); None when basis.study_checkpoints is off."""
-    cks = study_checkpoints(cfg)
+def main_checkpoint(P: Paths) -> StudyCheckpoint | None:
+    """The checkpoint of the F3 / F5 tables in tree `P`: the middle one (BASIS 5.1: "an intermediate
+    training checkpoint"); None when basis.study_checkpoints is off."""
+    cks = study_checkpoints(P)
     return cks[len(cks) // 2] if cks else None
 
 
-def study_variants(cfg: dict) -> dict[str, tuple[Path, Path]]:
+def study_variants(P: Paths) -> dict[str, tuple[Path, Path]]:
     """Table prefix -> (reference cache, oracle) of the BASIS value-study tables (F3a-d, F5a-d,
     summary.json). With basis.study_checkpoints: "" is the RL run's middle checkpoint against the
     start policy (the paper's protocol) and "stress_" the snapshot pair basis.study_reference ->
     basis.study_oracle; without it (the smoke config) "" is the snapshot pair. {} without the pair
-    (the studies stage needs it: the V0.5 statistics read it)."""
-    from sparserl.core.paths import Paths
+    (the studies stage needs it: the V0.5 statistics read it). The caches of tree `P`."""
+    cfg = P.cfg
     refs = study_refs(cfg)
     if not refs:
         return {}
-    P = Paths(cfg)
     pair = (P.reference_cache(refs[0]), P.oracle(refs[1]))
-    main = main_checkpoint(cfg)
+    main = main_checkpoint(P)
     if main is None:
         return {"": pair}
     return {"": (P.reference_cache(cfg["rl"]["policy"]), main.oracle), STRESS: pair}
@@ -207,7 +208,7 @@ def targets(sp) -> list[Path]:
     if not checkpoint_settings(sp.P.cfg):
         return []
     out = [sp.csv("basis", t) for t in STAGE_TABLES]
-    if STRESS in study_variants(sp.P.cfg):
+    if STRESS in study_variants(sp.P):
         # F3's tables and the summary; F5's sensitivity is the main study's only (tiny's DAG time)
         out += [sp.summary("basis", STRESS)] + [sp.csv("basis", STRESS + t) for t in BASIS_TABLES]
     return out

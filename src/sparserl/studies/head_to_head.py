@@ -207,29 +207,36 @@ def rank_methods(means: dict[str, float], order: list[str]) -> list[str]:
 
 # --- reading the runs -----------------------------------------------------------------------------
 
-def start_eval_table(cfg: dict) -> Path | None:
-    """The RL start policy's evaluation, when the DAG evaluates that policy (as rl_summary)."""
+def start_eval_table(P: Paths) -> Path | None:
+    """The RL start policy's evaluation in tree `P`, when the DAG evaluates that policy (as rl_summary)."""
+    cfg = P.cfg
     policy = cfg["rl"].get("policy")
     policies = cfg.get("evaluation", {}).get("policies", list(cfg.get("policies", {})))
-    return Paths(cfg).eval_table(policy) if policy in policies else None
+    return P.eval_table(policy) if policy in policies else None
 
 
 @dataclass(frozen=True)
 class Tree:
-    """A results tree the head-to-head reads: its config, the overlay that made it from this one
-    (None: this tree), its start policy's pre-training seed."""
+    """A results tree the head-to-head reads: its layout (and so its config), the overlay that made
+    it from this one (None: this tree), its start policy's pre-training seed."""
 
-    cfg: dict
+    P: Paths
     overlay: str | None
     start: int
 
+    @property
+    def cfg(self) -> dict:
+        return self.P.cfg
 
-def pool_trees(cfg: dict) -> list[Tree]:
-    """This tree, then each tree of `head_to_head.pool`: its overlay layered on this config (as
-    `snakemake --configfile <this config> <overlay>` resolves it), checked to be another start."""
+
+def pool_trees(P: Paths) -> list[Tree]:
+    """Tree `P`, then each tree of its `head_to_head.pool`: the overlay layered on P's config (as
+    `snakemake --configfile <this config> <overlay>` resolves it), under P's root, checked to be
+    another start."""
     from sparserl.core.config import ConfigError, deep_merge, read_yaml, start_seed, validate
+    cfg = P.cfg
     base = {k: v for k, v in cfg.items() if k != "head_to_head"}
-    trees = [Tree(cfg, None, start_seed(cfg))]
+    trees = [Tree(P, None, start_seed(cfg))]
     for overlay in (cfg.get("head_to_head") or {}).get("pool", []):
         if not Path(overlay).is_file():
             raise HeadToHeadError(f"head_to_head.pool: {overlay} is no file; name an overlay of another start "
@@ -239,23 +246,22 @@ def pool_trees(cfg: dict) -> list[Tree]:
             other = validate(deep_merge(base, layer), [("this config", base), (overlay, layer)])
         except ConfigError as e:
             raise HeadToHeadError(f"head_to_head.pool: {e}") from None
-        tree = Tree(other, overlay, start_seed(other))
+        tree = Tree(P.for_config(other), overlay, start_seed(other))
         if not (other.get("rl") or {}).get("methods"):
             raise HeadToHeadError(f"head_to_head.pool: {overlay} leaves its tree no rl.methods")
         for t in trees:
-            if Paths(other).results == Paths(t.cfg).results or tree.start == t.start:
-                raise HeadToHeadError(f"head_to_head.pool: {overlay} gives results {Paths(other).results} and "
+            if tree.P.results == t.P.results or tree.start == t.start:
+                raise HeadToHeadError(f"head_to_head.pool: {overlay} gives results {tree.P.results} and "
                                       f"pretrain.start_seed {tree.start}, as {t.overlay or 'this config'} does; "
                                       "a pooled tree needs its own results_dir and start_seed")
         trees.append(tree)
     return trees
 
 
-def pooled_methods(cfg: dict, trees: list[Tree] | None = None) -> list[str]:
-    """The methods the head-to-head ranks: rl.methods, or with a pool those every tree ran (each
-    method's intervals then resample the same starts)."""
-    trees = trees or pool_trees(cfg)
-    methods = list(dict.fromkeys(cfg["rl"]["methods"]))
+def pooled_methods(trees: list[Tree]) -> list[str]:
+    """The methods the head-to-head ranks (`trees`: `pool_trees`): the first tree's rl.methods, or
+    with a pool those every tree ran (each method's intervals then resample the same starts)."""
+    methods = list(dict.fromkeys(trees[0].cfg["rl"]["methods"]))
     out = [m for m in methods if all(m in t.cfg["rl"]["methods"] for t in trees)]
     if not out:
         raise HeadToHeadError(f"head_to_head.pool: no method of rl.methods is in every pooled tree "
@@ -263,40 +269,40 @@ def pooled_methods(cfg: dict, trees: list[Tree] | None = None) -> list[str]:
     return out
 
 
-def input_tables(cfg: dict) -> list[Path]:
-    """What the study and its aggregates read (their rules' input): each run's metrics and eval
-    table, deduplicated over aliases, and the start policy's evaluation when there is one; with
-    `head_to_head.pool`, the same of every pooled tree for the methods every tree ran. The per-problem
-    tables beside eval.parquet are written by the same `sparserl rl-eval` before it."""
-    trees = pool_trees(cfg)
-    methods = pooled_methods(cfg, trees) if len(trees) > 1 else cfg["rl"]["methods"]
+def input_tables(P: Paths) -> list[Path]:
+    """What the study and its aggregates read in tree `P` (their rules' input): each run's metrics
+    and eval table, deduplicated over aliases, and the start policy's evaluation when there is one;
+    with `head_to_head.pool`, the same of every pooled tree for the methods every tree ran. The
+    per-problem tables beside eval.parquet are written by the same `sparserl rl-eval` before it."""
+    trees = pool_trees(P)
+    methods = pooled_methods(trees) if len(trees) > 1 else P.cfg["rl"]["methods"]
     out: list[Path] = []
     for t in trees:
         files = {str(f) for m in methods for s in t.cfg["rl"]["seeds"]
                  for f in (method_run(t.cfg, m, s).metrics, method_run(t.cfg, m, s).eval)}
-        start = start_eval_table(t.cfg)
+        start = start_eval_table(t.P)
         out += [Path(f) for f in sorted(files)] + ([start] if start is not None else [])
     return out
 
 
-def missing_pool(cfg: dict, config_files: str | None = None) -> str | None:
-    """One line naming the first file a pooled tree lacks and the command that builds that tree;
-    None when every pooled tree is there (or there is no pool). `config_files`: this config's
-    files as the command line gave them (default configs/<scale>.yaml)."""
-    trees = pool_trees(cfg)
+def missing_pool(P: Paths, config_files: str | None = None) -> str | None:
+    """One line naming the first file a pooled tree of tree `P` lacks and the command that builds
+    that tree; None when every pooled tree is there (or there is no pool). `config_files`: this
+    config's files as the command line gave them (default configs/<scale>.yaml)."""
+    trees = pool_trees(P)
     if len(trees) == 1:
         return None
-    methods = pooled_methods(cfg, trees)
-    files = config_files or f"configs/{cfg['scale']}.yaml"
+    methods = pooled_methods(trees)
+    files = config_files or f"configs/{P.cfg['scale']}.yaml"
     for t in trees[1:]:
         need = [method_run(t.cfg, m, s).eval_dir / "final_per_problem.parquet" for m in methods
                 for s in t.cfg["rl"]["seeds"]]
-        start = start_eval_table(t.cfg)
+        start = start_eval_table(t.P)
         if start is None:
             return (f"head_to_head.pool: {t.overlay} evaluates no start policy (rl.policy in evaluation.policies); "
                     "each start's gain needs its own start policy's evaluation")
         from sparserl.evaluation.evaluate import per_problem_path
-        mine = [f for f in input_tables(cfg) if Path(f).is_relative_to(Paths(t.cfg).results)]
+        mine = [f for f in input_tables(P) if Path(f).is_relative_to(t.P.results)]
         for f in mine + need + [per_problem_path(start)]:
             if not Path(f).exists():
                 return (f"head_to_head.pool: {f} is missing: build the pooled tree first with `snakemake --cores 2 "
@@ -418,7 +424,7 @@ def start_tables(trees: list[Tree]) -> tuple[pd.DataFrame | None, str]:
     from sparserl.evaluation.evaluate import per_problem_path
     tables, paths = [], []
     for t in trees:
-        start = start_eval_table(t.cfg)
+        start = start_eval_table(t.P)
         path = per_problem_path(start) if start is not None else None
         if path is None or not path.exists():
             return None, ""
@@ -434,14 +440,14 @@ def start_tables(trees: list[Tree]) -> tuple[pd.DataFrame | None, str]:
 
 
 def start_gains(cfg: dict, runs: dict[str, list[Run]], owners: dict[str, str], key: list, benchmarks: np.ndarray,
-                n_boot: int, trees: list[Tree] | None = None) -> dict[str, dict]:
+                n_boot: int, trees: list[Tree]) -> dict[str, dict]:
     """Per method: its gain over the start policy in mean@k (`gain`) and pass@k (`pass_gain`), the
     start's estimates from its `evaluation.start_k` samples a problem (unbiased pass@k), each with
     the 95% percentile interval of the hierarchical bootstrap (starts, seeds within, problems;
     `ci_levels` says which levels it resampled and their units). Each run's gain is over its own
     start policy (`trees`: this one and the pooled ones, each with its start's table). NaN without
     a start's per-problem table (or a column of it)."""
-    pp, path = start_tables(trees or pool_trees(cfg))
+    pp, path = start_tables(trees)
     nan = {f"{g}{e}": np.nan for g, _ in GAINS for e in ("", "_ci_lo", "_ci_hi")}
     out = {m: dict(nan) for m in runs}
     problems = pd.DataFrame(key, columns=["benchmark", "id"])
@@ -511,18 +517,19 @@ def _spec_columns(method: str) -> dict:
 
 # --- the study -------------------------------------------------------------------------------------
 
-def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
-    """The three tables of the module doc, from the cached run tables (nothing is trained)."""
+def head_to_head(P: Paths, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
+    """The three tables of the module doc, from tree `P`'s cached run tables (nothing is trained)."""
+    cfg = P.cfg
     rl = cfg["rl"]
     methods, seeds = list(dict.fromkeys(rl["methods"])), list(rl["seeds"])
     if not methods or not seeds:
         raise HeadToHeadError(f"rl.methods ({methods}) and rl.seeds ({seeds}) must both be non-empty")
-    trees = pool_trees(cfg)
+    trees = pool_trees(P)
     if len(trees) > 1:  # other start policies' trees (head_to_head.pool), the methods all ran
-        missing = missing_pool(cfg)
+        missing = missing_pool(P)
         if missing:
             raise HeadToHeadError(missing)
-        methods = pooled_methods(cfg, trees)
+        methods = pooled_methods(trees)
     owners = run_owners(methods, rl.get("rollouts_per_step"))
     pooling = len(trees) > 1
     runs = {m: tree_runs(trees[0], m, pooling) for m in methods}
@@ -567,9 +574,8 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     from sparserl.engines.report import (greedy_and_pass, greedy_wrong_split, pass_metric, protocol, run_lr,
                                          start_per_problem)
     from sparserl.evaluation.splits import slip_labels
-    P = Paths(cfg)  # the report's start-policy readers take the tree's layout
     split = greedy_wrong_split(P)
-    start_pp, slips = (start_per_problem(P)[0], slip_labels(cfg)) if split is not None else (None, None)
+    start_pp, slips = (start_per_problem(P)[0], slip_labels(P)) if split is not None else (None, None)
 
     rows = []
     for m in order:
@@ -617,7 +623,7 @@ def head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     ranking["starts"] = design.starts  # start policies pooled (head_to_head.pool)
 
     curves = pd.concat([run_curve(r) for m in methods for r in runs[m]], ignore_index=True)
-    start = start_eval_table(cfg)
+    start = start_eval_table(P)
     if start is not None:
         ev = read_table(start)
         _need(ev, ("benchmark", "accuracy"), start)
@@ -659,18 +665,18 @@ def curve_summary(curves: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
     return out.drop(columns="_o").reset_index(drop=True)
 
 
-def write_head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, Path]:
-    """Run the study and write its tables atomically, with manifests."""
-    P = Paths(cfg)
-    tables = head_to_head(cfg, n_boot)
+def write_head_to_head(P: Paths, n_boot: int = BOOTSTRAP, out: dict[str, Path] | None = None) -> dict[str, Path]:
+    """Run the study on tree `P` and write its tables atomically, with manifests (to `out[name]`,
+    default `P.head_to_head(name)`)."""
+    cfg = P.cfg
+    paths = {name: Path((out or {}).get(name) or P.head_to_head(name)) for name in TABLES}
+    tables = head_to_head(P, n_boot)
     extra = {"study": "head_to_head", "level": LEVEL, "bootstrap": n_boot, "bootstrap_seed": BOOTSTRAP_SEED,
              "seed": int(cfg["seed"]), "methods": list(cfg["rl"]["methods"]), "seeds": list(cfg["rl"]["seeds"]),
              "pool": list((cfg.get("head_to_head") or {}).get("pool", [])),
-             "starts": {str(Paths(t.cfg).results): t.start for t in pool_trees(cfg)},
+             "starts": {str(t.P.results): t.start for t in pool_trees(P)},
              "ci_levels": str(tables["ranking"]["ci_levels"].iloc[0])}
-    out = {}
-    for name in TABLES:
-        out[name] = write_table(tables[name], P.head_to_head(name), cfg=cfg, extra=extra)
+    written = {name: write_table(tables[name], paths[name], cfg=cfg, extra=extra) for name in TABLES}
     r = tables["ranking"]
     with pd.option_context("display.width", 200, "display.max_colwidth", 40):
         log.info("head-to-head ranking:\n" + r[["rank", "method", "family", "seeds", "rollouts_total", "wall_time_s",
@@ -678,5 +684,5 @@ def write_head_to_head(cfg: dict, n_boot: int = BOOTSTRAP) -> dict[str, Path]:
     pairs = tables["pairs"]
     welch = f" (Welch t over seeds: {int(pairs['welch_separated'].sum())})" if "welch_separated" in pairs else ""
     log.info(f"{int(pairs['separated'].sum())} of {len(pairs)} pairs separated at {LEVEL:.0%}{welch} "
-             f"-> {P.head_to_head('ranking').parent}")
-    return out
+             f"-> {paths['ranking'].parent}")
+    return written

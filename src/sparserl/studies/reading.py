@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from sparserl.core.artifacts import read_manifest, read_table
+from sparserl.core.paths import Paths
 
 # statuses of CLAIMS.csv (sparserl.studies.claims.STATUSES) in the order the page reads them, with
 # the heading each group gets
@@ -93,16 +94,22 @@ class Inputs:
     summary: Path | None = None
 
     @classmethod
-    def of(cls, cfg: dict) -> Inputs:
-        from sparserl.core.paths import Paths
-        P = Paths(cfg)
-        if not cfg.get("rl"):
+    def of(cls, P: Paths) -> Inputs:
+        """The tables of tree `P` (a `Paths`)."""
+        if not P.cfg.get("rl"):
             return cls(P.claims_csv())
         return cls(P.claims_csv(), P.head_to_head("ranking"), P.head_to_head("pairs"), P.head_to_head("iqm"),
                    P.rl_summary())
 
     def paths(self) -> list[Path]:
-        return [p for p in (self.claims, self.ranking, self.pairs, self.iqm, self.summary) if p is not None]
+        return list(self.named().values())
+
+    def named(self) -> dict[str, Path]:
+        """Field -> path of the tables there are (the rule's named inputs, `sparserl reading --<field>`)."""
+        return {k: p for k in FIELDS if (p := getattr(self, k)) is not None}
+
+
+FIELDS = ("claims", "ranking", "pairs", "iqm", "summary")  # Inputs' tables, in the page's provenance order
 
 
 def _read(path: Path, need: tuple[str, ...]) -> pd.DataFrame:
@@ -372,15 +379,16 @@ def to_markdown(t: dict, *, scale: str, config_name: str, config_hash: str, tabl
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_reading(cfg: dict, out: str | Path, *, config_name: str, inputs: Inputs | None = None) -> Path:
-    """Read the tables and write the page atomically, with its manifest."""
+def write_reading(P: Paths, out: str | Path, *, config_name: str, inputs: Inputs | None = None) -> Path:
+    """Read the tables (`inputs`, default `Inputs.of(P)`) of tree `P` (a `Paths`) and write the page
+    atomically, with its manifest."""
     from sparserl.core.artifacts import atomic_write_text, config_hash, write_manifest
-    from sparserl.core.paths import Paths
     from sparserl.core.published import origin_line
-    inputs = inputs or Inputs.of(cfg)
+    cfg = P.cfg
+    inputs = inputs or Inputs.of(P)
     t = read_tables(inputs)
     text = to_markdown(t, scale=cfg["scale"], config_name=config_name, config_hash=config_hash(cfg),
-                       tables=provenance(inputs), origin=origin_line(Paths(cfg).results))
+                       tables=provenance(inputs), origin=origin_line(P.results))
     atomic_write_text(out, text)
     write_manifest(out, rows=None, columns=None, cfg=cfg, extra={"tables": [str(p) for p in inputs.paths()]})
     return Path(out)

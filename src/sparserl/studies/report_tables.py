@@ -132,11 +132,10 @@ def ranking_html(ranking: pd.DataFrame, *, scale: str, config_name: str, config_
     return html_page(f"Head-to-head ranking at scale {scale}", intro, header, rows, legend=legend)
 
 
-def write_ranking_html(cfg: dict, out, *, config_name: str) -> Path:
-    """Render the config's cached ranking.parquet to `out` (atomically, with a manifest)."""
+def write_ranking_html(cfg: dict, src, out, *, config_name: str) -> Path:
+    """Render the head-to-head's ranking.parquet `src` to `out` (atomically, with a manifest)."""
     from sparserl.core.artifacts import atomic_write_text, config_hash, git_commit, read_table, write_manifest
-    from sparserl.core.paths import Paths
-    src = Paths(cfg).head_to_head("ranking")
+    src = Path(src)
     if not src.exists():
         raise FileNotFoundError(f"{src}: the head-to-head ranking is not built; run "
                                 f"`snakemake --cores 2 {src}` (or `sparserl head-to-head`) with this config")

@@ -65,13 +65,16 @@ def prior_specs(v: dict, data: StudyData) -> list[dict]:
     return specs
 
 
-def v0_prior_values(cfg: dict, data: StudyData, seed: int, context: int = 256) -> np.ndarray:
+def v0_prior_values(P, data: StudyData, seed: int, context: int = 256) -> np.ndarray:
     """The V0 prior's p for every prompt of the study, as V0.5 would query it: a context of
     `context` (prompt, reward) pairs of the current policy, one rollout each (the last oracle
     column). The prompts are split in two halves and each half is predicted from a context drawn
     from the other, so no prompt sees its own reward."""
     from sparserl.values.v0.prior import make_v0_prior
-    prior = make_v0_prior({"kind": "v0"}, seed, cfg)
+    from sparserl.values.v0.settings import v0_settings
+    kind = v0_settings(P.cfg)["embedder"]["kind"]  # the layout `P`'s trained V0 and pool embeddings
+    prior = make_v0_prior({"kind": "v0"}, seed, P.cfg, model=P.v0_prior_model(), pool=P.train_pool(),
+                          embeddings=P.v0_pool_embeddings(kind))
     ids = [str(i) for i in data.ids]
     rng = np.random.default_rng([seed, 5])
     half = rng.permutation(len(ids)) % 2

@@ -25,7 +25,6 @@ from sparserl.core.artifacts import atomic_write_text, config_hash, read_table, 
 from sparserl.grading.verifier import open_verifier
 from sparserl.core.config import rollout_max_new_tokens, section_setting
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths
 from sparserl.evaluation.progress import rollout_progress
 from sparserl.rollout import SamplingParams, make_backend, rollout
 from sparserl.tasks import format_prompt
@@ -34,23 +33,24 @@ COLUMNS = ["prompt_id", "n", "successes", "phat", "rewards", "lengths"]
 _log = get_logger(__name__)
 
 
-def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int = 128,
-              threads: int = 1, seed_offset: int = 0, log=_log.info, policy_path: str | Path | None = None,
-              prompt_ids=None, job_shard: tuple[int, int] | None = None) -> pd.DataFrame:
-    """`ref` names the policy (`Paths.policy`), or only labels it when `policy_path` is given (an
-    RL checkpoint directory); `prompt_ids` restricts the pool to those prompts (pool order kept);
+def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, policy_dir: str | Path, pool: str | Path,
+              shard_size: int = 128, threads: int = 1, seed_offset: int = 0, log=_log.info,
+              checkpoint: bool = False, prompt_ids=None,
+              job_shard: tuple[int, int] | None = None) -> pd.DataFrame:
+    """n rollouts of the policy at `policy_dir` on each prompt of the training pool `pool` (the
+    rule's inputs). `ref` names the policy; `checkpoint`: it is an RL checkpoint (its folder joins
+    the cache's key); `prompt_ids` restricts the pool to those prompts (pool order kept);
     `job_shard` (k, K) writes only job k's part of K (join them with `merge_mc_values`)."""
     k, K = job_shard or (0, 1)
     if not 0 <= k < K:
         raise ValueError(f"mc-values: shard {k} of {K} does not exist (shards are 0..{K - 1})")
-    P = Paths(cfg)
-    out = Path(out)
-    pool = read_table(P.train_pool())
+    out, pool_path = Path(out), Path(pool)
+    pool = read_table(pool_path)
     if prompt_ids is not None:
         want = set(prompt_ids)
         missing = want - set(pool["id"])
         if missing:
-            raise ValueError(f"{P.train_pool()}: {len(missing)} requested prompt ids are not in the pool "
+            raise ValueError(f"{pool_path}: {len(missing)} requested prompt ids are not in the pool "
                              f"(e.g. {sorted(missing)[:3]})")
         pool = pool[pool["id"].isin(want)].reset_index(drop=True)
     pr = cfg.get("passrate", {})
@@ -60,8 +60,8 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
     key = {"policy": ref, "n": n, "params": params.__dict__, "pool": len(pool),
            "seed": cfg["seed"] + seed_offset, "shard_size": shard_size, "columns": COLUMNS,
            "backend": cfg["rollout"]["backend"]}
-    if policy_path is not None or prompt_ids is not None:  # the pool-wide caches keep their key
-        key.update(policy_path=str(policy_path), prompt_ids=list(pool["id"]))
+    if checkpoint or prompt_ids is not None:  # the pool-wide caches of the start policies keep their key
+        key.update(policy_path=str(policy_dir) if checkpoint else "None", prompt_ids=list(pool["id"]))
     parts = out.with_name(out.name + ".parts")
     stamp = parts / "key.json"
     if parts.exists() and (not stamp.exists() or json.loads(stamp.read_text()) != key):
@@ -69,7 +69,7 @@ def mc_values(cfg: dict, ref: str, n: int, out: str | Path, *, shard_size: int =
     parts.mkdir(parents=True, exist_ok=True)
     atomic_write_text(stamp, json.dumps(key, sort_keys=True))  # a torn key.json would fail every rerun
 
-    backend = make_backend(cfg, str(P.policy(ref) if policy_path is None else policy_path), threads=threads)
+    backend = make_backend(cfg, str(policy_dir), threads=threads)
     shards = range(0, len(pool), shard_size)
     mine = [si for si in range(len(shards)) if si % K == k]
     # a resumed job's finished shards count as done, so the ETA covers only what is left
@@ -115,9 +115,10 @@ def _write(cfg, table, out, ref, n, key, verifier: dict, log) -> None:
         f"{table['phat'].mean():.3f} -> {out}")
 
 
-def merge_mc_values(cfg: dict, ref: str, n: int, parts, out: str | Path, *, log=_log.info) -> pd.DataFrame:
-    """The K job shards of `mc_values(..., job_shard=(k, K))` as one table, rows in pool order: the
-    table and manifest one job writes (verifier counts summed)."""
+def merge_mc_values(cfg: dict, ref: str, n: int, parts, out: str | Path, *, pool: str | Path,
+                    log=_log.info) -> pd.DataFrame:
+    """The K job shards of `mc_values(..., job_shard=(k, K))` as one table, rows in the order of the
+    training pool `pool`: the table and manifest one job writes (verifier counts summed)."""
     from sparserl.core.artifacts import read_manifest
     parts = [Path(p) for p in parts]
     metas = [read_manifest(p) or {} for p in parts]
@@ -131,7 +132,7 @@ def merge_mc_values(cfg: dict, ref: str, n: int, parts, out: str | Path, *, log=
     if len(keys) != 1:
         raise ValueError(f"mc-values merge {ref}: the shards were made with different settings; rerun them")
     table = pd.concat([read_table(p) for p in parts], ignore_index=True)
-    order = {pid: i for i, pid in enumerate(read_table(Paths(cfg).train_pool())["id"])}
+    order = {pid: i for i, pid in enumerate(read_table(pool)["id"])}
     table = table.iloc[np.argsort([order[p] for p in table["prompt_id"]], kind="stable")].reset_index(drop=True)
     verifier: dict = {}
     for m in metas:

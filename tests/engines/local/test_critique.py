@@ -385,7 +385,8 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     from sparserl.engines.local.critique import CritiqueTrainer
     from sparserl.methods.run import resolve_critique_run
     from sparserl.core.paths import Paths
-    from sparserl.figures import list_figures, make_figure
+    from sparserl.cli.figures import draw_figure
+    from sparserl.figures import list_figures
     from sparserl.studies.le_critique import write_runs_table
     methods = ("lc_mean", "lc_vf", "lc_pvf_answer", "lc_tether", "lc_vf_lam", "lc_pvf_answer_lam")
     cfg = _cfg(tmp_path, tiny_lm, repo, methods=methods)
@@ -406,7 +407,7 @@ def test_runs_tables_and_every_le_critique_figure(tmp_path, tiny_lm, repo, toy_e
     assert len(figs) == 6
     from helpers.figure_checks import assert_error_bars_stated
     for f in figs:
-        out = make_figure(f.id, cfg)
+        out = draw_figure(f.id, cfg, Paths(cfg))
         assert out.stat().st_size > 10_000 and f.caption
     # F4 and F7 draw seed error bars (one seed: zero-length), the curves bands: each says which
     assert {f.id for f in figs if assert_error_bars_stated(f, cfg)} >= {"le_critique/f4_explained_variance",

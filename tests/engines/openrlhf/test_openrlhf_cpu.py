@@ -262,7 +262,8 @@ def _half_solved_pool(cfg_path: Path, policy: str, k: int, n: int) -> list[str]:
     raw["passrate"]["temperature"] = raw["rl"]["temperature"]
     probe = cfg_path.with_name("passrate.yaml")
     probe.write_text(yaml.safe_dump(raw, sort_keys=False))
-    phat = mc_values(load_config([str(probe)]), policy, n, cfg_path.with_name("phat.parquet"))
+    phat = mc_values(load_config([str(probe)]), policy, n, cfg_path.with_name("phat.parquet"),
+                     policy_dir=P.policy(policy), pool=P.train_pool())
     phat = phat.assign(gap=(phat["phat"] - 0.5).abs()).sort_values(["gap", "prompt_id"]).head(k)
     assert phat["phat"].between(0.3, 0.7).all(), phat
     pool = read_table(P.train_pool())

@@ -121,7 +121,7 @@ class CritiqueTrainer(Trainer):
         env_spec = c["envs"][self.exp.env]
         self.env = make_env(env_spec["kind"], env_spec, self.cfg["seed"])
         self.pool = self.env.problems("rl", int(self.rl["pool"]))
-        return self.record.inputs[0], "cpu"
+        return str(self.record.reads.policy), "cpu"
 
     def setup_generation(self) -> None:
         self.max_new = int(self.rl["max_new_tokens"])
@@ -131,23 +131,15 @@ class CritiqueTrainer(Trainer):
     def setup_sampler(self) -> None:
         """Nothing: this loop draws its problems itself (`_episodes`)."""
 
-    # checkpoints (keyed by `state_key`: the run's key and lr) --------------------------------
-    def save_state(self) -> None:
-        from sparserl.core.artifacts import save_checkpoint  # atomic; keeps ckpt/prev.pt (Trainer.read_state)
-        save_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                         "rng": self.rng.bit_generator.state, "step": self.step, "metrics": self.metrics,
-                         "calibration": self.calibration, **self.critic_state(), **self.state_key()},
-                        self.state_file)
-        self.write_metrics()
+    # checkpoints (`Trainer.save_state` / `try_resume`, keyed by `state_key`: the run's key and lr)
+    resume_tag = "critique"
 
-    def try_resume(self) -> bool:
-        st = self.read_state("critique")
-        if st is None:
-            return False
-        self.calibration = st["calibration"]
-        self.load_critic_state(st)
-        self.log(f"[critique] resumed {self.dir} at step {self.step}/{self.steps}")
-        return True
+    def loop_state(self) -> dict:
+        """Nothing beyond the common state: this loop keeps no rollouts, support buffer or warm-up rollouts."""
+        return {}
+
+    def load_loop_state(self, st: dict) -> None:
+        pass
 
     def write_metrics(self) -> None:
         if self.metrics:

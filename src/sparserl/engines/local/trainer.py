@@ -46,7 +46,6 @@ import torch
 from sparserl.core.artifacts import manifest_path, read_table, write_table
 from sparserl.core.config import ConfigError, rl_max_new_tokens, section_setting, settings_diff
 from sparserl.core.logs import get_logger, progress
-from sparserl.core.paths import Paths
 from sparserl.core.runlog import RunLog, flatten
 from sparserl.engines.local.adamw import AdamW
 from sparserl.engines.local.critic_loop import (CriticLoop, critic_rows, evaluate_critic, make_critic,
@@ -198,8 +197,8 @@ class Trainer(CriticLoop):
             raise ConfigError(f"method {self.m.name!r}: a critic trains with the plain sampler only (got "
                               f"{self.m.sampler!r}); drop osla / budget / dynamic_sampling from "
                               f"configs/methods/{self.m.name}.yaml")
-        self.P = Paths(cfg)
-        policy_path = str(self.P.policy(self.rl["policy"]))
+        self.reads = self.record.reads  # the run's input files (`methods.run.RunInputs`)
+        policy_path = str(self.reads.policy)
         require_checkpoint(cfg, self.rl["policy"], policy_path)
         return policy_path, cfg["rollout"]["backend"]
 
@@ -221,7 +220,7 @@ class Trainer(CriticLoop):
     def setup_generation(self) -> None:
         """What needs the tokenizer: the pool's prompts, the sampling parameters, the response
         length GAE's lambda "auto" and Tether's buckets read."""
-        self.pool = read_table(self.P.train_pool())
+        self.pool = read_table(self.reads.pool)
         self.pool_ids = self.pool["id"].to_numpy()
         self.prompts = [format_prompt(self.cfg, p, self.tok) for p in self.pool["problem"]]
         self.params = SamplingParams(temperature=self.setting("temperature"), top_p=1.0,
@@ -237,13 +236,15 @@ class Trainer(CriticLoop):
         the prior and the method's sampler (the buffer and the sampler draw from `self.rng`)."""
         self.harvest: list[dict] = []  # one row per trained rollout (rollouts.parquet)
         self.support = SupportBuffer(self.m.support.size, self.m.support.context, self.rng)
-        reference = read_table(self.P.reference_cache(self.rl["policy"])) if self.m.needs_reference_cache else None
+        reference = read_table(self.reads.reference_cache) if self.m.needs_reference_cache else None
         self.cached_phat = None if reference is None else \
             dict(zip(reference["prompt_id"], reference["phat"].astype(float)))
         self.prior = None
         if self.m.prior is not None:
             prior = prior_for_method(dataclasses.asdict(self.m.prior), reference, self.seed, cfg=self.cfg,
-                                     reference_source=str(self.P.reference_cache(self.rl["policy"])))
+                                     reference_source=str(self.reads.reference_cache),
+                                     model=self.reads.v0_model, pool=self.reads.pool,
+                                     embeddings=self.reads.v0_embeddings)
             self.prior = LivePrior(prior, self.support)
         self._ver = None
         self.sampler = make_sampler(self.m, generate=self._gen, rng=self.rng, pool_ids=self.pool_ids,
@@ -278,23 +279,36 @@ class Trainer(CriticLoop):
             what = f"lr {st.get('lr')} -> {self.lr}"
         return f"belongs to another setting of the run ({what})"
 
+    # what `save_state` and `try_resume` add for this loop: the math loop's trained rollouts,
+    # support buffer and warm-up rollouts (a trainer of another loop overrides both)
+    resume_tag = "rl"
+
+    def loop_state(self) -> dict:
+        return {"harvest": self.harvest, "support": list(self.support.pairs),
+                "warmup_rollouts": self.warmup_rollouts}
+
+    def load_loop_state(self, st: dict) -> None:
+        self.harvest = st["harvest"]
+        self.support.extend(st["support"])
+        self.warmup_rollouts = st.get("warmup_rollouts", 0)
+
     def save_state(self) -> None:
         """The resume state, atomically (a failed write names its cause and leaves no temp file);
         the state it replaces stays as ckpt/prev.pt, for a truncated last.pt to fall back on."""
         from sparserl.core.artifacts import save_checkpoint
         save_checkpoint({"model": self.model.state_dict(), "opt": self.opt.state_dict(),
-                         "rng": self.rng.bit_generator.state, "step": self.step,
-                         "metrics": self.metrics, "harvest": self.harvest, "support": list(self.support.pairs),
-                         "calibration": self.calibration, **self.critic_state(),
-                         "warmup_rollouts": self.warmup_rollouts, **self.state_key()}, self.state_file)
+                         "rng": self.rng.bit_generator.state, "step": self.step, "metrics": self.metrics,
+                         "calibration": self.calibration, **self.critic_state(), **self.loop_state(),
+                         **self.state_key()}, self.state_file)
         self.write_metrics()
 
-    def read_state(self, tag: str = "rl") -> dict | None:
+    def read_state(self) -> dict | None:
         """The resume state if it belongs to this setting (its key), with the model, optimiser,
         RNG, step and metrics restored from it; None to start over. A truncated or corrupt state
         falls back on ckpt/prev.pt, or stops with a message naming the file and how to start over
         (`core.artifacts.load_checkpoint`)."""
         from sparserl.core.artifacts import load_checkpoint
+        tag = self.resume_tag
         st = load_checkpoint(self.state_file, what=f"the run {self.dir}", log=lambda m: self.log(f"[{tag}] {m}"))
         if st is None:
             return None
@@ -312,12 +326,10 @@ class Trainer(CriticLoop):
         st = self.read_state()
         if st is None:
             return False
-        self.harvest = st["harvest"]
-        self.support.extend(st["support"])
         self.calibration = st["calibration"]
         self.load_critic_state(st)
-        self.warmup_rollouts = st.get("warmup_rollouts", 0)
-        self.log(f"[rl] resumed {self.dir} at step {self.step}/{self.steps}")
+        self.load_loop_state(st)
+        self.log(f"[{self.resume_tag}] resumed {self.dir} at step {self.step}/{self.steps}")
         return True
 
     def write_metrics(self) -> None:

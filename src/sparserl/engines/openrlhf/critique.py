@@ -145,7 +145,7 @@ def critique_flags(cfg: dict, rec, *, config_paths: list | None = None) -> dict[
     exp, method_name, seed, method, run = rec.experiment, rec.method, rec.seed, rec.spec, rec.paths
     s = settings(cfg, exp)
     e = experiment(cfg, exp)
-    policy = rec.inputs[0]  # a hub model's local copy (rule fetch_models)
+    policy = rec.reads.policy  # a hub model's local copy (rule fetch_models)
     if not (e.policy_hub or critique_cfg(cfg).get("policy_hub")):
         raise ValueError(f"critique-openrlhf: experiment {exp} has no hub policy; set critique.policy_hub "
                          "(paper scale), or train it with the local engine (critique-train)")

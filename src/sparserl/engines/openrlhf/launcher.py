@@ -13,7 +13,7 @@ from typing import Iterable
 
 from sparserl.core.artifacts import write_json, write_table
 from sparserl.core.config import schema_default
-from sparserl.core.paths import Paths, RunPaths
+from sparserl.core.paths import RunPaths
 from sparserl.engines.openrlhf import OPENRLHF_VERSION, cpu_shims, slurm
 from sparserl.engines.openrlhf.checkpoints import TAG, critic_state_file
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
@@ -191,29 +191,16 @@ def train_with_ray(argv: list[str], over: dict, *, log=print) -> None:
             slurm.stop(procs)
 
 
-def tree_inputs(P: Paths, method: MethodSpec) -> dict:
-    """The tree's files a run of `method` reads besides its start policy: the pool, the reference
-    cache (a method that reads it) and the trained V0 (a V0 prior's), as `openrlhf_flags` and
-    `build_prompt_dataset` take them."""
-    policy = P.cfg["rl"]["policy"]
-    return {"pool": P.train_pool(),
-            "reference_cache": P.reference_cache(policy) if method.needs_reference_cache else None,
-            "v0_model": P.v0_prior_model() if method.needs_v0_model else None}
-
-
-def run(cfg: dict, P: Paths, rec: Run, *, config_paths: Iterable[str], dry_run: bool = False,
-        log=print) -> list[str]:
+def run(cfg: dict, rec: Run, *, config_paths: Iterable[str], dry_run: bool = False, log=print) -> list[str]:
     """`openrlhf-launch`: dataset + argv, Ray on the SLURM allocation (or local), training, metrics.
-    `rec`: the run (`methods.run.resolve_run`, its folder absolute: Ray workers do not share the
-    driver's cwd; the spec with the scale's critic lr), `P` the tree whose files it reads
-    (`tree_inputs`), `config_paths` the config files (V0's prior actor loads them)."""
+    `rec`: the run (`methods.run.resolve_run`: its folder absolute, Ray workers do not share the
+    driver's cwd; the spec with the scale's critic lr; the files it reads, `rec.reads`),
+    `config_paths` the config files (V0's prior actor loads them)."""
     cpu_shims.install_import_shims()  # without CUDA: OpenRLHF imports flash_attn at module level
     config_paths = list(config_paths)
-    method, run_paths, seed, method_name = rec.spec, rec.paths, rec.seed, rec.method
-    files = tree_inputs(P, method)
-    policy = str(Path(rec.inputs[0]).absolute())  # Run.inputs: the start policy first
-    argv = openrlhf_argv(cfg, method, seed, run_paths, policy_path=policy, v0_model=files["v0_model"],
-                         config_paths=config_paths)
+    method, run_paths, seed, method_name, reads = rec.spec, rec.paths, rec.seed, rec.method, rec.reads
+    argv = openrlhf_argv(cfg, method, seed, run_paths, policy_path=str(Path(reads.policy).absolute()),
+                         v0_model=reads.v0_model, config_paths=config_paths)
     args = parse_args(argv)  # OpenRLHF's own checks fail here, before any GPU work
     if dry_run:
         return argv
@@ -227,8 +214,8 @@ def run(cfg: dict, P: Paths, rec: Run, *, config_paths: Iterable[str], dry_run: 
         # first step under OSLA (`experience.restore_support`)
         argv = [*argv, "--sparserl.resume_step", str(resumed)]
     write_json({"method": method_name, "seed": seed, "argv": argv}, run_paths.args, cfg=cfg)
-    build_prompt_dataset(cfg, method, seed, run_paths.prompts, pool=files["pool"],
-                         reference_cache=files["reference_cache"])
+    build_prompt_dataset(cfg, method, seed, run_paths.prompts, pool=reads.pool,
+                         reference_cache=reads.reference_cache)
     train_with_ray(argv, cfg["rl"].get("openrlhf") or {}, log=log)
     extra = {"method": method_name, "seed": seed, "engine": f"openrlhf=={OPENRLHF_VERSION}"}
     write_table(metrics_from_tensorboard(run_paths.tensorboard, critic_warmup_steps(method)), run_paths.metrics,

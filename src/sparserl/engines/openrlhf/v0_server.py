@@ -47,9 +47,14 @@ class V0PriorServer:
             self.prior = V0Prior(load_v0(model_path, device=v0_device({})), EmbeddingTable.load(embeddings))
         else:
             from sparserl.core.config import load_config
+            from sparserl.core.paths import Paths
+            from sparserl.values.v0.settings import v0_settings
             if not config_paths:
                 raise ValueError("V0PriorServer needs the run's config files (--sparserl.config) to embed the pool")
-            self.prior = make_v0_prior({"kind": "v0", "model": model_path}, 0, load_config(list(config_paths)))
+            cfg = load_config(list(config_paths))
+            P = Paths(cfg)  # the actor's entry point: the run's pool and V0's embeddings of it
+            self.prior = make_v0_prior({"kind": "v0", "model": model_path}, 0, cfg, pool=P.train_pool(),
+                                       embeddings=P.v0_pool_embeddings(v0_settings(cfg)["embedder"]["kind"]))
         self.calls = 0
         import torch
         print(f"[v0-prior] serving {self.prior!r} on {self.prior.model.device} from {model_path} "

@@ -3,8 +3,8 @@
 `sparserl claims` (rule `claims`, workflow/rules/claims.smk) writes `paper_figures/{scale}/CLAIMS.md`
 and `CLAIMS.csv`. Each claim is a `Claim` record in `CLAIMS`: the paper, its wording and number,
 the quantity we measure with the relation the paper states (`>` or `<` a threshold), the figure
-that shows it, and two functions: `inputs(cfg)`, the artifacts the claim reads (or `NotRun` when the
-config never makes them), and `measure(ctx)`, the quantity with its 95% interval. A new claim is a
+that shows it, and two functions: `inputs(P)`, the artifacts the claim reads in the tree of `P` (a `Paths`; or
+`NotRun` when the config never makes them), and `measure(ctx)`, the quantity with its 95% interval. A new claim is a
 few lines in `catalog.py`: a factory of the measure modules (`rl.rl_diff`, `v0.v0_auc`,
 `le_critique.critique_diff`, ...) or a new pair of functions.
 

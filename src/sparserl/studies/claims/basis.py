@@ -13,32 +13,29 @@ from .rule import Interval
 
 
 def basis_inputs(*names: str):
-    def inputs(cfg):
+    def inputs(P):
         from sparserl.studies import study_refs
-        from sparserl.core.paths import Paths
-        if not study_refs(cfg):
+        if not study_refs(P.cfg):
             raise NotRun("no basis.study_reference/study_oracle in this config: the value study does not run")
-        SP = Paths(cfg).studies
+        SP = P.studies
         return [SP.summary("basis") if n == "summary" else SP.table("basis", n) for n in names]
     return inputs
 
 
 def checkpoint_inputs(*names: str):
     """The RL-checkpoint study's tables (basis.study_checkpoints), or not run without it."""
-    def inputs(cfg):
-        from sparserl.core.paths import Paths
+    def inputs(P):
         from sparserl.studies.basis_checkpoints import checkpoint_settings
-        if not checkpoint_settings(cfg):
+        if not checkpoint_settings(P.cfg):
             raise NotRun("no basis.study_checkpoints in this config: the RL-checkpoint value study does not run")
-        return [Paths(cfg).studies.table("basis", n) for n in names]
+        return [P.studies.table("basis", n) for n in names]
     return inputs
 
 
 def basis_headline(key: str):
     """A paired relative MSE change of the study's summary (its bootstrap over batches)."""
     def measure(ctx):
-        from sparserl.core.paths import Paths
-        path = Paths(ctx.cfg).studies.summary("basis")
+        path = ctx.P.studies.summary("basis")
         head = ctx.json(path).get("headline", {})
         if key not in head:
             raise MissingArtifact(f"{path}: headline has no {key!r}; rerun `sparserl study-basis-summary`")
@@ -53,8 +50,7 @@ def basis_sensitivity_n(ctx: Context, small: float = 8, large: float = 64) -> In
     """MSE change from n = 8 to n = 64 cached reference rollouts (BASIS Figure 5): 100 (mse_64 /
     mse_8 - 1) from the n-sensitivity table, normal interval from its s.e. (delta method, the two
     settings' s.e. combined as independent: each setting draws its own batches)."""
-    from sparserl.core.paths import Paths
-    t = ctx.table(Paths(ctx.cfg).studies.table("basis", "sensitivity_n"), need=("value", "skipped", "mse", "mse_se"))
+    t = ctx.table(ctx.P.studies.table("basis", "sensitivity_n"), need=("value", "skipped", "mse", "mse_se"))
     ran = t[(t["skipped"].fillna("") == "") & t["mse"].notna()].set_index("value")
     if small not in ran.index or large not in ran.index:
         raise NotRun(f"the n-sensitivity table has no run at n={small:g} and n={large:g} "
@@ -72,8 +68,7 @@ def basis_refined_vs_initial(ctx: Context) -> Interval:
     beta calibration grid (the paper's axis: "much less sensitive to a calibration
     hyperparameter"), as a % change with a normal interval from the rows' s.e. The detail names
     both estimators' best beta, which the average does not show."""
-    from sparserl.core.paths import Paths
-    t = ctx.table(Paths(ctx.cfg).studies.table("basis", "stage_initial_vs_refined"),
+    t = ctx.table(ctx.P.studies.table("basis", "stage_initial_vs_refined"),
                   need=("stage", "estimator", "beta", "mse", "mse_se"))
     stage = "middle" if "middle" in set(t["stage"]) else sorted(set(t["stage"]))[len(set(t["stage"])) // 2]
     t = t[t["stage"] == stage]
@@ -81,7 +76,7 @@ def basis_refined_vs_initial(ctx: Context) -> Interval:
     for est in ("initial", "refined"):
         e = t[t["estimator"] == est]
         if e.empty:
-            raise BadArtifact(f"{Paths(ctx.cfg).studies.table('basis', 'stage_initial_vs_refined')}: no "
+            raise BadArtifact(f"{ctx.P.studies.table('basis', 'stage_initial_vs_refined')}: no "
                                   f"'{est}' rows at stage {stage}; rerun `sparserl study-basis-stages`")
         rows[est] = pd.Series({"mse": e["mse"].mean(), "mse_se": math.sqrt((e["mse_se"] ** 2).sum()) / len(e),
                                "best": e["mse"].min()})

@@ -27,19 +27,19 @@ class BadArtifact(ValueError):
 
 @dataclass
 class Context:
-    """The config, its paths, and each artifact read once."""
+    """The tree's layout (its config: `P.cfg`), and each artifact read once."""
 
-    cfg: dict
-    P: Paths = field(init=False)
+    P: Paths
     _cache: dict = field(default_factory=dict, init=False)
 
-    def __post_init__(self):
-        self.P = Paths(self.cfg)
+    @property
+    def cfg(self) -> dict:
+        return self.P.cfg
 
     def trees(self) -> list:
         """This tree, then each start policy's tree of `head_to_head.pool` (`head_to_head.pool_trees`)."""
         if "trees" not in self._cache:
-            self._cache["trees"] = pooled_trees(self.cfg)
+            self._cache["trees"] = pooled_trees(self.P)
         return self._cache["trees"]
 
     def table(self, path, need=()) -> pd.DataFrame:
@@ -66,9 +66,9 @@ class Context:
         return self._cache[path]
 
 
-def pooled_trees(cfg: dict) -> list:
+def pooled_trees(P: Paths) -> list:
     from sparserl.studies.head_to_head import HeadToHeadError, pool_trees
     try:
-        return pool_trees(cfg)
+        return pool_trees(P)
     except HeadToHeadError as e:
         raise BadArtifact(str(e)) from None

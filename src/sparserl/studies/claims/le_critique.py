@@ -34,18 +34,16 @@ def _critique_method(cfg: dict, exp: str, kind: str) -> str:
 
 
 def _critique_inputs(exp: str, *kinds: str, runs: bool = False):
-    def inputs(cfg):
-        from sparserl.core.paths import Paths
+    def inputs(P):
         for k in kinds:
-            _critique_method(cfg, exp, k)
-        CP = Paths(cfg).critique
+            _critique_method(P.cfg, exp, k)
+        CP = P.critique
         return [CP.final_table()] + ([CP.runs_table()] if runs else [])
     return inputs
 
 
 def _critique_col(ctx: Context, exp: str, method: str, col: str) -> pd.Series:
-    from sparserl.core.paths import Paths
-    path = Paths(ctx.cfg).critique.final_table()
+    path = ctx.P.critique.final_table()
     f = ctx.table(path, need=("experiment", "method", "seed", col))
     r = f[(f["experiment"] == exp) & (f["method"] == method)].set_index("seed")[col]
     if r.empty:
@@ -77,10 +75,9 @@ def critic_learns(exp: str) -> Premise:
 def tether_rho(exp: str):
     """Tether's final rho (t over seeds), with its first-step value from runs.parquet."""
     def measure(ctx):
-        from sparserl.core.paths import Paths
         m = _critique_method(ctx.cfg, exp, "tether")
         r = _critique_col(ctx, exp, m, "rho_final")
-        runs = ctx.table(Paths(ctx.cfg).critique.runs_table(), need=("experiment", "method", "step"))
+        runs = ctx.table(ctx.P.critique.runs_table(), need=("experiment", "method", "step"))
         d = runs[(runs["experiment"] == exp) & (runs["method"] == m)]
         first = d[d["step"] == d["step"].min()]["est_tether_rho"].mean() if "est_tether_rho" in d else float("nan")
         iv = seed_interval(r)

@@ -44,14 +44,14 @@ def _pool(trees: list, *methods: str) -> tuple[list, str]:
 
 
 def _rl_inputs(*methods: str):
-    def inputs(cfg):
+    def inputs(P):
         from sparserl.methods.run import method_run
-        seeds = _rl_methods(cfg, *methods)
+        seeds = _rl_methods(P.cfg, *methods)
         # eval.parquet is the rule's output; its per-problem tables lie beside it (same job); with
         # head_to_head.pool, the same of each pooled tree that ran the row's methods
-        pooled = [method_run(t.cfg, m, s).eval for t in _pool(pooled_trees(cfg), *methods)[0][1:]
+        pooled = [method_run(t.cfg, m, s).eval for t in _pool(pooled_trees(P), *methods)[0][1:]
                   for m in methods for s in t.cfg["rl"]["seeds"]]
-        return [Paths(cfg).rl_runs()] + [method_run(cfg, m, s).eval for m in methods for s in seeds] + pooled
+        return [P.rl_runs()] + [method_run(P.cfg, m, s).eval for m in methods for s in seeds] + pooled
     return inputs
 
 
@@ -191,26 +191,27 @@ def rl_diff(a: str, b: str):
     return dict(inputs=_rl_inputs(a, b), measure=lambda ctx: rl_accuracy(ctx, a, b))
 
 
-def _start_per_problem_path(cfg: dict) -> Path:
+def _start_per_problem_path(P: Paths) -> Path:
+    """The start policy's per-problem evaluation in tree `P` (a `Paths`)."""
     from sparserl.evaluation.evaluate import per_problem_path
-    policy = (cfg.get("rl") or {}).get("policy")
+    policy = (P.cfg.get("rl") or {}).get("policy")
     if not policy:
         raise NotRun("rl.policy is not set: no start policy to measure a gain from")
-    return per_problem_path(Paths(cfg).eval_table(policy))
+    return per_problem_path(P.eval_table(policy))
 
 
 def _gain_inputs(method: str):
-    def inputs(cfg):
-        trees = _pool(pooled_trees(cfg), method)[0]
-        return _rl_inputs(method)(cfg) + [Paths(t.cfg).eval_table(t.cfg["rl"]["policy"]) for t in trees]
+    def inputs(P):
+        trees = _pool(pooled_trees(P), method)[0]
+        return _rl_inputs(method)(P) + [t.P.eval_table(t.cfg["rl"]["policy"]) for t in trees]
     return inputs
 
 
 def _start_path(tree) -> Path:
-    path = _start_per_problem_path(tree.cfg)
+    path = _start_per_problem_path(tree.P)
     if not path.exists():
         raise MissingArtifact(f"{path}: the start policy's per-problem evaluation is missing; run "
-                              f"`snakemake --cores 2 {Paths(tree.cfg).eval_table(tree.cfg['rl']['policy'])}`")
+                              f"`snakemake --cores 2 {tree.P.eval_table(tree.cfg['rl']['policy'])}`")
     return path
 
 
@@ -243,7 +244,7 @@ def rl_gain(ctx: Context, method: str) -> Interval:
     arm, problems = _runs_array(ctx, method, trees)
     base = _start_array(ctx, trees, problems, method)
     if base.shape[0] != arm.shape[0]:
-        raise BadArtifact(f"{_start_per_problem_path(ctx.cfg)}: {base.shape[0]} start policies but {method}'s runs "
+        raise BadArtifact(f"{_start_per_problem_path(ctx.P)}: {base.shape[0]} start policies but {method}'s runs "
                           f"descend from {arm.shape[0]}; evaluate every start policy")
     bench = problems["benchmark"].to_numpy()
     m, lo, hi, design = hb.interval(arm, bench, baseline=base, n_boot=BOOT, seed=BOOT_SEED)

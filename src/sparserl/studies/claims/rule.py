@@ -11,7 +11,9 @@ import pandas as pd
 
 from sparserl.core.stats import LEVEL, normal_quantile, t_interval, welch_interval
 
-if TYPE_CHECKING:  # the measures' argument (context.py imports nothing of this module)
+if TYPE_CHECKING:  # the measures' and the inputs' arguments (context.py imports nothing of this module)
+    from sparserl.core.paths import Paths
+
     from .context import Context
 
 
@@ -55,7 +57,7 @@ class Claim:
     relation: str                    # ">" or "<"
     threshold: float
     target: str                      # figure id prefix (e.g. "basis/f3a"), resolved by the caller
-    inputs: Callable[[dict], list]   # cfg -> artifact paths, or raise NotRun
+    inputs: Callable[["Paths"], list]   # the tree's Paths -> artifact paths, or raise NotRun
     measure: Callable[["Context"], Interval]
     fmt: str = "{:.3f}"
     # the paper's number (or (lo, hi) range) on our scale, for magnitude_status; None where it gives none
@@ -73,7 +75,7 @@ class Premise:
     quantity: str
     relation: str
     threshold: float
-    inputs: Callable[[dict], list]
+    inputs: Callable[["Paths"], list]
     measure: Callable[["Context"], Interval]
     fmt: str = "{:+.3f}"
 
@@ -83,7 +85,7 @@ class Margin:
     """`A matches B` as non-inferiority: A - B > -NI_FRACTION x B's own gain (B over the start
     policy, or over chance), so the margin scales with what B achieves at this scale."""
     of: str                                     # whose gain, in words
-    inputs: Callable[[dict], list]
+    inputs: Callable[["Paths"], list]
     gain: Callable[["Context"], Interval]
 
 

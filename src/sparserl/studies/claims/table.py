@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from sparserl.core.paths import Paths
+
 from .catalog import CLAIMS
 from .context import Context, MissingArtifact, NotRun
 from .rule import (
@@ -32,14 +34,14 @@ from .rule import (
 )
 
 
-def claim_inputs(cfg: dict, claims: list[Claim] | None = None) -> list[str]:
-    """Every artifact the claims (their premises and margins too) read that this config makes (the
-    rule's inputs)."""
+def claim_inputs(P: Paths, claims: list[Claim] | None = None) -> list[str]:
+    """Every artifact the claims (their premises and margins too) read that tree `P` (a `Paths`)
+    makes (the rule's inputs)."""
     out = set()
     for c in claims or CLAIMS:
         for fn in (c.inputs, c.premise.inputs if c.premise else None, c.margin.inputs if c.margin else None):
             try:
-                out.update(str(p) for p in fn(cfg)) if fn else None
+                out.update(str(p) for p in fn(P)) if fn else None
             except NotRun:
                 pass
     return sorted(out)
@@ -88,9 +90,11 @@ def _judge_premise(ctx: Context, c: Claim) -> tuple[float, str, str]:
     return threshold, status, "; ".join(parts)
 
 
-def build_rows(cfg: dict, figures: dict[str, str] | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:
-    """Measure every claim. Raises MissingArtifact naming every missing artifact at once."""
-    ctx = Context(cfg)
+def build_rows(P: Paths, figures: dict[str, str] | None = None, claims: list[Claim] | None = None) -> pd.DataFrame:
+    """Measure every claim on tree `P` (a `Paths`). Raises MissingArtifact naming every missing
+    artifact at once."""
+    ctx = Context(P)
+    cfg = P.cfg
     rows, missing = [], []
     for c in claims or CLAIMS:
         plo, phi = _paper_range(c.paper_value) if c.paper_value is not None else (np.nan, np.nan)
@@ -101,7 +105,7 @@ def build_rows(cfg: dict, figures: dict[str, str] | None = None, claims: list[Cl
                    status="", detectable=np.nan, reason="", target=resolve_target(c.target, figures), sources="")
         prem = ""
         try:
-            sources = c.inputs(cfg)
+            sources = c.inputs(P)
             row["sources"] = " ".join(str(s) for s in sources)
             iv = c.measure(ctx)
             threshold, prem, prem_text = _judge_premise(ctx, c)
@@ -249,10 +253,10 @@ def html_path(md_path) -> Path:
     return Path(md_path).with_suffix(".html")
 
 
-def write_claims(cfg: dict, md_path, csv_path, *, config_name: str, figures: dict[str, str] | None = None,
+def write_claims(P: Paths, md_path, csv_path, *, config_name: str, figures: dict[str, str] | None = None,
                  claims: list[Claim] | None = None, html: str | Path | None = None) -> pd.DataFrame:
     """Measure the claims and write the markdown, the CSV and the HTML page (default beside the
-    markdown) atomically, each with a manifest."""
+    markdown) atomically, each with a manifest. `P`: the tree's `Paths` (its config: `P.cfg`)."""
     from sparserl.core.artifacts import (
         atomic_write_text,
         config_hash,
@@ -260,11 +264,11 @@ def write_claims(cfg: dict, md_path, csv_path, *, config_name: str, figures: dic
         write_manifest,
         write_table,
     )
-    df = build_rows(cfg, figures, claims)
-    from sparserl.core.paths import Paths
+    cfg = P.cfg
+    df = build_rows(P, figures, claims)
     from sparserl.core.published import origin_line
     head = dict(scale=cfg["scale"], config_name=config_name, config_hash=config_hash(cfg), commit=git_commit(),
-                origin=origin_line(Paths(cfg).results))
+                origin=origin_line(P.results))
     out = df.drop(columns="fmt")
     write_table(out, csv_path, cfg=cfg, extra={"claims": len(out)})
     for path, text in ((md_path, to_markdown(df, **head)), (html or html_path(md_path), to_html(df, **head))):

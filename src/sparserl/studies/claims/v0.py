@@ -6,17 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sparserl.core.paths import Paths
-
 from .context import Context, NotRun
 from .rule import BOOT, Interval, Margin, group_bootstrap, seed_interval
 
 
 def _v0_inputs(protocol: str):
-    def inputs(cfg):
-        if (cfg.get("v0") or {}).get("harvest") is None:
+    def inputs(P):
+        if (P.cfg.get("v0") or {}).get("harvest") is None:
             raise NotRun("no v0.harvest in this config: V0's tables are not built")
-        P = Paths(cfg)
         return [P.value_eval(f"v0_{protocol}"), P.value_eval(f"v0_{protocol}_predictions")]
     return inputs
 

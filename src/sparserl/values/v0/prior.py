@@ -6,9 +6,9 @@ per prompt and cached, and a call costs the head's solve over the context (perf/
 Context rewards are single rollouts in {0, 1}, the labels the head takes. With an empty buffer
 (the first step) the prior knows nothing and says 0.5 for every prompt.
 
-`make_v0_prior(spec, seed, cfg)` is the registered factory: it loads the trained V0 of the
-config (`Paths.v0_prior_model`, or `spec['model']`) and embeds the RL pool's prompts with V0's
-embedder (cached beside the model).
+`make_v0_prior(spec, seed, cfg, model=, pool=, embeddings=)` is the registered factory: it loads
+the trained V0 (`model`, or `spec['model']`) and embeds the RL pool's prompts with V0's embedder
+(cached beside the model).
 """
 from __future__ import annotations
 
@@ -52,34 +52,34 @@ class V0Prior:
         return f"V0Prior({self.model.config['embedder']}, head {self.model.config['head'].get('kind')})"
 
 
-def pool_embeddings(cfg: dict, s: dict | None = None, path: Path | None = None, log=None, pool: Path | None = None):
-    """The prompts of the RL pool (`pool`, default `Paths.train_pool`) embedded once, cached at
-    `path` (default `Paths.v0_pool_embeddings`; rule v0_pool_embeddings passes both; loaded when
-    its prompts are the pool's)."""
+def pool_embeddings(cfg: dict, s: dict | None, path: Path, pool: Path, log=None):
+    """The prompts of the RL pool `pool` embedded once, cached at `path` (rule v0_pool_embeddings
+    passes both; loaded when its prompts are the pool's)."""
     from sparserl.core.artifacts import read_table
-    from sparserl.core.paths import Paths
     from sparserl.values.v0.experiments import embedding_table, query_text
     from sparserl.values.v0.settings import v0_settings
     s = s or v0_settings(cfg)
-    if pool is None or path is None:  # the RL prior (make_v0_prior) reads the config's
-        P = Paths(cfg)
-        pool, path = pool or P.train_pool(), path or P.v0_pool_embeddings(s["embedder"]["kind"])
     pool, path = read_table(pool), Path(path)
     texts = {i: query_text(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
     return embedding_table(cfg, s, texts, path, log=log)
 
 
-def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, **_) -> V0Prior:
-    from sparserl.core.paths import Paths
+def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, *, pool: Path | None = None,
+                  embeddings: Path | None = None, model: Path | None = None, **_) -> V0Prior:
+    """V0 `model` (`spec['model']` in its place when set) over the pool's embeddings: `embeddings`'
+    file name beside the model (`Paths.v0_pool_embeddings`), computed from `pool` when missing.
+    The caller passes the files (the run's `RunInputs`)."""
     from sparserl.values.v0.settings import v0_device, v0_settings
-    if cfg is None:
-        raise ValueError("the v0 prior needs the run's config (cfg=...) to find the trained V0")
-    P = Paths(cfg)
-    path = Path((spec or {}).get("model") or P.v0_prior_model())
+    missing = [k for k, v in (("cfg", cfg), ("pool", pool), ("embeddings", embeddings),
+                              ("model", model or (spec or {}).get("model"))) if v is None]
+    if missing:  # the registry's callers pass them as keywords (the local trainer: its RunInputs)
+        raise ValueError(f"the v0 prior needs the run's config and files: {', '.join(missing)} missing "
+                         "(cfg=, and the run's RunInputs pool, v0_embeddings and v0_model)")
+    path = Path((spec or {}).get("model") or model)
     s = v0_settings(cfg)
-    model = load_v0(path, device=v0_device(s))
-    table = pool_embeddings(cfg, s, path.with_name(P.v0_pool_embeddings(s["embedder"]["kind"]).name))
-    if table.embedder != model.config["embedder"]:
-        raise ValueError(f"{path} was trained on {model.config['embedder']} embeddings but v0.embedder "
+    v0 = load_v0(path, device=v0_device(s))
+    table = pool_embeddings(cfg, s, path.with_name(Path(embeddings).name), pool)
+    if table.embedder != v0.config["embedder"]:
+        raise ValueError(f"{path} was trained on {v0.config['embedder']} embeddings but v0.embedder "
                          f"gives {table.embedder}; retrain V0 (rule v0_table) or fix v0.embedder")
-    return V0Prior(model, table)
+    return V0Prior(v0, table)
