@@ -8,6 +8,7 @@ import pytest
 from sparserl.cli import main
 from sparserl.core.artifacts import read_table, write_json, write_table
 from sparserl.core.config import load_config
+from sparserl.core.paths import Paths
 
 
 @pytest.fixture
@@ -106,7 +107,8 @@ def test_lr_tune_run_and_select_pass_their_paths(repo, tmp_path, monkeypatch):
     cfg = load_config([str(repo / "configs/small.yaml")])
     st = next(iter(L.setting_methods(cfg)))
     run = L.tuning_run(cfg, st, 1e-5, 0, root=tmp_path / "t")
-    assert run.paths.dir == tmp_path / "t" and run.key == L.tuning_run(cfg, st, 1e-5, 0).key
+    default = L.tuning_run(cfg, st, 1e-5, 0, L.tuning_dir(Paths(cfg), st, 1e-5, 0))
+    assert run.paths.dir == tmp_path / "t" and run.key == default.key
     got = {}
     monkeypatch.setattr(L, "tune_run", lambda *a, **kw: got.update(run=a))
     monkeypatch.setattr(L, "select", lambda *a: got.update(select=a))

@@ -240,7 +240,7 @@ def test_summary_says_why_rollout_totals_differ(tmp_path):
             met["osla_rounds"] = rounds
         write_table(met, run.metrics)
         write_table(pd.DataFrame({"checkpoint": ["final"], "benchmark": ["b"], "accuracy": [0.5]}), run.eval)
-    agg = summarize_runs(cfg).set_index("method")
+    agg = summarize_runs(cfg, Paths(cfg)).set_index("method")
     old = ["seeds", "rollouts_total", "rollouts_per_prompt", "train_reward", "eval_accuracy",
            "eval_accuracy_sd", "wall_time_s"]
     assert list(agg.reset_index().columns[:len(old) + 1]) == ["method"] + old  # added, not moved
@@ -274,7 +274,8 @@ def test_methods_with_one_spec_share_one_run(tmp_path, repo):
     names report that run (no duplicate grid entry)."""
     from sparserl.core.paths import Paths
     from sparserl.engines.report import summarize_runs
-    from sparserl.methods.spec import method_run, run_owners
+    from sparserl.methods.run import method_run
+    from sparserl.methods.spec import run_owners
     names = ["grpo_g8", "vanilla_g1", "basis_grid_grpo_g1_vanilla", "reinforce_pp_g1",
              "basis_grid_grpo_g1_rpp", "basis_grid_gpg_g1_vanilla"]
     owners = run_owners(names)
@@ -292,7 +293,7 @@ def test_methods_with_one_spec_share_one_run(tmp_path, repo):
                                   "wall_time_s": 1.0}), run.metrics)
         write_table(pd.DataFrame({"checkpoint": ["final"], "benchmark": ["b"],
                                   "accuracy": [len(m) / 100]}), run.eval)
-    agg = summarize_runs(cfg).set_index("method")
+    agg = summarize_runs(cfg, Paths(cfg)).set_index("method")
     assert agg.loc["basis_grid_grpo_g1_vanilla", "run"] == "vanilla_g1"
     assert agg.loc["basis_grid_grpo_g1_vanilla", "eval_accuracy"] == agg.loc["vanilla_g1", "eval_accuracy"]
     assert not Paths(cfg).run("basis_grid_grpo_g1_vanilla", 0).dir.exists()
@@ -326,7 +327,7 @@ def test_summary_reads_gains_over_the_start_policy(tmp_path):
                     run.metrics)
         write_table(pd.DataFrame({"checkpoint": ["final", "final"], "benchmark": ["a", "hard"],
                                   "accuracy": [acc_a, acc_h]}), run.eval)
-    agg = summarize_runs(cfg).set_index("method").loc["grpo_g8"]
+    agg = summarize_runs(cfg, Paths(cfg)).set_index("method").loc["grpo_g8"]
     assert agg["start_eval_accuracy"] == pytest.approx(0.3)
     assert agg["eval_gain"] == pytest.approx((0.4 + 0.5) / 2 - 0.3)
     assert agg["eval_gain_in_distribution"] == pytest.approx(0.75 - 0.5)
@@ -365,7 +366,7 @@ def test_summary_reports_greedy_pass_and_the_greedy_wrong_split(tmp_path, monkey
         write_table(pd.DataFrame({"checkpoint": "final", "benchmark": ["a", "b"], "accuracy": by["p"].mean().values,
                                   "pass_at_k": by["pass"].mean().values, "pass_metric": "pass@16",
                                   "greedy_accuracy": by["greedy"].mean().values}), run.eval)
-    agg = summarize_runs(cfg).set_index("method").loc["grpo_g8"]
+    agg = summarize_runs(cfg, Paths(cfg)).set_index("method").loc["grpo_g8"]
     assert agg["greedy_wrong_share"] == 0.5 and agg["greedy_wrong_problems"] == 2
     assert agg["start_eval_greedy_wrong"] == pytest.approx((0.25 + 0.25) / 2)
     assert agg["start_eval_greedy_wrong_greedy"] == 0.0
@@ -391,7 +392,7 @@ def test_summary_reports_greedy_pass_and_the_greedy_wrong_split(tmp_path, monkey
 
     load = report.load_method
     monkeypatch.setattr(report, "load_method", lambda m: MatchedPrompts(load(m)))
-    assert summarize_runs(cfg).set_index("method").loc["grpo_g8", "protocol"] == "matched prompts"
+    assert summarize_runs(cfg, Paths(cfg)).set_index("method").loc["grpo_g8", "protocol"] == "matched prompts"
 
 
 def test_gain_intervals_are_t_intervals_over_seeds():

@@ -124,8 +124,21 @@ def test_a_tuning_run_on_a_leaked_split_stops_before_training(world):
     write_table(read_table(P.benchmark(P.benchmark_names()[0])), P.validation_split())
     st = L.setting_of(load_method("grpo_g4"), cfg["rl"])
     with pytest.raises(ValueError, match="benchmark"):
-        L.tune_run(cfg, st, 5e-5, 0, L.validation_table(cfg, st, 5e-5, 0), *_split_files(cfg))
-    assert not L.run_paths(cfg, st, 5e-5, 0).metrics.exists()
+        L.tune_run(cfg, st, 5e-5, 0, L.validation_table(P, st, 5e-5, 0), *_split_files(cfg))
+    assert not L.tuning_run(cfg, st, 5e-5, 0, L.tuning_dir(P, st, 5e-5, 0)).paths.metrics.exists()
+
+
+def test_a_tuning_runs_folder_and_scores_are_where_the_tuning_rules_put_them(world):
+    """The tuning's layout (tuning_dir, validation_table) is the one trees were built with:
+    results/<scale>/tuning/<setting>/lr<lr>/seed<s>/, never under rl/."""
+    cfg = copy.deepcopy(world)
+    cfg["rl"]["lr_tuning"] = copy.deepcopy(TUNING)
+    P = Paths(cfg)
+    st = L.setting_of(load_method("grpo_g4"), cfg["rl"])
+    want = P.results / "tuning" / st / "lr5e-05" / "seed1"
+    run = L.tuning_run(cfg, st, 5e-5, 1, L.tuning_dir(P, st, 5e-5, 1))
+    assert run.paths.dir == want and run.paths.metrics == want / "metrics.parquet"
+    assert L.validation_table(P, st, 5e-5, 1) == want / "validation.parquet"
 
 
 # the settings --------------------------------------------------------------------------------
@@ -236,7 +249,7 @@ def test_enabled_tuning_needs_its_keys_and_two_seeds(repo):
 
 def test_tiny_is_untuned_and_small_chooses_on_disjoint_seeds(repo):
     tiny = load_config(repo / "configs/tiny.yaml")
-    assert L.check(tiny) is None and L.tuned_lr(tiny, load_method("grpo_g8")) == (tiny["rl"]["lr"], "fixed")
+    assert L.check(tiny) is None and L.tuned_lr(tiny, load_method("grpo_g8"), L.chosen_path(Paths(tiny))) == (tiny["rl"]["lr"], "fixed")
     small = load_config(repo / "configs/small.yaml")
     s = L.check(small)
     assert len(s["grid"]) >= 3 and len(s["seeds"]) >= 2 and not set(s["seeds"]) & set(small["rl"]["seeds"])
@@ -314,14 +327,16 @@ def test_a_tree_with_lr_tuning_from_trains_the_first_trees_choice_and_tunes_noth
     second["rl"]["lr_tuning"]["from"] = str(tmp_path / "results" / "{scale}" / "tuning" / "lr.json")
     assert L.borrowed(second) == Paths(first).tuning("lr.json") and L.borrowed(first) is None
     g4 = load_method("grpo_g4")
-    assert L.tuned_lr(second, g4) == (2e-4, "tuned") and L.tuned_steps(second, g4) == 1
+    chosen = L.chosen_path(Paths(second))
+    assert chosen == Paths(first).tuning("lr.json")
+    assert L.tuned_lr(second, g4, chosen) == (2e-4, "tuned") and L.tuned_steps(second, g4, chosen) == 1
     assert not Paths(second).tuning("lr.json").exists()
     second["rl"]["lr_tuning"]["from"] = str(tmp_path / "nowhere" / "{scale}" / "lr.json")
     with pytest.raises(ConfigError, match=r"nowhere/smoke/lr\.json: rl\.lr_tuning\.from .*snakemake --cores 2 "):
-        L.tuned_lr(second, g4)
+        L.tuned_lr(second, g4, L.chosen_path(Paths(second)))
     # off, `from` is inert (tiny layered with configs/overlays/start1.yaml)
     second["rl"]["lr_tuning"]["enabled"] = False
-    assert L.borrowed(second) is None and L.tuned_lr(second, g4) == (1e-4, "fixed")
+    assert L.borrowed(second) is None and L.tuned_lr(second, g4, L.chosen_path(Paths(second))) == (1e-4, "fixed")
 
 
 # the CLI end to end --------------------------------------------------------------------------

@@ -111,14 +111,14 @@ def test_the_run_summary_reports_both_flips_and_the_world_1_slip_note(tmp_path):
         write_table(pd.DataFrame({"checkpoint": "final", "benchmark": ["a", "b"], "accuracy": by["p"].mean().values,
                                   "pass_at_k": 1.0, "pass_metric": "pass@16",
                                   "greedy_accuracy": by["greedy"].mean().values}), run.eval)
-    summarize_runs(cfg)
+    summarize_runs(cfg, Paths(cfg))
     runs = pd.read_parquet(P.rl_runs())
     assert runs["greedy_wrong_to_right"].tolist() == [1, 2] and runs["greedy_right_to_wrong"].tolist() == [1, 1]
     assert runs["greedy_flip_net"].tolist() == [0.0, 0.25]
     agg = pd.read_parquet(P.rl_summary()).set_index("method").loc["grpo_g8"]
     assert agg["greedy_wrong_to_right"] == 1.5 and agg["greedy_flip_net"] == pytest.approx(0.125)
     assert agg["slip_split"] == NO_SLIP and np.isnan(agg["eval_slip_greedy_gain"])
-    assert len(greedy_wrong_split(cfg)) == 2
+    assert len(greedy_wrong_split(Paths(cfg))) == 2
 
 
 # --- EVPO's switch (Le Critique App. C) ------------------------------------------------------------
@@ -143,7 +143,7 @@ def test_an_evpo_run_on_the_critic_at_every_step_is_vf_in_the_ranking(repo, tmp_
     """EVPO and VF score the same; with the switch on at all 4 steps EVPO is marked '= VF', shares
     VF's bootstrap draw and does not push GRPO down a rank; at 3 of 4 it is a method of its own."""
     from sparserl.core.artifacts import read_table
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     from sparserl.core.paths import Paths
     from sparserl.studies.head_to_head import write_head_to_head
     monkeypatch.chdir(tmp_path)

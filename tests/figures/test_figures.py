@@ -255,7 +255,8 @@ def test_learning_curves_average_seeds_and_band_their_spread(cfg):
 def test_learning_curves_are_smoothed_and_faceted_by_family(cfg):
     """30 methods of four families: one panel each, grpo_g8 dashed grey in the others; 60 steps
     smoothed by a centred rolling mean of 5 (each seed, then their mean and min-max)."""
-    from sparserl.methods.spec import method_names, method_run
+    from sparserl.methods.run import method_run
+    from sparserl.methods.spec import method_names
     methods = method_names()[:30]
     cfg = {**cfg, "rl": {**cfg["rl"], "methods": methods}}
     rng, steps = np.random.default_rng(0), np.arange(1, 61)

@@ -13,7 +13,8 @@ import yaml
 from sparserl.core.artifacts import write_table
 from sparserl.core.config import start_seed
 from sparserl.core.paths import Paths
-from sparserl.methods.spec import load_method, method_run, run_owners, snapshot_steps, total_steps
+from sparserl.methods.run import method_run
+from sparserl.methods.spec import load_method, run_owners, snapshot_steps, total_steps
 
 BENCHMARKS = (("b1", 40), ("b2", 60))
 

@@ -147,3 +147,12 @@ def restore_patches_after(monkeypatch) -> None:
             for c in [cls, *ray_actor_classes(mod, cls, name)]:
                 monkeypatch.setattr(c, name, c.__dict__[name])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+
+
+def openrlhf_run(out):
+    """The OpenRLHF run whose final model is `out`: its files in out's parent, absolute (what
+    `openrlhf-args`/`openrlhf-launch --out` resolve, `methods.run.resolve_run(root=...)`)."""
+    from pathlib import Path
+
+    from sparserl.core.paths import RunPaths
+    return RunPaths(Path(out).absolute().parent, "run", 0, engine="openrlhf")

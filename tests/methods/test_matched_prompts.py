@@ -13,6 +13,7 @@ from sparserl.core.paths import Paths
 from sparserl.methods.osla_sampler import run_osla
 from sparserl.methods.spec import MethodSpec, load_method, prompts_per_step, run_owners
 from helpers.rl_worlds import rl_world
+from helpers.openrlhf_stubs import openrlhf_run
 
 LOSS = "loss: {type: ppo_clip, clip_low: 0.2, clip_high: 0.2, agg: seq_mean_token_mean}\n"
 ORACLE = "prior: {kind: oracle, pseudo_count: 0.5}\n"
@@ -243,10 +244,10 @@ def test_openrlhf_flags_take_the_methods_prompts_per_step(tmp_path):
            "rl": {"policy": "qwen3_4b", "methods": ["grpo_g16_mp"], "seeds": [0], "steps": 10,
                   "rollouts_per_step": 512, "lr": 1e-6, "temperature": 1.0, "mini_batches": 2}}
     for name, G in (("grpo_g16_mp", 16), ("vanilla_g1_mp", 1)):
-        f = openrlhf_flags(copy.deepcopy(cfg), load_method(name), 0, tmp_path / "final", policy_path="p")
+        f = openrlhf_flags(copy.deepcopy(cfg), load_method(name), 0, openrlhf_run(tmp_path / "final"), policy_path="p")
         assert (f["rollout.batch_size"], f["rollout.n_samples_per_prompt"]) == (64, G)
         assert f["train.batch_size"] == 64 * G // 2 and f["data.max_samples"] == 10 * 64
-    f = openrlhf_flags(copy.deepcopy(cfg), load_method("grpo_g16"), 0, tmp_path / "final", policy_path="p")
+    f = openrlhf_flags(copy.deepcopy(cfg), load_method("grpo_g16"), 0, openrlhf_run(tmp_path / "final"), policy_path="p")
     assert f["rollout.batch_size"] == 32  # the rollouts protocol: 512 / 16
 
 

@@ -196,6 +196,7 @@ def test_the_extra_snapshot_changes_no_number_of_the_run(world):
     from sparserl.cli import main
     from sparserl.engines.local.trainer import train
     from sparserl.engines.report import run_checkpoints
+    from sparserl.methods.run import resolve_run
     plain = copy.deepcopy(world)
     plain["results_dir"] = world["results_dir"] + "_plain"
     Pp, P = Paths(plain), Paths(world)
@@ -213,7 +214,7 @@ def test_the_extra_snapshot_changes_no_number_of_the_run(world):
     assert weights and all((a / "final" / w).read_bytes() == (b / "final" / w).read_bytes() for w in weights)
     assert sorted(p.name for p in (a / "checkpoints").iterdir()) == ["step00004"]
     assert sorted(p.name for p in (b / "checkpoints").iterdir()) == ["step00002", "step00004"]
-    assert [n for n, _ in run_checkpoints(study, "grpo_g4", 0)] == ["step00004", "final"]  # not evaluated
+    assert [n for n, _ in run_checkpoints(resolve_run(study, "grpo_g4", 0, read_choice=False))] == ["step00004", "final"]  # not evaluated
     # the oracle of the early checkpoint, on 8 seeded prompts of the pool
     cfg_path = P.results / "study.yaml"
     cfg_path.write_text(yaml.safe_dump(study))

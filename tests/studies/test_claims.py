@@ -197,7 +197,7 @@ def _cfg(repo, methods=("grpo_g16", "v05_osla", "v05_k4"), seeds=(0,), critique=
 
 
 def _write_rl(cfg, better=("v05_osla",), shift=0.2):
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     P = Paths(cfg)
     rows = []
     for m in cfg["rl"]["methods"]:
@@ -417,7 +417,7 @@ def test_cli_writes_both_files_and_names_missing_artifacts(repo, tmp_path, monke
     assert main(["claims", "--config", str(cfg_path), "--config-name", "smoke+claims.yaml"]) == 0
     assert (md.read_bytes(), csv.read_bytes(), C.html_path(md).read_bytes()) == before
     # an artifact the config makes but that is missing: an error naming it, not a status
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     gone = method_run(cfg, "v05_k4", 0).eval_dir / "final_per_problem.parquet"
     gone.unlink()
     with pytest.raises(SystemExit, match="v05_k4/seed0/eval/final_per_problem.parquet"):
@@ -475,7 +475,7 @@ def _write_tree(cfg, start: int, shift: float):
     start scores base + shift on each problem, a run base + shift + LIFTS[start][method] + noise
     of (start, method, seed); runs.parquet as `sparserl rl-summary` writes it."""
     from sparserl.evaluation.evaluate import per_problem_path
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     P = Paths(cfg)
     probs = _per_problem(np.random.default_rng(7))
     base = 0.1 + 0.3 * probs["p"].to_numpy()
@@ -556,7 +556,7 @@ def test_pooled_trees_are_starts_of_the_rl_rows(repo, tmp_path, monkeypatch):
     assert "results_start1/smoke/rl/v05_osla/seed0/eval.parquet" in C.claim_inputs(
         Paths(pooled), [c for c in C.CLAIMS if c.id == "v05.osla_vs_grpo16"])
     # a pooled tree whose tables name another start: one line naming the table
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     path = method_run(second, "grpo_g16", 0).eval_dir / "final_per_problem.parquet"
     write_table(pd.read_parquet(path).assign(start=0), path)
     with pytest.raises(C.BadArtifact, match="start \\[0\\], but its tree's pretrain.start_seed is 1"):

@@ -203,7 +203,7 @@ def test_a_second_start_policy_plugs_in_and_each_gain_is_over_its_own_start(repo
     from a start 0.2 better whose runs are 0.2 better too. Each run's gain is over its own start, so
     the gain interval holds the seeds' spread only, while the accuracy's holds the start's."""
     from sparserl.core.artifacts import read_table, write_table
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     monkeypatch.chdir(tmp_path)
     cfg = make_cfg(repo, ["grpo_g8", "v05_k4"], seeds=(0, 1, 2, 3))
     lifts = {"grpo_g8": (0.00, 0.01, 0.02, 0.005), "v05_k4": (0.03, 0.04, 0.035, 0.045)}
@@ -284,7 +284,7 @@ def test_a_missing_or_mislabelled_pooled_tree_is_one_line_naming_it_and_its_comm
     were evaluated under another start is refused."""
     from sparserl.cli import main
     from sparserl.core.artifacts import read_table, write_table
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     first, pooled, _ = two_start_trees(repo, tmp_path, monkeypatch)
     second = {**first, "results_dir": "results_start1", "rl": {**first["rl"], "methods": ["grpo_g8", "v05_k4"]}}
     gone = method_run(second, "v05_k4", 0).eval_dir / "final_per_problem.parquet"

@@ -142,7 +142,7 @@ def _fake_harvest_inputs(cfg, policy, monkeypatch):
     for b in P.benchmark_names():
         write_table(pd.DataFrame({"id": [f"{b}{i}" for i in range(4)], "problem": [f"{b} {i}" for i in range(4)],
                                   "answer": ["0"] * 4}), P.benchmark(b))
-    rp = H.harvest_run_paths(cfg, policy)
+    rp = H.harvest_run_paths(cfg, policy, P.harvest_run(policy))
     rng = np.random.default_rng(0)
     write_table(pd.DataFrame({"step": np.repeat(np.arange(1, 9), 6), "prompt_id": [f"t{i}" for i in range(6)] * 8,
                               "reward": rng.integers(0, 2, 48).astype(float)}), rp.rollouts)
@@ -217,7 +217,7 @@ def test_paper_v0_resources_cover_the_work_and_only_gpu_rules_ask_for_a_gpu():
     from sparserl.engines.sizing import V0_RESOURCES, v0_rule_estimates
     cfg = load_config(REPO / "configs/paper.yaml")
     smk = (REPO / "workflow/rules/values.smk").read_text()
-    est = v0_rule_estimates(cfg)
+    est = v0_rule_estimates(Paths(cfg))
     assert {"v0_embeddings", "v0_pool_embeddings", "v0_table", "v0_ablations", "v0_routing",
             "v0_harvest_values_shard", "v0_harvest_merge"} <= set(est)
     for rule, e in est.items():

@@ -197,7 +197,7 @@ def test_paper_dag_fetches_shards_flags_and_fits_its_runtimes(repo, tmp_path):
     for j in jobs:
         if int(j["res"].get("gpu", 0)):
             wc = re.search(r"wildcards: (.*)", j["block"])
-            e = sizing.estimate(cfg, j["rule"], dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {})
+            e = sizing.estimate(Paths(cfg), j["rule"], dict(kv.split("=", 1) for kv in wc.group(1).split(", ")) if wc else {})
             assert int(j["res"]["gpu"]) >= e.gpus, (j["rule"], j["res"], e.work)
             assert int(j["res"]["runtime"]) >= e.seconds * sizing.MARGIN / 60, \
                 f"{j['rule']} {e.job}: {e.work}; x {sizing.MARGIN} > runtime {j['res']['runtime']} min"
@@ -238,8 +238,8 @@ def test_osla_runs_pay_their_sequential_rounds(repo):
     from sparserl.methods.spec import load_method
     cfg = load_config(repo / "configs/paper.yaml")
     assert S.osla_rounds(load_method("v05_osla")) == 7
-    g = S.estimate(cfg, "rl_cluster", {"method": "grpo_g16", "seed": "0"})
-    o = S.estimate(cfg, "rl_cluster", {"method": "v05_osla", "seed": "0"})
+    g = S.estimate(Paths(cfg), "rl_cluster", {"method": "grpo_g16", "seed": "0"})
+    o = S.estimate(Paths(cfg), "rl_cluster", {"method": "v05_osla", "seed": "0"})
     assert o.seconds > 2.5 * g.seconds and "2048 rollouts, 7 x 8192" in o.work
     assert o.ask_minutes == math.ceil(o.seconds * 1.5 / 60)
 
@@ -250,8 +250,8 @@ def test_a_gpu_rule_without_an_estimate_fails(repo):
     cfg = load_config(repo / "configs/paper.yaml")
     job = {"rule": "new_gpu_rule", "wildcards": {}, "resources": {"gpu": "1", "runtime": "60"}}
     with pytest.raises(KeyError, match="GPU rule 'new_gpu_rule' has no estimate; add one to ESTIMATORS"):
-        S.gpu_job_estimates(cfg, [job])
-    assert S.gpu_job_estimates(cfg, [{**job, "resources": {"runtime": "60"}}]) == []  # CPU jobs need none
+        S.gpu_job_estimates(Paths(cfg), [job])
+    assert S.gpu_job_estimates(Paths(cfg), [{**job, "resources": {"runtime": "60"}}]) == []  # CPU jobs need none
 
 
 @pytest.mark.e2e  # every paper run's sizing
@@ -259,25 +259,26 @@ def test_long_runs_checkpoint_and_storage_is_computed(repo):
     from sparserl.core.config import load_config
     from sparserl.engines import sizing as S
     from sparserl.engines.openrlhf.critique import critique_flags
+    from sparserl.methods.run import resolve_critique_run
     cfg = load_config(repo / "configs/paper.yaml")
     for exp, method in (("sudoku_k4", "lc_vf"), ("codeio_k4", "lc_mean"), ("rg_k8", "lc_tether")):
-        e = S.estimate(cfg, "critique_train", {"exp": exp, "method": method, "seed": "0"})
-        every = S.critique_save_steps(cfg, exp, method)
+        e = S.estimate(Paths(cfg), "critique_train", {"exp": exp, "method": method, "seed": "0"})
+        every = S.critique_save_steps(cfg, exp, method, Paths(cfg).critique.policy(exp))
         assert e.extra["saves"] >= 1 and every * e.extra["step_s"] <= S.RESUME_EVERY_S, (exp, method, e.work)
-        f = critique_flags(cfg, exp, method, 0)
+        f = critique_flags(cfg, resolve_critique_run(cfg, exp, method, 0))
         assert f["ckpt.save_steps"] == every and f["ckpt.save_hf"] is False
     # lc_math_*: the evaluated steps (110, 210, 310 after the critic's 10 warm-up steps) and a
     # resume point every few hours of work, not every 10 steps (the gcd with the warm-up: 41 saves)
     from sparserl.methods.spec import load_method
-    lc = S.estimate(cfg, "rl_cluster", {"method": "lc_math_vf_g8", "seed": "0"})
-    grpo = S.estimate(cfg, "rl_cluster", {"method": "grpo_g8", "seed": "0"})
-    every = S.rl_resume_save_steps(cfg, load_method("lc_math_vf_g8"))
+    lc = S.estimate(Paths(cfg), "rl_cluster", {"method": "lc_math_vf_g8", "seed": "0"})
+    grpo = S.estimate(Paths(cfg), "rl_cluster", {"method": "grpo_g8", "seed": "0"})
+    every = S.rl_resume_save_steps(cfg, load_method("lc_math_vf_g8"), Paths(cfg).policy(cfg["rl"]["policy"]))
     assert lc.extra["save_steps"] == every and every * lc.extra["step_s"] <= S.RESUME_EVERY_S and every > 10
     assert lc.extra["saves"] == len(set(range(every, 411, every)) | {110, 210, 310}) < 41
     assert lc.extra["hf_copies"] == 3 and grpo.extra["hf_copies"] == 3
     # every run resumes at most a few hours of work back, not only at its evaluated steps (100 apart)
     for method in ("grpo_g8", "v05_osla_v0"):
-        e = S.estimate(cfg, "rl_cluster", {"method": method, "seed": "0"})
+        e = S.estimate(Paths(cfg), "rl_cluster", {"method": method, "seed": "0"})
         assert e.extra["save_steps"] < 100 and e.extra["save_steps"] * e.extra["step_s"] <= S.RESUME_EVERY_S, method
     shape = S.model_shape("Qwen/Qwen3-4B-Instruct-2507")
     # HF copies (3 evaluated + final/) and two kept DeepSpeed states each of actor and critic
@@ -291,9 +292,9 @@ def test_cluster_doc_tables_are_the_codes(repo, paper_jobs):
     from sparserl.engines import sizing as S
     cfg = load_config(repo / "configs/paper.yaml")
     doc = (repo / "docs/cluster.md").read_text()
-    table = S.sizing_table(cfg, paper_jobs)
+    table = S.sizing_table(Paths(cfg), paper_jobs)
     assert table in doc, "docs/cluster.md: paste `python -m sparserl sizing-table --config configs/paper.yaml`:\n" + table
-    assert S.storage_table(cfg, paper_jobs) in doc
+    assert S.storage_table(Paths(cfg), paper_jobs) in doc
 
 
 # --------------------------------------------------------------------------- settings that must agree
@@ -356,7 +357,7 @@ def test_slurm_plugin_builds_each_gpu_jobs_sbatch_and_srun_lines(repo, tmp_path)
             assert flag in sb + sr, (r["rule"], flag, r["sbatch"])
         assert not any(x.startswith("--ntasks-per-gpu") for x in sb), r["sbatch"]  # one task of all the CPUs
         minutes = int(sb[sb.index("-t") + 1])
-        e = S.estimate(cfg, r["rule"], r["wildcards"])
+        e = S.estimate(Paths(cfg), r["rule"], r["wildcards"])
         assert minutes >= e.ask_minutes, (r["rule"], minutes, e.work)
         if r["rule"] in ("rl_cluster", "critique_train", "v0_harvest_run", "evaluate"):  # sized: the ask in whole hours
             assert minutes == -(-e.ask_minutes // 60) * 60

@@ -17,11 +17,12 @@ def snakemake(repo, workdir, *args, timeout=600):
 def _sized(block, rule):
     """The runtime a sized job asks: its estimate x 1.5 in whole hours (common.smk SIZED)."""
     from sparserl.core.config import load_config
+    from sparserl.core.paths import Paths
     from sparserl.engines.sizing import estimate
     from pathlib import Path
     wc = dict(kv.split("=", 1) for kv in re.search(r"wildcards: (.*)", block).group(1).split(", "))
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs/paper.yaml")
-    return -(-estimate(cfg, rule, wc).ask_minutes // 60) * 60
+    return -(-estimate(Paths(cfg), rule, wc).ask_minutes // 60) * 60
 
 
 @pytest.mark.e2e  # DAG dry run

@@ -25,7 +25,7 @@ def SIZED(group, rule):
     if CFG.get("sizing"):
         from sparserl.engines.sizing import estimate
 
-        out["runtime"] = lambda w: -(-estimate(CFG, rule, dict(w)).ask_minutes // 60) * 60
+        out["runtime"] = lambda w: -(-estimate(P, rule, dict(w)).ask_minutes // 60) * 60
     return out
 
 

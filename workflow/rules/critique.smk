@@ -9,7 +9,6 @@ CRITIQUE = CFG.get("critique")
 
 if CRITIQUE and rl_engine(CFG) == "local":
     from sparserl.envs.world import experiments as critique_experiments, seeds as critique_seeds
-    from sparserl.core.paths import Paths
 
     from sparserl.methods.spec import load_method as _load_method
 
@@ -20,7 +19,7 @@ if CRITIQUE and rl_engine(CFG) == "local":
             except ConfigError as e:
                 raise WorkflowError(f"config error: critique.experiments.{_e.name}: {e}")
 
-    CP = Paths(CFG).critique
+    CP = P.critique
     # what the terminal shows while a run trains: its log and its TensorBoard folder
     CRITIQUE_TRAIN_MESSAGE = ("training {wildcards.method} on {wildcards.exp} seed {wildcards.seed}: tail -f {log}; "
                               + "tensorboard --logdir " + str(CP.run("{exp}", "{method}", "{seed}").tensorboard)
@@ -145,7 +144,6 @@ if CRITIQUE and rl_engine(CFG) == "local":
 
 if CRITIQUE and rl_engine(CFG) == "openrlhf":
     from sparserl.envs.world import experiments as critique_experiments, seeds as critique_seeds
-    from sparserl.core.paths import Paths
 
     from sparserl.methods.spec import load_method as _load_method
 
@@ -156,7 +154,7 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
             except ConfigError as e:
                 raise WorkflowError(f"config error: critique.experiments.{_e.name}: {e}")
 
-    CP = Paths(CFG).critique
+    CP = P.critique
     CRITIQUE_RUNS = [(e.name, m, s) for e in critique_experiments(CFG) for m in e.methods
                      for s in critique_seeds(CFG, e.name)]
     CRITIQUE_ENVS = sorted({e.env for e in critique_experiments(CFG)})
@@ -200,7 +198,8 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
         # Ray on the SLURM allocation, then OpenRLHF with the env's reward function or agent
         input:
             # the run's start policy (a hub model's local copy) and the env's hand-placed files
-            lambda w: list(critique_run(w).inputs) + hand_placed(f"critique.envs.{CP_EXPERIMENT_ENV[w.exp]}"),
+            policy=lambda w: str(critique_run(w).reads.policy),
+            hand_placed=lambda w: hand_placed(f"critique.envs.{CP_EXPERIMENT_ENV[w.exp]}"),
         output:
             metrics=str(CP.run("{exp}", "{method}", "{seed}").metrics),
             summary=str(CP.run("{exp}", "{method}", "{seed}").dir / "summary.json"),
@@ -217,7 +216,8 @@ if CRITIQUE and rl_engine(CFG) == "openrlhf":
             **SIZED("rl", "critique_train"),
         shell:
             "{SPARSERL} critique-openrlhf --config {CONFIGS} --experiment {wildcards.exp} "
-            "--method {wildcards.method} --seed {wildcards.seed} > {log} 2>&1"
+            "--method {wildcards.method} --seed {wildcards.seed} --policy {input.policy} "
+            "--metrics {output.metrics} --summary {output.summary} > {log} 2>&1"
 
     rule critique_summary:
         input:

@@ -20,7 +20,7 @@ if OOD:
 
     def ood_checkpoint_input(label):
         """The checkpoint a policy label reads: the start policy (none for a hub policy) or the
-        final/ of the run that trains the method (its owner's, methods.spec.method_run)."""
+        final/ of the run that trains the method (its owner's, methods.run.method_run)."""
         method, seed = parse_label(label)
         if method == "start":
             return policy_input(RL_POLICY)

@@ -5,7 +5,7 @@ RL = CFG.get("rl")
 
 if RL:
     from sparserl.evaluation.splits import slip_inputs
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
 
     RL_POLICY = RL["policy"]
 

@@ -23,7 +23,8 @@ if LR_TUNING and not _lrt.borrowed(CFG):
 
     @functools.lru_cache(maxsize=None)
     def _lr_tune_run(setting, lr, seed):
-        return _lrt.tuning_run(CFG, setting, _lrt.grid_lr(CFG, lr), seed)
+        rate = _lrt.grid_lr(CFG, lr)
+        return _lrt.tuning_run(CFG, setting, rate, seed, _lrt.tuning_dir(P, setting, rate, seed))
 
     def lr_tune_run_of(w):
         """The tuning run of a job's wildcards (setting, lr, seed): engines.lr_tuning.tuning_run."""
@@ -81,7 +82,7 @@ if LR_TUNING and not _lrt.borrowed(CFG):
 
     rule lr_tuning:
         input:
-            tables=[str(_lrt.validation_table(CFG, st, lr, s))
+            tables=[str(_lrt.validation_table(P, st, lr, s))
                     for st in LR_SETTINGS for lr in LR_TUNING["grid"] for s in LR_TUNING["seeds"]],
             validation=str(P.validation_split()),
         output:

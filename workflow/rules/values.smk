@@ -86,7 +86,7 @@ if V0_HARVEST is not None:
     def v0_harvest_run_of(policy):
         """Policy's harvest run (engines.harvest_settings.harvest_run: methods.run.resolve_run)."""
         from sparserl.engines.harvest_settings import harvest_run
-        return harvest_run(CFG, policy)
+        return harvest_run(CFG, policy, P.harvest_run(policy))
 
     rule v0_harvest_run:
         input:

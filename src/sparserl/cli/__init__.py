@@ -202,28 +202,32 @@ def cmd_rl_train(args):
 
 def cmd_rl_eval(args):
     from sparserl.engines.report import evaluate_run
+    from sparserl.methods.run import resolve_run
     cfg = _cfg(args)
     if args.benchmarks is None:  # the config's (the DAG passes them: rule rl_eval's input)
         from sparserl.core.paths import Paths
         P = Paths(cfg)
         args.benchmarks = [P.benchmark(b) for b in P.benchmark_names()]
     _named_benchmarks("rl-eval", args.benchmarks, cfg)
-    evaluate_run(cfg, args.method, args.seed, args.benchmarks, threads=args.threads)
+    evaluate_run(cfg, resolve_run(cfg, args.method, args.seed), args.benchmarks, threads=args.threads)
 
 
 def cmd_sizing_table(args):
     import tempfile
     from sparserl.core.config import load_config
+    from sparserl.core.paths import Paths
     from sparserl.engines.sizing import dry_run_jobs, sizing_table, storage_table
-    cfg = load_config(args.config)
+    P = Paths(load_config(args.config))
     with tempfile.TemporaryDirectory() as d:
         jobs = dry_run_jobs(os.getcwd(), d, args.config)
-    print(sizing_table(cfg, jobs) + "\n\n" + storage_table(cfg, jobs))
+    print(sizing_table(P, jobs) + "\n\n" + storage_table(P, jobs))
 
 
 def cmd_rl_summary(args):
+    from sparserl.core.paths import Paths
     from sparserl.engines.report import summarize_runs
-    summarize_runs(_cfg(args))
+    cfg = _cfg(args)
+    summarize_runs(cfg, Paths(cfg))
 
 
 def build_parser() -> argparse.ArgumentParser:

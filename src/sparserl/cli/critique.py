@@ -14,6 +14,8 @@ reads and writes the paths it is given (the DAG resolves them; results/tiny/crit
 Paper scale (rollout.backend vllm, critique.policy_hub): no world, no pre-training;
     sparserl critique-start --env rg --out $C/start_eval/rg.json   # the hub policy's held-out reward (vLLM)
     sparserl critique-openrlhf --experiment rg_k8 --method lc_tether --seed 0   # OpenRLHF on Ray
+(the DAG also passes --policy models/<org>/<name> --metrics .../metrics.parquet --summary .../summary.json,
+as critique-train's; without them, the config's layout)
 """
 from __future__ import annotations
 
@@ -50,8 +52,9 @@ def cmd_start(args):
     from sparserl.core.paths import rl_engine
     cfg = _cfg(args)
     if rl_engine(cfg) == "openrlhf":  # paper scale: the hub policy on vLLM
+        from sparserl.core.paths import Paths
         from sparserl.engines.openrlhf.critique import start_reward
-        out = start_reward(cfg, args.env)
+        out = start_reward(cfg, args.env, Paths(cfg).critique)
     else:
         from sparserl.engines.local.critique import start_reward
         if not args.policy:
@@ -62,14 +65,20 @@ def cmd_start(args):
     print(out)
 
 
-def cmd_train(args):
+def _run_dir(args, command: str):
+    """The run folder of --summary (the trainer writes its whole run folder: final/, tensorboard/),
+    with --metrics beside it."""
     from pathlib import Path
-
-    from sparserl.engines.local.critique import train
-    run_dir = Path(args.summary).parent  # the trainer writes its whole run folder (final/, tensorboard/)
+    run_dir = Path(args.summary).parent
     if Path(args.metrics) != run_dir / "metrics.parquet":
-        raise SystemExit(f"critique-train: --metrics {args.metrics} is not beside --summary {args.summary}; "
+        raise SystemExit(f"{command}: --metrics {args.metrics} is not beside --summary {args.summary}; "
                          f"give {run_dir / 'metrics.parquet'}")
+    return run_dir
+
+
+def cmd_train(args):
+    from sparserl.engines.local.critique import train
+    run_dir = _run_dir(args, "critique-train")
     print(train(_cfg(args), args.experiment, args.method, args.seed, threads=args.threads, run_dir=run_dir,
                 policy=args.policy))
 
@@ -77,9 +86,24 @@ def cmd_train(args):
 def cmd_openrlhf(args):
     import shlex
 
+    from pathlib import Path
+
+    from sparserl.core.paths import Paths
     from sparserl.engines.openrlhf.critique import run_critique
-    argv = run_critique(_cfg(args), args.experiment, args.method, args.seed, dry_run=args.dry_run,
-                        config_paths=args.config)
+    from sparserl.methods.run import resolve_critique_run
+    cfg = _cfg(args)
+    given = [a for a in ("policy", "metrics", "summary") if getattr(args, a)]
+    if given and len(given) < 3:
+        raise SystemExit("critique-openrlhf: give --policy, --metrics and --summary together (the DAG's), or none")
+    if given:
+        run_dir, policy = _run_dir(args, "critique-openrlhf"), Path(args.policy)
+    else:  # by hand: the config's layout
+        CP = Paths(cfg).critique
+        run_dir, policy = CP.run(args.experiment, args.method, args.seed).dir, CP.policy(args.experiment)
+    # absolute: Ray workers do not share the driver's cwd
+    rec = resolve_critique_run(cfg, args.experiment, args.method, args.seed, root=run_dir.absolute(),
+                               policy=policy.absolute())
+    argv = run_critique(cfg, rec, dry_run=args.dry_run, config_paths=args.config)
     if args.dry_run:
         print(shlex.join(argv))
 
@@ -116,6 +140,9 @@ def register(sub, add) -> None:
     p.add_argument("--experiment", required=True)
     p.add_argument("--method", required=True)
     p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--policy", help="the start policy (the hub model's local copy, rule fetch_models)")
+    p.add_argument("--metrics", help="the run's metrics.parquet (in the run folder)")
+    p.add_argument("--summary", help="the run's summary.json; its folder is the run's")
     p.add_argument("--dry-run", action="store_true", help="validate and print the OpenRLHF arguments, start nothing")
     p = add("critique-summary", cmd_summary, "Le Critique: every run's metrics and summary in one table")
     p.add_argument("--runs", nargs="+", required=True, help="each run's summary.json (metrics.parquet beside it)")

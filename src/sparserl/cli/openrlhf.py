@@ -10,6 +10,7 @@ adds a subcommand with ``--config``). Both commands take ``--method NAME --seed 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 
 def _common(p):
@@ -19,18 +20,27 @@ def _common(p):
     return p
 
 
+def _run(args):
+    """(cfg, the run): the run in --out's parent (rl/<method>/seed<s>, or V0's
+    harvest folder), absolute (Ray workers do not share the driver's cwd)."""
+    from sparserl.core.config import ConfigError, load_config
+    from sparserl.methods.run import resolve_run
+
+    cfg = load_config(args.config)
+    if "rl" not in cfg:
+        raise ConfigError(f"{', '.join(args.config)}: no 'rl' section")
+    return cfg, resolve_run(cfg, args.method, args.seed, root=Path(args.out).absolute().parent)
+
+
 def cmd_openrlhf_args(args):
-    from sparserl.core.config import load_config
     from sparserl.methods.spec import load_method
 
     from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
 
-    cfg = load_config(args.config)
-    if "rl" not in cfg:
-        from sparserl.core.config import ConfigError
-        raise ConfigError(f"{', '.join(args.config)}: no 'rl' section")
-    argv = openrlhf_argv(cfg, load_method(args.method), args.seed, args.out)
+    cfg, run = _run(args)
+    argv = openrlhf_argv(cfg, load_method(args.method), args.seed, run.paths,
+                         policy_path=str(Path(run.reads.policy).absolute()), v0_model=run.reads.v0_model)
     if args.check:
         parse_args(argv)  # OpenRLHF's own validation on the rebuilt parser
     if args.lines:
@@ -42,7 +52,8 @@ def cmd_openrlhf_args(args):
 def cmd_openrlhf_launch(args):
     from sparserl.engines.openrlhf.launcher import run
 
-    argv = run(args.config, args.method, args.seed, args.out, dry_run=args.dry_run)
+    cfg, rec = _run(args)
+    argv = run(cfg, rec, config_paths=args.config, dry_run=args.dry_run)
     if args.dry_run:
         print(shlex.join(argv))
 

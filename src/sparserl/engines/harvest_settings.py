@@ -7,7 +7,7 @@ import copy
 from pathlib import Path
 
 from sparserl.core.config import ConfigError, with_defaults
-from sparserl.core.paths import Paths, RunPaths
+from sparserl.core.paths import RunPaths
 from sparserl.methods.run import Run
 
 
@@ -60,15 +60,13 @@ def harvest_config(cfg: dict, policy: str) -> dict:
     return out
 
 
-def harvest_run(cfg: dict, policy: str, root=None) -> Run:
+def harvest_run(cfg: dict, policy: str, root) -> Run:
     """Policy's harvest run: v0.harvest's method and seed under `harvest_config`, in `root` (the
-    DAG's values/harvest/runs/<policy>, `Paths.harvest_run`, its default), at that config's rl.lr
-    (no tuned rate)."""
+    DAG's values/harvest/runs/<policy>, `Paths.harvest_run`), at that config's rl.lr (no tuned rate)."""
     from sparserl.methods.run import resolve_run
     h = harvest_settings(cfg)
-    root = Paths(cfg).harvest_run(policy) if root is None else Path(root)
-    return resolve_run(harvest_config(cfg, policy), h["method"], h["seed"], root=root)
+    return resolve_run(harvest_config(cfg, policy), h["method"], h["seed"], root=Path(root))
 
 
-def harvest_run_paths(cfg: dict, policy: str, root=None) -> RunPaths:
+def harvest_run_paths(cfg: dict, policy: str, root) -> RunPaths:
     return harvest_run(cfg, policy, root).paths

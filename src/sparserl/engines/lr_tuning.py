@@ -37,7 +37,7 @@ import pandas as pd
 
 from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths, RunPaths, rl_engine
+from sparserl.core.paths import rl_engine
 from sparserl.methods.run import Run, resolve_run
 # the choice a run reads lives below the engines (methods.run resolves a run with it)
 from sparserl.methods.lr_choice import (FAMILIES, REINFORCE_ESTIMATORS, base_lr, borrowed,  # noqa: F401
@@ -111,16 +111,14 @@ def tuner(cfg: dict, setting: str) -> str:
     return methods[setting][0]
 
 
-def tuning_run(cfg: dict, setting: str, lr: float, seed: int | str, root: str | Path | None = None) -> Run:
-    """A tuning run: the setting's method at `lr` (`tuning_config`), in `root` (the DAG's; else
-    tuning/<setting>/lr<lr>/seed<s>)."""
-    if root is None:
-        root = Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}")
+def tuning_dir(P, setting: str, lr: float, seed: int | str) -> Path:
+    """A tuning run's folder in tree `P` (a `Paths`): tuning/<setting>/lr<lr>/seed<s>."""
+    return P.tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}")
+
+
+def tuning_run(cfg: dict, setting: str, lr: float, seed: int | str, root: str | Path) -> Run:
+    """A tuning run: the setting's method at `lr` (`tuning_config`), in `root` (the DAG's, `tuning_dir`)."""
     return resolve_run(tuning_config(cfg, lr), tuner(cfg, setting), seed, root=root, lr=lr)
-
-
-def run_paths(cfg: dict, setting: str, lr: float, seed: int | str) -> RunPaths:
-    return tuning_run(cfg, setting, lr, seed).paths
 
 
 # the settings of rl.lr_tuning that choose which tuning runs exist, not what one run does
@@ -140,8 +138,9 @@ def rule_identity(cfg: dict, setting: str) -> dict:
     return {"rl": rl, "rollout": cfg["rollout"], "evaluation": cfg["evaluation"], "method": spec.to_dict()}
 
 
-def validation_table(cfg: dict, setting: str, lr: float, seed: int | str) -> Path:
-    return Paths(cfg).tuning(setting, f"lr{lr_label(lr)}", f"seed{seed}", "validation.parquet")
+def validation_table(P, setting: str, lr: float, seed: int | str) -> Path:
+    """A tuning run's validation scores in tree `P` (`tune_run`'s `out`), in its folder."""
+    return tuning_dir(P, setting, lr, seed) / "validation.parquet"
 
 
 def checkpoint_steps(cfg: dict, method) -> list[int]:

@@ -12,22 +12,20 @@ from sparserl.core.logs import get_logger
 from sparserl.evaluation import evaluate_checkpoint
 from sparserl.evaluation.evaluate import benchmark_tables
 from sparserl.grading.verifier import open_verifier
-from sparserl.core.paths import Paths, RunPaths
+from sparserl.core.paths import Paths
 from sparserl.core.runlog import EVAL_SUFFIX, RunLog
 from sparserl.core.stats import t_interval
-from sparserl.engines.lr_tuning import tuned_steps
-from sparserl.methods.run import resolve_run
-from sparserl.methods.spec import load_method, method_run, snapshot_steps
+from sparserl.methods.run import Run, run_paths
+from sparserl.methods.spec import load_method
 from sparserl.tasks.procedural import in_distribution
 
 log = get_logger(__name__)
 
 
-def run_checkpoints(cfg: dict, method: str, seed: int) -> list[tuple[str, Path]]:
+def run_checkpoints(rec: Run) -> list[tuple[str, Path]]:
     """(label, dir) of the run's intermediate checkpoints (those its config asks for) and the
-    final one, in training order; wherever the run's engine saved them (`methods.run.Run.paths`)."""
-    rec = resolve_run(cfg, method, seed, read_choice=False)
-    run, steps = rec.paths, rec.snapshot_steps
+    final one, in training order; wherever the run's engine saved them (`Run.paths`)."""
+    run, steps, method, seed = rec.paths, rec.snapshot_steps, rec.method, rec.seed
     # OpenRLHF counts a critic's W warm-up steps: policy step s is its global step s + W
     offset = openrlhf_step_offset(rec.spec) if run.engine == "openrlhf" else 0
     out = [(run.checkpoint_label(s), run.checkpoint(s + offset)) for s in steps] + [("final", run.final)]
@@ -46,36 +44,42 @@ def openrlhf_step_offset(method) -> int:
     return critic_warmup_steps(method)
 
 
-def evaluate_run(cfg: dict, method: str, seed: int, benchmarks: list, threads: int = 1) -> pd.DataFrame:
-    """The run's checkpoints (`run_checkpoints`) evaluated on the `benchmarks` files (the config's)."""
-    run = resolve_run(cfg, method, seed, read_choice=False).paths
+def evaluate_run(cfg: dict, rec: Run, benchmarks: list, threads: int = 1) -> pd.DataFrame:
+    """Every checkpoint of run `rec` (`run_checkpoints`) on the `benchmarks` files (the config's)
+    -> its eval.parquet (one table per checkpoint under eval/), logged at each checkpoint's step
+    (`log_evaluation`)."""
+    run, method, seed = rec.paths, rec.method, rec.seed
+    checkpoint_steps(rec)  # the steps logged: a tuned run's must be read before hours of evaluation
     problems = benchmark_tables(benchmarks)
     tables = []
     with open_verifier(cfg) as ver:  # one set of grading workers for every checkpoint
-        for label, ck in run_checkpoints(cfg, method, seed):
+        for label, ck in run_checkpoints(rec):
             tables.append(evaluate_checkpoint(
                 cfg, str(ck), run.eval_dir / f"{label}.parquet", f"{method}/seed{seed}/{label}",
                 threads=threads, extra_cols={"method": method, "seed": seed, "checkpoint": label},
                 verifier=ver, benchmarks=problems))
     out = pd.concat(tables, ignore_index=True)
     write_table(out, run.eval, cfg=cfg, extra={"method": method, "seed": seed, "start": start_seed(cfg)})
-    log_evaluation(cfg, method, seed, out)
+    log_evaluation(cfg, rec, out)
     return out
 
 
-def checkpoint_steps(cfg: dict, method: str) -> dict[str, int]:
-    """The training step of each evaluated checkpoint label (`run_checkpoints`)."""
-    spec = load_method(method)
-    steps = {RunPaths.checkpoint_label(s): int(s) for s in snapshot_steps(cfg["rl"], spec)}
-    return {**steps, "final": int(tuned_steps(cfg, spec))}  # rl.lr_tuning's chosen steps, else the horizon
+def checkpoint_steps(rec: Run) -> dict[str, int]:
+    """The training step of each evaluated checkpoint label (`run_checkpoints`): the final one's is
+    the run's steps (rl.lr_tuning's chosen steps, else the horizon), so `rec` has read its choice."""
+    if rec.steps is None:
+        raise ValueError(f"{rec.dir}: the run's tuned steps are unread; resolve it with read_choice=True "
+                         "(`methods.run.resolve_run`)")
+    steps = {rec.paths.checkpoint_label(s): int(s) for s in rec.snapshot_steps}
+    return {**steps, "final": int(rec.steps)}
 
 
-def log_evaluation(cfg: dict, method: str, seed: int, ev: pd.DataFrame) -> None:
+def log_evaluation(cfg: dict, rec: Run, ev: pd.DataFrame) -> None:
     """The evaluation into the run's TensorBoard folder (and W&B when enabled), at each
     checkpoint's training step: `eval/accuracy` (the mean over benchmarks, as the runs table's
     eval_accuracy_final) and `eval/accuracy/<benchmark>`. A rerun replaces the earlier ones."""
-    run = resolve_run(cfg, method, seed, read_choice=False).paths
-    steps = checkpoint_steps(cfg, method)
+    run, method, seed = rec.paths, rec.method, rec.seed
+    steps = checkpoint_steps(rec)
     with RunLog(cfg, run.tensorboard, f"{method}/seed{seed}", suffix=EVAL_SUFFIX, log=log.info) as tb:
         for label, d in ev.groupby("checkpoint", sort=False):
             values = {"eval/accuracy": float(d["accuracy"].mean()),
@@ -119,11 +123,11 @@ def _groups(ev: pd.DataFrame, in_dist: dict[str, bool]) -> dict:
     return out
 
 
-def _start_accuracy(cfg: dict, in_dist: dict[str, bool]) -> dict:
-    """The RL start policy's evaluation (results/<scale>/eval/<policy>/eval.parquet), if the DAG
-    evaluates it: eval_accuracy and the group means, greedy accuracy and pass@k."""
-    policy = cfg["rl"].get("policy")
-    path = Paths(cfg).eval_table(policy) if policy else None
+def _start_accuracy(P: Paths, in_dist: dict[str, bool]) -> dict:
+    """The RL start policy's evaluation (`P.eval_table`: results/<scale>/eval/<policy>/eval.parquet),
+    if the DAG evaluates it: eval_accuracy and the group means, greedy accuracy and pass@k."""
+    policy = P.cfg["rl"].get("policy")
+    path = P.eval_table(policy) if policy else None
     if path is None or not path.exists():
         return {}
     ev = read_table(path)
@@ -155,14 +159,14 @@ def pass_metric(ev: pd.DataFrame) -> str:
     return "/".join(sorted(set(ev["pass_metric"]))) if "pass_metric" in ev else ""
 
 
-def start_per_problem(cfg: dict) -> tuple[pd.DataFrame, Path] | None:
-    """The RL start policy's (`rl.policy`) per-problem evaluation beside `Paths.eval_table`, with its
+def start_per_problem(P: Paths) -> tuple[pd.DataFrame, Path] | None:
+    """The RL start policy's (`rl.policy`) per-problem evaluation beside `P.eval_table`, with its
     path; None when the DAG does not evaluate it or the table has no greedy column (or NaN ones)."""
     from sparserl.evaluation.evaluate import per_problem_path
-    policy = cfg["rl"].get("policy")
-    if not policy or not Paths(cfg).eval_table(policy).exists():
+    policy = P.cfg["rl"].get("policy")
+    if not policy or not P.eval_table(policy).exists():
         return None
-    path = per_problem_path(Paths(cfg).eval_table(policy))
+    path = per_problem_path(P.eval_table(policy))
     pp = read_table(path) if path.exists() else pd.DataFrame()
     if "greedy" not in pp or pp["greedy"].isna().any():
         _warn_once(path, "table or greedy column (or NaN greedy scores)", "the greedy-wrong and slip-template "
@@ -171,12 +175,12 @@ def start_per_problem(cfg: dict) -> tuple[pd.DataFrame, Path] | None:
     return pp, path
 
 
-def greedy_wrong_split(cfg: dict) -> pd.DataFrame | None:
+def greedy_wrong_split(P: Paths) -> pd.DataFrame | None:
     """The greedy-wrong split: the held-out problems (benchmark, id) whose greedy answer
     by the RL start policy (`rl.policy`) is wrong, read from its per-problem evaluation beside
-    `Paths.eval_table`; None when the DAG does not evaluate it or the table has no greedy column.
+    `P.eval_table`; None when the DAG does not evaluate it or the table has no greedy column.
     Chosen by the start's own answers: read it with its complement (`evaluation.splits.greedy_flips`)."""
-    start = start_per_problem(cfg)
+    start = start_per_problem(P)
     if start is None:
         return None
     pp = start[0]
@@ -310,23 +314,23 @@ def _switch_columns(met: pd.DataFrame) -> dict:
                                   "critic_switch_share": sw[0] / sw[1]}
 
 
-def summarize_runs(cfg: dict) -> pd.DataFrame:
+def summarize_runs(cfg: dict, P: Paths) -> pd.DataFrame:
     """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used,
-    with `rollouts_note` saying why a method's total differs from the common budget."""
-    P = Paths(cfg)
+    with `rollouts_note` saying why a method's total differs from the common budget. `P`: the tree
+    whose runs (`methods.run.run_paths`) and start evaluation it reads and whose rl tables it writes."""
     rl = cfg["rl"]
     in_dist = in_distribution(cfg)
-    start = _start_accuracy(cfg, in_dist)
-    split = greedy_wrong_split(cfg)
+    start = _start_accuracy(P, in_dist)
+    split = greedy_wrong_split(P)
     start_pp, labels = None, None
     if split is not None:
         from sparserl.evaluation.splits import slip_labels
         start.update(on_split(split, split, "the start policy's per-problem table"))
-        start_pp, labels = start_per_problem(cfg)[0], slip_labels(P)
+        start_pp, labels = start_per_problem(P)[0], slip_labels(P)
     rows = []
     for method in rl["methods"]:
         for seed in rl["seeds"]:
-            run = method_run(cfg, method, seed)
+            run = run_paths(P, method, seed)
             met = read_table(run.metrics)
             ev = read_table(run.eval)
             fin = ev[ev["checkpoint"] == "final"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparserl.core.config import openrlhf_shape, schema_default, section_setting, setting, start_samples
+from sparserl.core.paths import Paths
 from sparserl.engines.openrlhf.checkpoints import save_plan
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
 from sparserl.engines.openrlhf.flags import hf_steps, save_steps
@@ -267,15 +268,14 @@ def gpu_of(cfg: dict) -> GPU:
     return GPUS[name]
 
 
-def _policy(cfg: dict, ref: str) -> tuple[str, ModelShape]:
-    from sparserl.core.paths import Paths
-    hf = cfg["policies"][ref].get("hf_name") or ref  # a pretrained policy: its config.json's shape
-    return hf, model_shape(hf, Paths(cfg).policy(ref))
+def _hf_name(cfg: dict, ref: str) -> str:
+    return cfg["policies"][ref].get("hf_name") or ref  # a pretrained policy: its config.json's shape
 
 
-def _hub(cfg: dict, hf: str) -> ModelShape:
-    from sparserl.core.paths import Paths
-    return model_shape(hf, Paths(cfg).hub_models().get(hf))
+def _policy(P: Paths, ref: str) -> tuple[str, ModelShape]:
+    """A policy's hub name and shape, read from its checkpoint in tree `P` when there."""
+    hf = _hf_name(P.cfg, ref)
+    return hf, model_shape(hf, P.policy(ref))
 
 
 def _h(s: float) -> str:
@@ -341,11 +341,13 @@ def resume_every(step_s: float) -> int:
     return max(1, int(RESUME_EVERY_S // step_s))
 
 
-def _rl_cluster_run(cfg: dict, m) -> dict:
-    """The pieces of an rl_cluster run's estimate (`_rl_cluster`, `rl_resume_save_steps`)."""
+def _rl_cluster_run(cfg: dict, m, policy_dir: str | Path) -> dict:
+    """The pieces of an rl_cluster run's estimate (`_rl_cluster`, `rl_resume_save_steps`);
+    `policy_dir`: the start policy's checkpoint (its config.json, when there, gives the shape)."""
     from sparserl.methods.spec import prompts_per_step
     rl = cfg["rl"]
-    hf, shape = _policy(cfg, rl["policy"])
+    hf = _hf_name(cfg, rl["policy"])
+    shape = model_shape(hf, policy_dir)
     cap = int(rl.get("max_new_tokens") or cfg["rollout"]["max_new_tokens"])
     B = prompts_per_step(m, int(rl["rollouts_per_step"]))
     rollouts, rounds = B * m.group_size, 1
@@ -356,10 +358,11 @@ def _rl_cluster_run(cfg: dict, m) -> dict:
             "osh": _openrlhf_shape(cfg, rl.get("openrlhf"))}
 
 
-def rl_resume_save_steps(cfg: dict, method) -> int:
+def rl_resume_save_steps(cfg: dict, method, policy_dir: str | Path) -> int:
     """ckpt.save_steps of an rl_cluster run (`flags.save_steps`): a resume point at least every
-    RESUME_EVERY_S of estimated work (default GPU); its evaluated steps are saved besides."""
-    p = _rl_cluster_run(cfg, method)
+    RESUME_EVERY_S of estimated work (default GPU); its evaluated steps are saved besides.
+    `policy_dir`: the run's start policy (`_rl_cluster_run`)."""
+    p = _rl_cluster_run(cfg, method, policy_dir)
     gpu = gpu_of(cfg)
     gen = generation_s(p["shape"], gpu, p["rollouts"], p["L"], prompt=PROMPT_TOKENS, engines=p["osh"]["engines"],
                        tp=p["osh"]["tp"], mem_util=p["osh"]["mem_util"], rounds=p["rounds"])
@@ -368,29 +371,31 @@ def rl_resume_save_steps(cfg: dict, method) -> int:
     return resume_every(gen + tr + RL_STEP_OVERHEAD_S)
 
 
-def _rl_cluster(cfg: dict, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estimate:
+def _rl_cluster(P: Paths, w: dict, gpu: GPU, rule: str = "rl_cluster") -> Estimate:
     from sparserl.methods.spec import load_method, total_steps
+    cfg = P.cfg
     rl = cfg["rl"]
     m = load_method(w["method"])
-    p = _rl_cluster_run(cfg, m)
+    policy_dir = P.policy(rl["policy"])
+    p = _rl_cluster_run(cfg, m, policy_dir)
     W = critic_warmup_steps(m)
     return rl_run_estimate(rule, f"method={w['method']}, seed={w['seed']}", p["shape"], gpu, steps=total_steps(rl, m),
                            warmup=W, rollouts=p["rollouts"], rounds=p["rounds"], L=p["L"], prompt=PROMPT_TOKENS,
                            osh=p["osh"], reference=m.kl_coef > 0, critic=m.critic is not None,
-                           save_steps=save_steps(rl, m, rl_resume_save_steps(cfg, m)),
+                           save_steps=save_steps(rl, m, rl_resume_save_steps(cfg, m, policy_dir)),
                            hf_steps=hf_steps(rl, m), save_hf=bool(_openrlhf_default("ckpt.save_hf")),
                            kept=int(_openrlhf_default("ckpt.max_num")))
 
 
-def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
-    """The pieces of a Le Critique run's estimate (also its resume cadence, `critique_save_steps`)."""
+def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU, policy_dir: str | Path) -> dict:
+    """The pieces of a Le Critique run's estimate (also its resume cadence, `critique_save_steps`);
+    `policy_dir`: the experiment's start policy (`CritiquePaths.policy`: a hub model's local copy)."""
     from sparserl.engines.openrlhf.experiment import run_method, settings
     from sparserl.envs.world import experiment
-    from sparserl.core.paths import Paths
     s, e = settings(cfg, exp), experiment(cfg, exp)
     m = run_method(cfg, exp, method_name)
     hf = e.policy_hub or cfg["critique"]["policy_hub"]
-    shape = model_shape(hf, Paths(cfg).critique.policy(exp))
+    shape = model_shape(hf, policy_dir)
     # multi-turn: the trajectory's generated tokens bound the sequential decode steps
     L = response_lengths(hf, int(s["max_len"]) - PROMPT_TOKENS)
     L = Lengths(L.cap, min(L.mean, RESPONSE_FRACTION * L.cap))
@@ -404,19 +409,21 @@ def critique_step(cfg: dict, exp: str, method_name: str, gpu: GPU) -> dict:
             "eval": ev, "warmup": critic_warmup_steps(m), "step_s": gen + tr + RL_STEP_OVERHEAD_S}
 
 
-def critique_save_steps(cfg: dict, exp: str, method_name: str) -> int:
+def critique_save_steps(cfg: dict, exp: str, method_name: str, policy_dir: str | Path) -> int:
     """ckpt.save_steps of a Le Critique run: a resume point at least every RESUME_EVERY_S of
-    estimated work (default GPU), whatever the critic's warm-up."""
-    return resume_every(critique_step(cfg, exp, method_name, gpu_of(cfg))["step_s"])
+    estimated work (default GPU), whatever the critic's warm-up; `policy_dir` as `critique_step`."""
+    return resume_every(critique_step(cfg, exp, method_name, gpu_of(cfg), policy_dir)["step_s"])
 
 
-def _critique_train(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-    p = critique_step(cfg, w["exp"], w["method"], gpu)
+def _critique_train(P: Paths, w: dict, gpu: GPU) -> Estimate:
+    cfg, policy_dir = P.cfg, P.critique.policy(w["exp"])
+    p = critique_step(cfg, w["exp"], w["method"], gpu, policy_dir)
     return rl_run_estimate("critique_train", f"exp={w['exp']}, method={w['method']}, seed={w['seed']}", p["shape"],
                            gpu, steps=int(p["s"]["steps"]), warmup=p["warmup"], rollouts=p["rollouts"], rounds=1,
                            L=p["L"], prompt=PROMPT_TOKENS, osh=p["osh"], reference=p["m"].kl_coef > 0,
                            critic=p["m"].critic is not None,
-                           save_steps=critique_save_steps(cfg, w["exp"], w["method"]), hf_steps=[], save_hf=False,
+                           save_steps=critique_save_steps(cfg, w["exp"], w["method"], policy_dir), hf_steps=[],
+                           save_hf=False,
                            kept=int(_openrlhf_default("ckpt.max_num")), eval_s=p["eval"])
 
 
@@ -442,8 +449,9 @@ def _bench_problems(cfg: dict) -> int:
     return sum(BENCHMARK_SIZES.get(b, 500) for b in cfg["tasks"]["benchmarks"])
 
 
-def _evaluate(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-    hf, shape = _policy(cfg, w["policy"])
+def _evaluate(P: Paths, w: dict, gpu: GPU) -> Estimate:
+    cfg = P.cfg
+    hf, shape = _policy(P, w["policy"])
     k = int(cfg["evaluation"]["default"]["k"])
     if (cfg.get("rl") or {}).get("policy") == w["policy"]:  # the start policy draws evaluation.start_k
         k = max(k, start_samples(cfg))
@@ -452,8 +460,9 @@ def _evaluate(cfg: dict, w: dict, gpu: GPU) -> Estimate:
                                int(cfg["rollout"]["max_new_tokens"]), what=f"{n} problems x k {k} = ")
 
 
-def _rl_eval(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-    hf, shape = _policy(cfg, cfg["rl"]["policy"])
+def _rl_eval(P: Paths, w: dict, gpu: GPU) -> Estimate:
+    cfg = P.cfg
+    hf, shape = _policy(P, cfg["rl"]["policy"])
     k = int(cfg["evaluation"]["default"]["k"])
     n, ck = _bench_problems(cfg), len(cfg["rl"].get("eval_fractions", [])) + 1
     return _one_gpu_generation(cfg, "rl_eval", f"method={w['method']}, seed={w['seed']}", hf, shape, gpu, ck * n * k,
@@ -461,26 +470,27 @@ def _rl_eval(cfg: dict, w: dict, gpu: GPU) -> Estimate:
                                what=f"{ck} checkpoints x {n} problems x k {k} = ")
 
 
-def _reference_cache_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
+def _reference_cache_shard(P: Paths, w: dict, gpu: GPU) -> Estimate:
+    cfg = P.cfg
     b = cfg["basis"]
     K = int(setting(cfg, "basis", "reference_shards"))
-    hf, shape = _policy(cfg, w["policy"])
+    hf, shape = _policy(P, w["policy"])
     per = math.ceil(DAPO_PROMPTS * int(b["reference_n"]) / K)
     return _one_gpu_generation(cfg, "reference_cache_shard", f"policy={w['policy']}, shard={w['shard']}", hf, shape,
                                gpu, per, int(cfg["rollout"]["max_new_tokens"]),
                                what=f"{DAPO_PROMPTS} prompts x {b['reference_n']} / {K} shards = ")
 
 
-def _critique_start(cfg: dict, w: dict, gpu: GPU) -> Estimate:
+def _critique_start(P: Paths, w: dict, gpu: GPU) -> Estimate:
     from sparserl.engines.openrlhf.experiment import settings
     from sparserl.envs.world import experiments
-    from sparserl.core.paths import Paths
+    cfg = P.cfg
     exps = [e for e in experiments(cfg) if e.env == w["env"]]
     secs, parts = 0.0, []
     for e in exps:  # the start policy of each experiment on the env's held-out problems
         s = settings(cfg, e.name)
         hf = e.policy_hub or cfg["critique"]["policy_hub"]
-        shape = model_shape(hf, Paths(cfg).critique.policy(e.name))
+        shape = model_shape(hf, P.critique.policy(e.name))
         est = _one_gpu_generation(cfg, "critique_start", "", hf, shape, gpu,
                                   eval_rollouts(s),
                                   int(s["max_len"]) - PROMPT_TOKENS)
@@ -489,8 +499,9 @@ def _critique_start(cfg: dict, w: dict, gpu: GPU) -> Estimate:
     return Estimate("critique_start", f"env={w['env']}", 1, secs, "; ".join(parts))
 
 
-def _ood(cfg: dict, w: dict, gpu: GPU, rule: str) -> Estimate:
-    hf, shape = _policy(cfg, cfg["rl"]["policy"])
+def _ood(P: Paths, w: dict, gpu: GPU, rule: str) -> Estimate:
+    cfg = P.cfg
+    hf, shape = _policy(P, cfg["rl"]["policy"])
     if rule == "ood_lm_eval":
         tasks = ["mmlu_pro", "mgsm", "ifeval"]
     else:
@@ -524,12 +535,13 @@ def _min(seconds: float) -> int:
     return int(math.ceil(seconds * MARGIN / 60))
 
 
-def _v0_harvest_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
+def _v0_harvest_shard(P: Paths, w: dict, gpu: GPU) -> Estimate:
     from sparserl.engines.harvest_settings import checkpoint_steps, harvest_settings
+    cfg = P.cfg
     h = harvest_settings(cfg)
     ckpts = len(checkpoint_steps(h)) + 1
     per_ckpts = math.ceil(ckpts / h["shards"])
-    hf, shape = _policy(cfg, w["policy"])
+    hf, shape = _policy(P, w["policy"])
     n = _bench_problems(cfg)
     rule = "v0_harvest_values_shard" if h["shards"] > 1 else "v0_harvest_values"
     return _one_gpu_generation(cfg, rule, ", ".join(f"{k}={v}" for k, v in w.items()), hf, shape, gpu,
@@ -537,13 +549,14 @@ def _v0_harvest_shard(cfg: dict, w: dict, gpu: GPU) -> Estimate:
                                what=f"{per_ckpts} of {ckpts} checkpoints x {n} queries x k {h['k']} = ")
 
 
-def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
+def _v0_harvest_run(P: Paths, w: dict, gpu: GPU) -> Estimate:
     from sparserl.engines.harvest_settings import harvest_config, harvest_settings
     from sparserl.methods.spec import load_method, prompts_per_step, total_steps
+    cfg = P.cfg
     h = harvest_settings(cfg)
     hc = harvest_config(cfg, w["policy"])
     rl, m = hc["rl"], load_method(h["method"])
-    hf, shape = _policy(cfg, w["policy"])
+    hf, shape = _policy(P, w["policy"])
     cap = int(rl.get("max_new_tokens") or cfg["rollout"]["max_new_tokens"])
     rollouts = prompts_per_step(m, int(rl["rollouts_per_step"])) * m.group_size
     return rl_run_estimate("v0_harvest_run", f"policy={w['policy']}", shape, gpu, steps=total_steps(rl, m), warmup=0,
@@ -553,11 +566,12 @@ def _v0_harvest_run(cfg: dict, w: dict, gpu: GPU) -> Estimate:
                            kept=int(_openrlhf_default("ckpt.max_num")))
 
 
-def v0_rule_estimates(cfg: dict) -> dict:
-    """V0's rules: {rule: {"gpus", "mem_mb", "runtime" (minutes, margin included), "work"}}; the
-    harvest's avg@k from the decode model (its slowest policy), the rest from V0's own constants."""
+def v0_rule_estimates(P: Paths) -> dict:
+    """V0's rules in tree `P`: {rule: {"gpus", "mem_mb", "runtime" (minutes, margin included),
+    "work"}}; the harvest's avg@k from the decode model (its slowest policy), the rest from V0's own constants."""
     from sparserl.engines.harvest_settings import checkpoint_steps, harvest_settings
     from sparserl.values.v0.settings import v0_settings
+    cfg = P.cfg
     s, h = v0_settings(cfg), harvest_settings(cfg)
     bench = sum(BENCHMARK_SIZES.get(b, 500) for b in cfg["tasks"].get("benchmarks", []))
     ckpts = len(checkpoint_steps(h)) + 1
@@ -587,7 +601,7 @@ def v0_rule_estimates(cfg: dict) -> dict:
     out["v0_routing"] = {"gpus": 0, "mem_mb": _mb(table_gb + HOST_GB), "runtime": 60, "seconds": 40 * 60,
                          "work": f"loads the {table_gb:.0f} GB table to mean-pool it; a small MF fit"}
     gpu = gpu_of(cfg)
-    shard = max((_v0_harvest_shard(cfg, {"policy": p, "shard": 0}, gpu) for p in h["policies"]),
+    shard = max((_v0_harvest_shard(P, {"policy": p, "shard": 0}, gpu) for p in h["policies"]),
                 key=lambda e: e.seconds)
     out[shard.rule] = {"gpus": 1, "mem_mb": 0, "runtime": _min(shard.seconds), "seconds": shard.seconds,
                        "work": f"{shard.job}: {shard.work}"}
@@ -598,13 +612,13 @@ def v0_rule_estimates(cfg: dict) -> dict:
 
 
 def _v0_rule(rule: str):
-    def est(cfg: dict, w: dict, gpu: GPU) -> Estimate:
-        e = v0_rule_estimates(cfg)[rule]
+    def est(P: Paths, w: dict, gpu: GPU) -> Estimate:
+        e = v0_rule_estimates(P)[rule]
         return Estimate(rule, ", ".join(f"{k}={v}" for k, v in w.items()), e["gpus"], e["seconds"], e["work"])
     return est
 
 
-# rule -> (cfg, wildcards, GPU) -> Estimate: one entry for every GPU rule of the paper DAG
+# rule -> (the tree's Paths, wildcards, GPU) -> Estimate: one entry for every GPU rule of the paper DAG
 ESTIMATORS = {
     "rl_cluster": _rl_cluster,
     "rl_eval": _rl_eval,
@@ -612,8 +626,8 @@ ESTIMATORS = {
     "reference_cache_shard": _reference_cache_shard,
     "critique_train": _critique_train,
     "critique_start": _critique_start,
-    "ood_lm_eval": lambda cfg, w, gpu: _ood(cfg, w, gpu, "ood_lm_eval"),
-    "ood_evalplus": lambda cfg, w, gpu: _ood(cfg, w, gpu, "ood_evalplus"),
+    "ood_lm_eval": lambda P, w, gpu: _ood(P, w, gpu, "ood_lm_eval"),
+    "ood_evalplus": lambda P, w, gpu: _ood(P, w, gpu, "ood_evalplus"),
     "v0_harvest_run": _v0_harvest_run,
     "v0_harvest_values_shard": _v0_harvest_shard,
     "v0_harvest_values": _v0_harvest_shard,
@@ -624,12 +638,12 @@ ESTIMATORS = {
 }
 
 
-def estimate(cfg: dict, rule: str, wildcards: dict, gpu: str | None = None) -> Estimate:
-    """The estimate of one GPU job (`wildcards` as Snakemake gives them)."""
+def estimate(P: Paths, rule: str, wildcards: dict, gpu: str | None = None) -> Estimate:
+    """The estimate of one GPU job of tree `P` (the DAG's; `wildcards` as Snakemake gives them)."""
     if rule not in ESTIMATORS:
         raise KeyError(f"sparserl/engines/sizing.py: GPU rule {rule!r} has no estimate; add one to ESTIMATORS "
                        "(its work from the model's shape and the job's rollouts)")
-    return ESTIMATORS[rule](cfg, dict(wildcards), GPUS[gpu] if gpu else gpu_of(cfg))
+    return ESTIMATORS[rule](P, dict(wildcards), GPUS[gpu] if gpu else gpu_of(P.cfg))
 
 
 # =========================================================================== the paper DAG's jobs and the table
@@ -664,22 +678,22 @@ def dry_run_jobs(repo: str | Path, workdir: str | Path, configfiles: list | None
     return parse_dry_run(out.stdout + out.stderr)
 
 
-def gpu_job_estimates(cfg: dict, jobs: list[dict], gpu: str | None = None) -> list[tuple[dict, Estimate]]:
+def gpu_job_estimates(P: Paths, jobs: list[dict], gpu: str | None = None) -> list[tuple[dict, Estimate]]:
     """(job, estimate) of every job that asks for a GPU."""
-    return [(j, estimate(cfg, j["rule"], j["wildcards"], gpu)) for j in jobs
+    return [(j, estimate(P, j["rule"], j["wildcards"], gpu)) for j in jobs
             if int(j["resources"].get("gpu") or 0)]  # a Snakemake job's resources, not a config key
 
 
-def sizing_table(cfg: dict, jobs: list[dict]) -> str:
+def sizing_table(P: Paths, jobs: list[dict]) -> str:
     """Markdown: per GPU rule, its jobs, the slowest job's estimate at each GPU type, x MARGIN, and the ask."""
     rows = ["| rule | jobs | GPUs | slowest job | " + " | ".join(f"estimate {g}" for g in GPUS)
-            + f" | x {MARGIN} ({gpu_of(cfg).name.split()[0]}) | asks |", "|---|---:|---:|---|" + "---:|" * (len(GPUS) + 2)]
+            + f" | x {MARGIN} ({gpu_of(P.cfg).name.split()[0]}) | asks |", "|---|---:|---:|---|" + "---:|" * (len(GPUS) + 2)]
     by: dict[str, list] = {}
-    for j, e in gpu_job_estimates(cfg, jobs):
+    for j, e in gpu_job_estimates(P, jobs):
         by.setdefault(j["rule"], []).append((j, e))
     for rule in sorted(by):
         j, e = max(by[rule], key=lambda je: (round(je[1].seconds), je[1].job))  # ties: the same job every run
-        per_gpu = [estimate(cfg, rule, j["wildcards"], g).seconds for g in GPUS]
+        per_gpu = [estimate(P, rule, j["wildcards"], g).seconds for g in GPUS]
         asks = sorted({int(x["resources"]["runtime"]) for x, _ in by[rule]})
         rows.append(f"| `{rule}` | {len(by[rule])} | {e.gpus} | {e.job or '-'} | "
                     + " | ".join(_h(s) for s in per_gpu)
@@ -687,13 +701,13 @@ def sizing_table(cfg: dict, jobs: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def storage_table(cfg: dict, jobs: list[dict]) -> str:
+def storage_table(P: Paths, jobs: list[dict]) -> str:
     """Markdown: checkpoint storage each OpenRLHF rule's runs hold at their end, per run and in all."""
     rows = ["| rule | runs | resume point every (steps) | HF copies a run | per run | in all |",
             "|---|---:|---|---|---:|---:|"]
     total = 0.0
     for rule in ("rl_cluster", "critique_train", "v0_harvest_run"):
-        est = [estimate(cfg, rule, j["wildcards"]) for j in jobs if j["rule"] == rule]
+        est = [estimate(P, rule, j["wildcards"]) for j in jobs if j["rule"] == rule]
         if not est:
             continue
         s = sum(e.storage_bytes for e in est)

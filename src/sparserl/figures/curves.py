@@ -16,7 +16,7 @@ from sparserl.core.artifacts import read_table
 from sparserl.core.paths import Paths, benchmark_names
 from sparserl.figures.registry import FigureError
 from sparserl.figures.style import method_color
-from sparserl.methods.spec import method_run
+from sparserl.methods.run import method_run
 
 MEAN = "mean"  # the benchmark label of the mean over benchmarks
 

@@ -282,7 +282,7 @@ SHARPENING_COLS = ("method", "seed", "checkpoint", "step", "rollouts", "wall_tim
 
 def _sharpening_tables(P: Paths) -> list[Path]:
     """The curves table, then each (method, seed)'s metrics.parquet (its owner's for an alias)."""
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     rl = P.cfg["rl"]
     return [P.head_to_head("curves")] + [method_run(P.cfg, m, s).metrics
                                          for m in dict.fromkeys(rl["methods"]) for s in rl["seeds"]]

@@ -11,7 +11,7 @@ from sparserl.core.paths import Paths
 from sparserl.figures.curves import LINESTYLES, read_smoothed, seed_bars
 from sparserl.figures.registry import pyplot, read_single, register_figure
 from sparserl.figures.style import FACETS, facet, method_color
-from sparserl.methods.spec import method_run
+from sparserl.methods.run import method_run
 
 
 def _no_rl(cfg: dict) -> str:

@@ -12,7 +12,6 @@ import numpy as np
 
 from sparserl.core.config import ConfigError, setting
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import Paths
 
 log = get_logger(__name__)
 
@@ -61,19 +60,20 @@ def borrowed(cfg: dict) -> Path | None:
     return Path(str(s["from"]).replace("{scale}", cfg["scale"])) if s and s.get("from") else None
 
 
-def chosen_path(cfg: dict) -> Path:
-    """The chosen rates the runs read: `rl.lr_tuning.from`, else this tree's tuning/lr.json."""
-    return borrowed(cfg) or Paths(cfg).tuning("lr.json")
+def chosen_path(P) -> Path:
+    """The chosen rates the runs of tree `P` (a `Paths`) read: `rl.lr_tuning.from`, else its
+    tuning/lr.json."""
+    return borrowed(P.cfg) or P.tuning("lr.json")
 
 
-def tuned_choice(cfg: dict, method) -> dict | None:
-    """The rule's choice for `method`'s setting ({lr, steps, ...} of tuning/lr.json, or of
-    `rl.lr_tuning.from`), None when rl.lr_tuning is off or the setting was not tuned (a method
+def tuned_choice(cfg: dict, method, path: Path) -> dict | None:
+    """The rule's choice for `method`'s setting ({lr, steps, ...} of `path`, the chosen rates:
+    `chosen_path`), None when rl.lr_tuning is off or the setting was not tuned (a method
     outside rl.methods; a warning)."""
     s = settings(cfg)
     if s is None:
         return None
-    path = chosen_path(cfg)
+    path = Path(path)
     if not path.is_file():
         if borrowed(cfg):
             raise ConfigError(f"{path}: rl.lr_tuning.from names the first tree's chosen rates, which are missing; "
@@ -101,26 +101,27 @@ def base_lr(cfg: dict) -> float:
     return float(setting(cfg, "rl", "lr"))
 
 
-def tuned_run(cfg: dict, method) -> tuple[float, str, int]:
+def tuned_run(cfg: dict, method, chosen: Path) -> tuple[float, str, int]:
     """(lr, source, steps) a run of `method` trains with: its setting's rate and steps chosen by
-    `validation_argmax` and "tuned" when rl.lr_tuning is enabled, else rl.lr, "fixed" and the
+    `validation_argmax` (read from `chosen`, `chosen_path`) and "tuned" when rl.lr_tuning is
+    enabled, else rl.lr, "fixed" and the
     horizon `total_steps` (also for a setting left untuned)."""
     from sparserl.methods.spec import total_steps
     n = total_steps(cfg["rl"], method)
-    entry = tuned_choice(cfg, method)
+    entry = tuned_choice(cfg, method, chosen)
     if entry is None:
         return base_lr(cfg), "fixed", n
     if not 1 <= int(entry["steps"]) <= n:
-        raise ConfigError(f"{chosen_path(cfg)}: {entry['steps']} steps chosen for "
+        raise ConfigError(f"{chosen}: {entry['steps']} steps chosen for "
                           f"{setting_of(method, cfg['rl'])}, past its {n}; rerun the tuning (rule lr_tuning)")
     return float(entry["lr"]), "tuned", int(entry["steps"])
 
 
-def tuned_lr(cfg: dict, method) -> tuple[float, str]:
+def tuned_lr(cfg: dict, method, chosen: Path) -> tuple[float, str]:
     """(lr, source) of `tuned_run`."""
-    return tuned_run(cfg, method)[:2]
+    return tuned_run(cfg, method, chosen)[:2]
 
 
-def tuned_steps(cfg: dict, method) -> int:
+def tuned_steps(cfg: dict, method, chosen: Path) -> int:
     """The steps of `tuned_run`."""
-    return tuned_run(cfg, method)[2]
+    return tuned_run(cfg, method, chosen)[2]

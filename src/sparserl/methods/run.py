@@ -95,7 +95,7 @@ def run_inputs(cfg: dict, spec: MethodSpec, tuned: bool) -> RunInputs:
               "v0_embeddings": P.v0_pool_embeddings(v0_settings(cfg)["embedder"]["kind"])}
     return RunInputs(policy=P.policy(policy), pool=P.train_pool(),
                      reference_cache=P.reference_cache(policy) if spec.needs_reference_cache else None,
-                     lr_choice=chosen_path(cfg) if tuned else None, **v0)
+                     lr_choice=chosen_path(P) if tuned else None, **v0)
 
 
 def owner_of(cfg: dict, method: str) -> str:
@@ -105,6 +105,16 @@ def owner_of(cfg: dict, method: str) -> str:
     if method not in rl.get("methods", []):
         return method
     return run_owners(rl["methods"], rl.get("rollouts_per_step")).get(method, method)
+
+
+def method_run(cfg: dict, method: str, seed: int | str) -> RunPaths:
+    """The `RunPaths` that hold `method`'s run in the tree of `cfg`: its owner's (`owner_of`)."""
+    return run_paths(Paths(cfg), method, seed)
+
+
+def run_paths(P: Paths, method: str, seed: int | str) -> RunPaths:
+    """The `RunPaths` that hold `method`'s run in tree `P`: its owner's (`owner_of`)."""
+    return P.run(owner_of(P.cfg, method), seed)
 
 
 def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None = None,
@@ -129,7 +139,7 @@ def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None
     elif not read_choice:
         run_lr, source, steps = None, "tuned", None
     else:
-        run_lr, source, steps = tuned_run(cfg, spec)
+        run_lr, source, steps = tuned_run(cfg, spec, chosen_path(Paths(cfg)))
     # the BASIS value study reads rl/<method>/seed<s> only
     study = study_snapshot_steps(cfg, spec, seed) if root is None else []
     engine = rl_engine(cfg)
@@ -158,7 +168,8 @@ def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str, root
     spec = with_critic_lr(dataclasses.replace(base, group_size=e.k), rl)  # K comes from the experiment
     c = critique_cfg(cfg)
     CP = Paths(cfg).critique
-    if rl_engine(cfg) == "local":
+    engine = rl_engine(cfg)  # OpenRLHF's runs keep its working files under openrlhf/ (`RunPaths`)
+    if engine == "local":
         identity = {"rl": c["rl"], "env": c["envs"][e.env], "k": e.k, "method": base.to_dict(),
                     "rollout": cfg["rollout"], **({"exp_rl": e.rl} if e.rl else {})}  # an experiment's own rl
         policy = CP.policy() if policy is None else Path(policy)
@@ -168,6 +179,7 @@ def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str, root
     return Run(spec=spec, method=method, seed=seed, owner=method, settings=rl, lr=float(rl["lr"]),
                lr_source="fixed", steps=int(rl["steps"]),
                prompts_per_step=prompts_per_step(spec, int(rl["rollouts_per_step"])), snapshot_steps=(),
-               study_steps=(), paths=CP.run(exp, method, seed) if root is None else RunPaths(Path(root), method, seed),
+               study_steps=(), paths=RunPaths(CP.run(exp, method, seed).dir if root is None else Path(root), method, seed,
+                                              engine=engine),
                reads=RunInputs(policy=Path(policy)), identity=identity,
                key=config_hash(identity), experiment=exp)

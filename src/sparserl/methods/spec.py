@@ -504,11 +504,3 @@ def _run_owners(methods: tuple[str, ...], stamp: tuple,
         out.append((name, first.setdefault(key, name)))
     return tuple(out)
 
-
-def method_run(cfg: dict, method: str, seed: int | str):
-    """The `RunPaths` that hold `method`'s run: its owner's (`run_owners` over `rl.methods`)."""
-    from sparserl.core.paths import Paths
-    methods = cfg["rl"]["methods"]
-    owner = (run_owners(methods, cfg["rl"].get("rollouts_per_step")).get(method, method)
-             if method in methods else method)
-    return Paths(cfg).run(owner, seed)

@@ -77,7 +77,8 @@ def study_checkpoints(P: Paths) -> list[StudyCheckpoint]:
     """The study's checkpoints in training order, their oracles in tree `P` ([] when
     basis.study_checkpoints is off)."""
     from sparserl.engines.report import openrlhf_step_offset
-    from sparserl.methods.spec import fraction_step, load_method, method_run, total_steps
+    from sparserl.methods.run import method_run
+    from sparserl.methods.spec import fraction_step, load_method, total_steps
     cfg = P.cfg
     sc = checkpoint_settings(cfg)
     if sc is None:

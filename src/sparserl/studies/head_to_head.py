@@ -92,7 +92,8 @@ from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.logs import get_logger
 from sparserl.core.paths import Paths
 from sparserl.engines.lr_tuning import lr_family
-from sparserl.methods.spec import load_method, method_run, run_owners
+from sparserl.methods.run import method_run
+from sparserl.methods.spec import load_method, run_owners
 from sparserl.core import hierarchical_bootstrap as hb
 from sparserl.core.hierarchical_bootstrap import problem_weights  # noqa: F401  (the stratified draw, here before)
 from sparserl.core.stats import LEVEL, t_interval, welch_interval
@@ -573,8 +574,8 @@ def head_to_head(P: Paths, n_boot: int = BOOTSTRAP) -> dict[str, pd.DataFrame]:
     from sparserl.engines.report import (greedy_and_pass, greedy_wrong_split, pass_metric, protocol, run_lr,
                                          start_per_problem)
     from sparserl.evaluation.splits import slip_labels
-    split = greedy_wrong_split(cfg)
-    start_pp, slips = (start_per_problem(cfg)[0], slip_labels(P)) if split is not None else (None, None)
+    split = greedy_wrong_split(P)
+    start_pp, slips = (start_per_problem(P)[0], slip_labels(P)) if split is not None else (None, None)
 
     rows = []
     for m in order:

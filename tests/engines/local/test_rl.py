@@ -278,7 +278,7 @@ def test_fresh_run_drops_an_earlier_settings_checkpoints(world):
     the old run's intermediate checkpoints into its evaluation."""
     from sparserl.engines.report import run_checkpoints
     d = train(world, "grpo_g4", 0)
-    assert [n for n, _ in run_checkpoints(world, "grpo_g4", 0)] == ["step00004", "final"]
+    assert [n for n, _ in run_checkpoints(resolve_run(world, "grpo_g4", 0, read_choice=False))] == ["step00004", "final"]
     (d / "checkpoints" / "step00003").mkdir()  # left by a run with other eval_fractions
     (d / "eval").mkdir(exist_ok=True)
     (d / "eval" / "step00003.parquet").write_bytes(b"stale")
@@ -287,9 +287,9 @@ def test_fresh_run_drops_an_earlier_settings_checkpoints(world):
     train(cfg, "grpo_g4", 0)
     assert sorted(p.name for p in (d / "checkpoints").iterdir()) == ["step00002"]
     assert not (d / "eval").exists()
-    assert [n for n, _ in run_checkpoints(cfg, "grpo_g4", 0)] == ["step00002", "final"]
+    assert [n for n, _ in run_checkpoints(resolve_run(cfg, "grpo_g4", 0, read_choice=False))] == ["step00002", "final"]
     with pytest.raises(FileNotFoundError, match="step00004"):
-        run_checkpoints(world, "grpo_g4", 0)
+        run_checkpoints(resolve_run(world, "grpo_g4", 0, read_choice=False))
 
 
 @pytest.mark.e2e  # two RL runs
@@ -532,7 +532,7 @@ def test_wandb_gets_the_same_scalars_offline_when_enabled_and_nothing_by_default
     assert fake.logs[0][0]["reward_mean"] == pytest.approx(met["reward_mean"].iloc[0])
     assert fake.finished == 1
     ev = pd.DataFrame({"checkpoint": ["final", "final"], "benchmark": ["a", "b"], "accuracy": [0.25, 0.75]})
-    log_evaluation(cfg, "grpo_g4", 0, ev)
+    log_evaluation(cfg, resolve_run(cfg, "grpo_g4", 0), ev)
     assert fake.inits[1]["id"] == init["id"] and fake.inits[1]["resume"] == "allow"  # the same W&B run
     assert fake.defined == [("eval/*", "eval/step")]
     assert fake.logs[-1] == ({"eval/accuracy": 0.5, "eval/accuracy/a": 0.25, "eval/accuracy/b": 0.75,

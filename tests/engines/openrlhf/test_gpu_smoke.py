@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "perf"))
 import gpu_smoke  # noqa: E402  (perf/gpu_smoke.py)
+from helpers.openrlhf_stubs import openrlhf_run  # noqa: E402
 
 # the paper path on one GPU: what the issue asks the smoke check to reach
 PAPER_PIECES = {"cuda", "openrlhf_grpo", "vllm_kl", "v0_actor", "vllm_rollouts", "local_parts"}
@@ -76,7 +77,7 @@ def test_grpo_piece_runs_openrlhf_with_the_cluster_flags(tmp_path):
     from sparserl.methods.spec import load_method
     files = [str(REPO / f) for f in gpu_smoke.grpo_configs()]
     cfg = load_config(files, overrides={"results_dir": str(tmp_path)})
-    args = parse_args(openrlhf_argv(cfg, load_method("grpo_g4"), 0, tmp_path / "final", policy_path="/p"))
+    args = parse_args(openrlhf_argv(cfg, load_method("grpo_g4"), 0, openrlhf_run(tmp_path / "final"), policy_path="/p"))
     assert args.vllm.sync_backend == "nccl" and args.train.colocate_all and not args.train.async_enable
     assert args.vllm.enable_sleep and args.ds.enable_sleep and args.vllm.num_engines == 1
     flash = importlib.util.find_spec("flash_attn") is not None

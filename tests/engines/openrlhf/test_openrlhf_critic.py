@@ -592,7 +592,7 @@ def test_critic_method_flags(orl, tmp_path, name, estimator, privileged):
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     m = load_method(name)
-    argv = openrlhf_argv(_cfg(tmp_path), m, 0, tmp_path / "run" / "final", policy_path="/models/q")
+    argv = openrlhf_argv(_cfg(tmp_path), m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "run" / "final"), policy_path="/models/q")
     f = _flags(argv)
     assert f["algo.advantage.estimator"] == estimator
     assert f["critic.model_name_or_path"] == "/models/q"  # a copy of the policy, fresh value head
@@ -604,7 +604,7 @@ def test_critic_method_flags(orl, tmp_path, name, estimator, privileged):
     # point every few hours of work (not the gcd with 10); a retry resumes, critic state included
     from sparserl.engines.sizing import rl_resume_save_steps
     assert f["sparserl.hf_steps"] == ["35", "60"] and f["ckpt.load_enable"] is True
-    assert f["ckpt.save_steps"] == str(rl_resume_save_steps(_cfg(tmp_path), m))
+    assert f["ckpt.save_steps"] == str(rl_resume_save_steps(_cfg(tmp_path), m, "/models/q"))
     assert json.loads(f["sparserl.spec"])["critic"]["privileged"] == privileged
     args = parse_args(argv)  # OpenRLHF's own checks; the critic survives them for tether too
     assert args.critic.model_name_or_path == "/models/q" and args.critic.freezing_steps == 9
@@ -620,7 +620,7 @@ def test_a_configured_save_cadence_is_a_critic_runs_resume_cadence(orl, tmp_path
     cfg = _cfg(tmp_path)
     cfg["policies"] = {"qwen3_4b": {"source": "pretrain"}}
     cfg["rl"]["openrlhf"] = {"ckpt.save_steps": 7}
-    f = _flags(openrlhf_argv(cfg, load_method("lc_vf"), 0, tmp_path / "final", policy_path="/models/q"))
+    f = _flags(openrlhf_argv(cfg, load_method("lc_vf"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="/models/q"))
     assert f["ckpt.save_steps"] == "7" and f["sparserl.hf_steps"] == ["35", "60"]
 
 
@@ -628,7 +628,7 @@ def test_methods_without_a_critic_get_no_critic_flags(orl, tmp_path):
     from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
-    argv = openrlhf_argv(_cfg(tmp_path), load_method("lc_mean"), 0, tmp_path / "final", policy_path="/models/q")
+    argv = openrlhf_argv(_cfg(tmp_path), load_method("lc_mean"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="/models/q")
     assert not [a for a in argv if a.startswith("--critic.")]
     assert _flags(argv)["data.max_samples"] == str(100 * 64)
     assert parse_args(argv).critic.model_name_or_path is None
@@ -650,8 +650,8 @@ def test_prompt_dataset_adds_warmup_prompts_and_the_privileged_context(orl, tmp_
                   "privileged": [f"grid {i}" for i in range(4)]}).to_parquet(P.train_pool())
     for name, privileged in [("lc_pvf_answer", True), ("lc_vf", False), ("lc_mean", False)]:
         m = load_method(name)
-        rows = [json.loads(x) for x in build_prompt_dataset(cfg, m, 0, tmp_path / f"{name}.jsonl")
-                .read_text().splitlines()]
+        rows = [json.loads(x) for x in build_prompt_dataset(cfg, m, 0, tmp_path / f"{name}.jsonl",
+                                                                pool=P.train_pool()).read_text().splitlines()]
         warm = 10 if m.critic is not None else 0
         assert len(rows) == (3 + warm) * (16 // m.group_size)
         labs = [json.loads(r["label"]) for r in rows]

@@ -55,10 +55,19 @@ def _cfg(tmp_path, **rl):
 _flags = openrlhf_stubs.argv_flags
 
 
+def _run(cfg, exp, method, seed=0):
+    """The run as `critique-openrlhf` resolves it by hand: the config's layout, absolute."""
+    from sparserl.core.paths import Paths
+    from sparserl.methods.run import resolve_critique_run
+    CP = Paths(cfg).critique
+    return resolve_critique_run(cfg, exp, method, seed, root=CP.run(exp, method, seed).dir.absolute(),
+                                policy=CP.policy(exp).absolute())
+
+
 def _dataset(orl, cfg, exp, method, seed=0):
     E = orl.critique
-    run = E.run_paths(cfg, exp, method, seed)
-    m = E.run_method(cfg, exp, method)
+    rec = _run(cfg, exp, method, seed)
+    run, m = rec.paths, rec.spec
     info = E.build_dataset(cfg, exp, m, seed, run)
     rows = [json.loads(x) for x in info["prompts"].read_text().splitlines()]
     held = [json.loads(x) for x in info["heldout"].read_text().splitlines()]
@@ -245,9 +254,13 @@ def test_critique_argv_single_turn_with_a_critic(orl, tmp_path):
     from sparserl.engines.openrlhf.parser import parse_args
     E = orl.critique
     cfg = _cfg(tmp_path)
-    argv = E.critique_argv(cfg, "rg_k8", "lc_pvf_answer", 1)
+    rec = _run(cfg, "rg_k8", "lc_pvf_answer", 1)
+    argv = E.critique_argv(cfg, rec)
     f = _flags(argv)
-    run = E.run_paths(cfg, "rg_k8", "lc_pvf_answer", 1)
+    run = rec.paths  # the config's layout, with OpenRLHF's working files under openrlhf/
+    from sparserl.core.paths import Paths
+    assert run.dir == Paths(cfg).critique.run("rg_k8", "lc_pvf_answer", 1).dir.absolute()
+    assert run.tensorboard == run.dir / "openrlhf" / "tensorboard" and run.prompts.parent == run.dir / "openrlhf"
     assert f["rollout.n_samples_per_prompt"] == "8" and f["rollout.batch_size"] == "8"
     assert f["data.max_samples"] == str((3 + 10) * 8)  # the warm-up's prompts on top
     local = str(Path("models/Qwen/Qwen3-4B-Instruct-2507").absolute())  # the hub model's copy (fetch_models)
@@ -258,7 +271,7 @@ def test_critique_argv_single_turn_with_a_critic(orl, tmp_path):
     assert f["eval.dataset"] == str(run.openrlhf / "heldout.jsonl") and f["eval.steps"] == str(3 + 10)
     assert f["eval.n_samples_per_prompt"] == "2" and f["data.max_len"] == "256"
     from sparserl.engines.sizing import critique_save_steps  # a resume point every few hours of work
-    assert f["rollout.max_new_tokens"] == "32" and f["ckpt.save_steps"] == str(critique_save_steps(cfg, "rg_k8", "lc_pvf_answer"))
+    assert f["rollout.max_new_tokens"] == "32" and f["ckpt.save_steps"] == str(critique_save_steps(cfg, "rg_k8", "lc_pvf_answer", local))
     assert f["data.apply_chat_template"] is True and f["logger.tensorboard_dir"] == str(run.tensorboard)
     spec = json.loads(f["sparserl.spec"])
     assert spec["group_size"] == 8 and spec["critic"]["privileged"] == "answer"
@@ -271,13 +284,13 @@ def test_critique_argv_multi_turn_uses_the_agent_and_k(orl, tmp_path):
     from sparserl.engines.openrlhf.parser import parse_args
     E = orl.critique
     cfg = _cfg(tmp_path, critic_lr=3e-6)
-    f = _flags(E.critique_argv(cfg, "sudoku_k4", "lc_mean", 0))
+    f = _flags(E.critique_argv(cfg, _run(cfg, "sudoku_k4", "lc_mean", 0)))
     assert f["rollout.n_samples_per_prompt"] == "4" and f["rollout.batch_size"] == "16"  # 64 / K
     assert f["train.agent_func_path"] == orl.envs.THIS_FILE and "reward.remote_url" not in f
     assert not [k for k in f if k.startswith("critic.")] and f["eval.steps"] == "2" and f["data.max_len"] == "400"
-    args = parse_args(E.critique_argv(cfg, "sudoku_k4", "lc_mean", 0))
+    args = parse_args(E.critique_argv(cfg, _run(cfg, "sudoku_k4", "lc_mean", 0)))
     assert args.reward.remote_url == ["agent"] and args.train.agent_func_path == orl.envs.THIS_FILE
-    g = _flags(E.critique_argv(cfg, "sudoku_k4", "lc_tether", 0))
+    g = _flags(E.critique_argv(cfg, _run(cfg, "sudoku_k4", "lc_tether", 0)))
     assert g["algo.advantage.estimator"] == "tether" and float(g["critic.adam.lr"]) == 3e-6  # the scale's critic lr
     assert g["eval.steps"] == str(2 + 10) and json.loads(g["sparserl.spec"])["group_size"] == 4
 
@@ -301,6 +314,34 @@ def _fake_train(W, steps, *, eval_value=None, log=None):
         w.close()
         Path(args.ckpt.output_dir).mkdir(parents=True, exist_ok=True)
     return train
+
+
+def test_critique_openrlhf_uses_the_paths_its_rule_passes(orl, tmp_path, capsys):
+    """The rule passes the run's start policy and outputs: the argv names them (absolute), not the
+    config's layout; by hand (none given) the layout's; one without the others is refused."""
+    import shlex
+
+    import yaml
+
+    from sparserl.cli import main
+    from sparserl.core.config import load_config
+    cfg = {**load_config(REPO / "configs/paper.yaml"), **_cfg(tmp_path)}  # paper scale, our tiny critique
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    base = ["critique-openrlhf", "--config", str(path), "--experiment", "rg_k8", "--method", "lc_mean", "--seed", "0",
+            "--dry-run"]
+    run, policy = tmp_path / "elsewhere" / "run", tmp_path / "hub" / "q"
+    assert main(base + ["--policy", str(policy), "--metrics", str(run / "metrics.parquet"),
+                        "--summary", str(run / "summary.json")]) == 0
+    f = _flags(shlex.split(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert f["ckpt.output_dir"] == str(run / "final") and f["sparserl.run_dir"] == str(run)
+    assert f["logger.tensorboard_dir"] == str(run / "openrlhf" / "tensorboard")
+    assert f["actor.model_name_or_path"] == str(policy)
+    assert main(base) == 0  # by hand: the config's layout, absolute
+    g = _flags(shlex.split(capsys.readouterr().out.strip().splitlines()[-1]))
+    assert g["sparserl.run_dir"] == str(_run(cfg, "rg_k8", "lc_mean").dir)
+    with pytest.raises(SystemExit, match="--policy, --metrics and --summary together"):
+        main(base + ["--policy", str(policy)])
 
 
 @pytest.mark.parametrize("method,W,eval_value", [("lc_pvf_answer", 10, 0.625), ("lc_mean", 0, None)])
@@ -358,6 +399,7 @@ def test_metrics_and_checkpoints_subtract_the_critic_warmup(orl, tmp_path):
     from sparserl.engines.openrlhf.launcher import resume_cadence
     from sparserl.engines.openrlhf.metrics import metrics_from_tensorboard
     from sparserl.engines.report import run_checkpoints
+    from sparserl.methods.run import resolve_run
     from sparserl.methods.spec import load_method
     from torch.utils.tensorboard import SummaryWriter
     w = SummaryWriter(str(tmp_path / "tb"))
@@ -378,11 +420,11 @@ def test_metrics_and_checkpoints_subtract_the_critic_warmup(orl, tmp_path):
     m = load_method("lc_vf")
     W = critic_warmup_steps(m)
     run = Paths(cfg).run("lc_vf", 0)
-    f = openrlhf_flags(cfg, m, 0, run.final, policy_path="p", resume_every=resume_cadence(cfg, m))
+    f = openrlhf_flags(cfg, m, 0, openrlhf_stubs.openrlhf_run(run.final), policy_path="p", resume_every=resume_cadence(cfg, m, "p"))
     for g in f["sparserl.hf_steps"]:  # OpenRLHF's HF copies (engines.openrlhf.checkpoints)
         (Path(f["ckpt.path"]) / f"global_step{g}_hf").mkdir(parents=True)
     run.final.mkdir(parents=True)
-    got = run_checkpoints(cfg, "lc_vf", 0)
+    got = run_checkpoints(resolve_run(cfg, "lc_vf", 0, read_choice=False))
     assert W == 10 and [label for label, _ in got] == ["step00025", "step00050", "final"]
     assert got[0][1].name == "global_step35_hf" and got[1][1].name == "global_step60_hf"
 
@@ -403,17 +445,18 @@ class FakeBackend:
 
 def test_start_reward_plays_the_envs_like_the_runs(orl, tmp_path):
     from sparserl.envs import make_env
+    from sparserl.core.paths import Paths
     E = orl.critique
     cfg = _cfg(tmp_path)
     env = make_env("rg_mixture", cfg["critique"]["envs"]["rg"], 0)
     answers = {p.prompt: p.answer for p in env.problems("eval", 5)}
     right = FakeBackend(lambda p: " " + next(a for q, a in answers.items() if q in p))
-    out = E.start_reward(cfg, "rg", backend=right, tokenizer=CharTok())
+    out = E.start_reward(cfg, "rg", Paths(cfg).critique, backend=right, tokenizer=CharTok())
     assert out["heldout_reward"] == 1.0 and out["problems"] == 5 and out["samples"] == 2
-    assert E.start_reward(cfg, "rg", backend=FakeBackend(lambda p: " nope"), tokenizer=CharTok())["heldout_reward"] == 0.0
+    assert E.start_reward(cfg, "rg", Paths(cfg).critique, backend=FakeBackend(lambda p: " nope"), tokenizer=CharTok())["heldout_reward"] == 0.0
     # multi-turn: a malformed first move ends every episode after one turn
     bad = FakeBackend(lambda p: " ??")
-    assert E.start_reward(cfg, "sudoku", backend=bad, tokenizer=CharTok())["heldout_reward"] == 0.0 and bad.calls == 1
+    assert E.start_reward(cfg, "sudoku", Paths(cfg).critique, backend=bad, tokenizer=CharTok())["heldout_reward"] == 0.0 and bad.calls == 1
 
 
 def test_agent_gives_minif2f_the_compiler_feedback_as_the_next_turn(orl, tmp_path, monkeypatch):

@@ -445,8 +445,8 @@ def test_vllm_kl_bound_defaults_and_overrides(orl, tmp_path):
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     m = load_method("grpo_g8")
-    assert parse_args(openrlhf_argv(_cfg(tmp_path), m, 0, tmp_path / "final", policy_path="p")).sparserl.vllm_kl_max == 0.05
-    off = openrlhf_argv(_cfg(tmp_path, openrlhf={"sparserl.vllm_kl_max": 0.2}), m, 0, tmp_path / "final", policy_path="p")
+    assert parse_args(openrlhf_argv(_cfg(tmp_path), m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p")).sparserl.vllm_kl_max == 0.05
+    off = openrlhf_argv(_cfg(tmp_path, openrlhf={"sparserl.vllm_kl_max": 0.2}), m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p")
     assert parse_args(off).sparserl.vllm_kl_max == 0.2
 
 
@@ -529,7 +529,7 @@ def test_method_argument_lists(orl, tmp_path, name):
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     method = load_method(name)
-    argv = openrlhf_argv(_cfg(tmp_path), method, 3, tmp_path / "run" / "final", policy_path="/models/q")
+    argv = openrlhf_argv(_cfg(tmp_path), method, 3, openrlhf_stubs.openrlhf_run(tmp_path / "run" / "final"), policy_path="/models/q")
     f = _flags(argv)
     for k, v in EXPECT[name].items():
         assert f.get(k) == v, (k, f.get(k), v)
@@ -554,11 +554,11 @@ def test_overrides_from_the_config(orl, tmp_path):
     m = load_method("grpo_g8")
     f = openrlhf_flags(_cfg(tmp_path, openrlhf={"nodes": 2, "vllm.tensor_parallel_size": 2,
                                                 "train.micro_batch_size": 2, "ds.packing_samples": False}),
-                       m, 0, tmp_path / "final", policy_path="p")
+                       m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p")
     assert f["actor.num_nodes"] == 2 and f["ref.num_nodes"] == 2 and f["vllm.num_engines"] == 8
     assert f["train.micro_batch_size"] == 2 and f["ds.packing_samples"] is False
     with pytest.raises(ConfigError, match="rl.openrlhf.bogus"):
-        openrlhf_flags(_cfg(tmp_path, openrlhf={"bogus": 1}), m, 0, tmp_path / "final", policy_path="p")
+        openrlhf_flags(_cfg(tmp_path, openrlhf={"bogus": 1}), m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p")
 
 
 def test_entropy_is_logged_unless_the_config_drops_it(orl, tmp_path):
@@ -567,9 +567,9 @@ def test_entropy_is_logged_unless_the_config_drops_it(orl, tmp_path):
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
     m = load_method("grpo_g8")
-    on = openrlhf_argv(_cfg(tmp_path), m, 0, tmp_path / "final", policy_path="p")
+    on = openrlhf_argv(_cfg(tmp_path), m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p")
     assert _flags(on)["actor.entropy_coef"] == "0.0" and parse_args(on).actor.entropy_coef == 0.0
-    off = openrlhf_argv(_cfg(tmp_path, openrlhf={"actor.entropy_coef": None}), m, 0, tmp_path / "final",
+    off = openrlhf_argv(_cfg(tmp_path, openrlhf={"actor.entropy_coef": None}), m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"),
                         policy_path="p")
     assert "actor.entropy_coef" not in _flags(off) and parse_args(off).actor.entropy_coef is None
 
@@ -589,7 +589,7 @@ def test_launch_calls_train_with_the_parsed_args(orl, tmp_path, monkeypatch):
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: inits.append(kw))
     monkeypatch.setattr(orl.train_ppo_ray, "train", lambda args: trained.append(args))
-    argv = openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, tmp_path / "final", policy_path="p")
+    argv = openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p")
     launcher.launch(argv, address="head:6379")
     (args,) = trained
     assert args.algo.advantage.estimator == "v05_fusion"
@@ -616,7 +616,9 @@ def test_prompt_dataset_carries_side_data_in_labels(orl, tmp_path):
     pd.DataFrame({"prompt_id": ids, "phat": [0.0, 0.25, 0.5, 0.75, 1.0], "successes": range(5), "n": 4}) \
         .to_parquet(P.reference_cache("qwen3_4b"))
     for name, key in [("basis_grid_grpo_g1_basis", "phat"), ("v05_osla", "prior"), ("v05_osla_constant_prior", "prior")]:
-        out = build_prompt_dataset(cfg, load_method(name), 0, tmp_path / f"{name}.jsonl")
+        m = load_method(name)
+        out = build_prompt_dataset(cfg, m, 0, tmp_path / f"{name}.jsonl", pool=P.train_pool(),
+                                   reference_cache=P.reference_cache("qwen3_4b") if m.needs_reference_cache else None)
         rows = [json.loads(x) for x in Path(out).read_text().splitlines()]
         m = load_method(name)
         n = round(3 * m.steps_factor) * (8 // m.group_size)  # BASIS rows: half the steps
@@ -921,7 +923,7 @@ def test_mini_batches_set_the_train_batch(orl, tmp_path):
     from sparserl.methods.spec import load_method
     cfg = _cfg(tmp_path)
     cfg["rl"]["mini_batches"] = 4
-    f = openrlhf_flags(cfg, load_method("grpo_g16"), 0, tmp_path / "final", policy_path="p")
+    f = openrlhf_flags(cfg, load_method("grpo_g16"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p")
     assert f["rollout.batch_size"] * f["rollout.n_samples_per_prompt"] == cfg["rl"]["rollouts_per_step"]
     assert f["train.batch_size"] == cfg["rl"]["rollouts_per_step"] // 4
 
@@ -1001,7 +1003,7 @@ def test_prompt_dataset_accepts_a_non_static_prior(orl, tmp_path, context_prior)
     pd.DataFrame({"id": ids, "problem": ["1+1"] * 5, "answer": ["2"] * 5}).to_parquet(P.train_pool())
     m = load_method("v05_osla_constant_prior")
     m = dataclasses.replace(m, prior=dataclasses.replace(m.prior, kind="test_context"))
-    rows = [json.loads(x) for x in Path(build_prompt_dataset(cfg, m, 0, tmp_path / "d.jsonl")).read_text().splitlines()]
+    rows = [json.loads(x) for x in Path(build_prompt_dataset(cfg, m, 0, tmp_path / "d.jsonl", pool=P.train_pool())).read_text().splitlines()]
     assert rows and all("prior" not in json.loads(r["label"]) for r in rows)
 
 
@@ -1025,18 +1027,19 @@ def test_paper_scale_evaluation_finds_openrlhf_checkpoints(orl, tmp_path):
     from sparserl.core.paths import Paths
     from sparserl.engines.openrlhf.flags import openrlhf_flags
     from sparserl.engines.report import run_checkpoints
+    from sparserl.methods.run import resolve_run
     from sparserl.methods.spec import load_method, snapshot_steps
     cfg = _cfg(tmp_path, steps=100, eval_fractions=[0.25, 0.5], checkpoint_every=20)
     m = load_method("grpo_g16")
     run = Paths(cfg).run("grpo_g16", 0)
-    f = openrlhf_flags(cfg, m, 0, run.final, policy_path="p")
+    f = openrlhf_flags(cfg, m, 0, openrlhf_stubs.openrlhf_run(run.final), policy_path="p")
     save_every = f["ckpt.save_steps"]
     steps = snapshot_steps(cfg["rl"], m)
     assert steps == [25, 50] and all(s % save_every == 0 for s in steps)
     for s in range(save_every, 101, save_every):  # what OpenRLHF's save_checkpoint writes
         (Path(f["ckpt.path"]) / f"global_step{s}_hf").mkdir(parents=True)
     run.final.mkdir(parents=True)
-    got = run_checkpoints(cfg, "grpo_g16", 0)
+    got = run_checkpoints(resolve_run(cfg, "grpo_g16", 0, read_choice=False))
     assert [label for label, _ in got] == ["step00025", "step00050", "final"]
     assert got[0][1] == Path(f["ckpt.path"]) / "global_step25_hf" and got[-1][1] == run.final
 
@@ -1064,6 +1067,7 @@ def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, 
     grpo_g16 saved only at its evaluated steps, 100 steps (about 19 h) apart, and the lc_math runs
     every 10 steps (the gcd of 110, 210, 310 and 400 + 10): 41 HF copies."""
     from sparserl.core.config import load_config
+    from sparserl.core.paths import Paths
     from sparserl.engines import sizing as S
     from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
     from sparserl.engines.openrlhf.launcher import openrlhf_argv
@@ -1074,14 +1078,14 @@ def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, 
     cfg["results_dir"] = str(tmp_path / "results")
     m = load_method(name)
     W = critic_warmup_steps(m)
-    args = parse_args(openrlhf_argv(cfg, m, 0, tmp_path / "final", policy_path="p"))
+    args = parse_args(openrlhf_argv(cfg, m, 0, openrlhf_stubs.openrlhf_run(tmp_path / "final"), policy_path="p"))
     assert args.ckpt.load_enable is True and args.ckpt.max_num == 2 and args.ckpt.save_hf is True
     every = args.ckpt.save_steps
     evaluated = {"grpo_g16": [100, 200, 300], "lc_math_vf_g8": [110, 210, 310]}[name]
     assert args.sparserl.hf_steps == evaluated and W == {"grpo_g16": 0, "lc_math_vf_g8": 10}[name]
     # a resume point at most RESUME_EVERY_S of estimated work back
-    step_s = S.estimate(cfg, "rl_cluster", {"method": name, "seed": "0"}).extra["step_s"]
-    assert every == S.rl_resume_save_steps(cfg, m) and every * step_s <= S.RESUME_EVERY_S < (every + 1) * step_s
+    step_s = S.estimate(Paths(cfg), "rl_cluster", {"method": name, "seed": "0"}).extra["step_s"]
+    assert every == S.rl_resume_save_steps(cfg, m, "p") and every * step_s <= S.RESUME_EVERY_S < (every + 1) * step_s
     assert every < 100
 
     # the class a Ray worker runs for PPOTrainer (ray.remote copied BasePPOTrainer's methods into it)
@@ -1120,19 +1124,24 @@ def test_v0_method_flags_name_the_model_and_the_config(orl, tmp_path):
     from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
+    from sparserl.core.paths import Paths
     cfgfile = tmp_path / "c.json"
-    argv = openrlhf_argv(_cfg(tmp_path, openrlhf={"v0_gpus": 0.25}), load_method("v05_osla_v0"), 0,
-                         tmp_path / "run" / "final", policy_path="/models/q", config_paths=[str(cfgfile)])
+    cfg = _cfg(tmp_path, openrlhf={"v0_gpus": 0.25})
+    run = openrlhf_stubs.openrlhf_run(tmp_path / "run" / "final")
+    argv = openrlhf_argv(cfg, load_method("v05_osla_v0"), 0, run, policy_path="/models/q",
+                         v0_model=Paths(cfg).v0_prior_model(), config_paths=[str(cfgfile)])
     f = _flags(argv)
     assert f["sparserl.v0_model"].endswith("values/models/v0/v0.sequential.seed0.pt")
     assert json.loads(f["sparserl.config"]) == [str(cfgfile.absolute())] and f["sparserl.v0_gpus"] == "0.25"
     args = parse_args(argv)
     assert args.sparserl.v0_model == f["sparserl.v0_model"] and args.sparserl.v0_gpus == 0.25
-    plain = _flags(openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, tmp_path / "f", policy_path="p"))
+    plain = _flags(openrlhf_argv(_cfg(tmp_path), load_method("v05_osla"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "f"), policy_path="p"))
     assert "sparserl.v0_model" not in plain
+    with pytest.raises(ValueError, match="pass it as v0_model"):  # never a V0 actor without its model
+        openrlhf_argv(cfg, load_method("v05_osla_v0"), 0, run, policy_path="/models/q")
     from sparserl.core.config import ConfigError
     with pytest.raises(ConfigError, match="local trainer only"):
-        openrlhf_argv(_cfg(tmp_path), load_method("grpo_budget_v0"), 0, tmp_path / "f", policy_path="p")
+        openrlhf_argv(_cfg(tmp_path), load_method("grpo_budget_v0"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "f"), policy_path="p")
 
 
 def test_v0_prior_server_answers_like_the_in_process_prior(orl, tmp_path):

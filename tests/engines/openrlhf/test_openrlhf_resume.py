@@ -220,13 +220,14 @@ def test_critic_run_resumes_the_newest_step_complete_for_actor_and_critic(orl, t
 def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monkeypatch):
     """`run` must not delete rollouts.jsonl before training: a resumed run's rows up to its
     checkpoint are the V0 harvest's product (the experience maker cuts the rest)."""
+    from sparserl.core.paths import RunPaths
     from sparserl.engines.openrlhf import launcher
-    from sparserl.engines.openrlhf.flags import run_files
     from sparserl.methods.spec import load_method
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(json.dumps({"results_dir": str(tmp_path / "results")}))
-    out = tmp_path / "results" / "runs" / "final"
-    rp = run_files(load_method("grpo_g16"), 0, out)
+    rp = RunPaths(tmp_path / "results" / "runs", "grpo_g16", 0, engine="openrlhf")
+    reads = SimpleNamespace(policy="m", pool=None, reference_cache=None, v0_model=None)
+    rec = SimpleNamespace(spec=load_method("grpo_g16"), paths=rp, seed=0, method="grpo_g16", reads=reads)
     rows = rp.openrlhf / "rollouts.jsonl"
     rows.parent.mkdir(parents=True)
     rows.write_text(json.dumps({"prompt_id": "a", "step": 1, "reward": 1.0, "length": 3}) + "\n")
@@ -235,8 +236,6 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     def stop(argv, over, log=print):
         seen["rows"], seen["argv"] = rows.read_text(), argv
         raise SystemExit("stop before training")
-    monkeypatch.setattr(launcher, "load_config", lambda paths: {"rl": {"policy": "m"}})
-    monkeypatch.setattr(launcher, "resolve_run", lambda *a, **k: SimpleNamespace(spec=load_method("grpo_g16"), paths=rp))
     monkeypatch.setattr(launcher, "openrlhf_argv", lambda *a, **k: ["--ckpt.load_enable"])
     monkeypatch.setattr(launcher, "parse_args", lambda argv: SimpleNamespace(
         ckpt=SimpleNamespace(load_enable=True, path=str(rp.checkpoints)), critic=SimpleNamespace(model_name_or_path=None)))
@@ -244,7 +243,7 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     monkeypatch.setattr(launcher, "build_prompt_dataset", lambda *a, **k: None)
     monkeypatch.setattr(launcher, "train_with_ray", stop)
     with pytest.raises(SystemExit):
-        launcher.run([str(cfg)], "grpo_g16", 0, out, log=lambda *_: None)
+        launcher.run({"rl": {"policy": "m"}}, rec, config_paths=[str(cfg)], log=lambda *_: None)
     assert '"step": 1' in seen["rows"]
     assert seen["argv"][-2:] == ["--sparserl.resume_step", "0"]  # no checkpoint: the live prior starts empty
 

@@ -15,9 +15,11 @@ from types import SimpleNamespace
 import pytest
 
 from sparserl.core.config import ConfigError, load_config, v0_actor_settings
+from sparserl.core.paths import Paths
 from sparserl.engines.openrlhf import placement, v0_server
 
 from helpers.v0_toys import toy_v0
+from helpers.openrlhf_stubs import openrlhf_run
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -39,8 +41,9 @@ def _launcher_plan(tmp_path, nodes: int, method: str = "v05_osla_v0", **over):
     from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.methods.spec import load_method
-    argv = openrlhf_argv(_paper_cfg(tmp_path, nodes, **over), load_method(method), 0,
-                         tmp_path / "run" / "final", policy_path="/models/q", config_paths=[str(tmp_path / "c.json")])
+    cfg = _paper_cfg(tmp_path, nodes, **over)
+    argv = openrlhf_argv(cfg, load_method(method), 0, openrlhf_run(tmp_path / "run" / "final"), policy_path="/models/q",
+                         v0_model=Paths(cfg).v0_prior_model(), config_paths=[str(tmp_path / "c.json")])
     return placement.plan_from_args(parse_args(argv))
 
 

@@ -26,8 +26,9 @@ with our critic (`critic`, `experience`) trains the value model.
            intermediate checkpoints (only final/ is read; runs do not resume, see `critic`).
   run      `run_critique`: dataset, argv, Ray + OpenRLHF's train() (`launcher.train_with_ray`),
            then metrics.parquet (policy steps: OpenRLHF's global step minus the warm-up) and
-           summary.json (held-out reward from OpenRLHF's eval) in the `CritiquePaths` run dir,
-           the files the tiny-scale summary and figures read.
+           summary.json (held-out reward from OpenRLHF's eval) in the run's folder (its
+           `methods.run.resolve_critique_run` record, as the DAG resolved it), the files the
+           tiny-scale summary and figures read.
 
 Start policy: `start_reward` is the paper-scale `critique-start`: the hub policy's held-out reward
 on one env with vLLM (`rollout.VLLMBackend`), the same eval problems, samples, chat template and
@@ -47,7 +48,7 @@ from sparserl.core.config import setting
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps, warmup_schedule
 from sparserl.engines.openrlhf.envs import (ENV_FILE, THIS_FILE, Episode, forget_env_files, problem_of, problem_row,
                                             score_queries)
-from sparserl.engines.openrlhf.experiment import run_method, run_paths, settings
+from sparserl.engines.openrlhf.experiment import settings
 from sparserl.engines.openrlhf.flags import flags_to_argv, openrlhf_flags
 from sparserl.engines.openrlhf.labels import encode_label
 from sparserl.engines.openrlhf.launcher import train_with_ray
@@ -95,7 +96,7 @@ def worker_spec(spec: dict) -> dict:
 
 def build_dataset(cfg: dict, exp: str, method, seed: int, run) -> dict:
     """Write the run's env file, prompt dataset and held-out file (module doc); returns their
-    paths and sizes. `method` is the run's spec (`run_method`)."""
+    paths and sizes. `method` is the run's spec (`Run.spec`)."""
     from sparserl.core.artifacts import atomic_write_text
     from sparserl.methods.spec import prompts_per_step
     s = settings(cfg, exp)
@@ -135,18 +136,16 @@ def build_dataset(cfg: dict, exp: str, method, seed: int, run) -> dict:
 # --------------------------------------------------------------------------- argv
 
 
-def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None,
-                   config_paths: list | None = None) -> dict[str, Any]:
-    """OpenRLHF flags of one Le Critique run: `flags.openrlhf_flags` on the experiment's settings
+def critique_flags(cfg: dict, rec, *, config_paths: list | None = None) -> dict[str, Any]:
+    """OpenRLHF flags of one Le Critique run `rec` (`methods.run.resolve_critique_run`: its folder
+    absolute, Ray workers have another cwd): `flags.openrlhf_flags` on the experiment's settings
     (steps, rollouts per step, lengths, lr, temperature, openrlhf overrides) and the method with
     group size K, then the env's files and the evaluation (module doc)."""
     from sparserl.envs.world import critique_cfg, experiment
-    from sparserl.core.paths import Paths
+    exp, method_name, seed, method, run = rec.experiment, rec.method, rec.seed, rec.spec, rec.paths
     s = settings(cfg, exp)
     e = experiment(cfg, exp)
-    method = run_method(cfg, exp, method_name)
-    run = run or run_paths(cfg, exp, method_name, seed)
-    policy = Paths(cfg).critique.policy(exp)  # a hub model's local copy (rule fetch_models)
+    policy = rec.reads.policy  # a hub model's local copy (rule fetch_models)
     if not (e.policy_hub or critique_cfg(cfg).get("policy_hub")):
         raise ValueError(f"critique-openrlhf: experiment {exp} has no hub policy; set critique.policy_hub "
                          "(paper scale), or train it with the local engine (critique-train)")
@@ -158,8 +157,8 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
     sub["rl"]["eval_fractions"] = []
     # a DeepSpeed resume point every few hours of work (sizing.critique_save_steps), whatever the
     # critic's warm-up; no HF copies (only final/ is read: eval_fractions [], hf_steps [])
-    every = critique_save_steps(cfg, exp, method_name)
-    f = openrlhf_flags(sub, method, seed, run.final, policy_path=str(Path(policy).absolute()),
+    every = critique_save_steps(cfg, exp, method_name, policy)
+    f = openrlhf_flags(sub, method, seed, run, policy_path=str(Path(policy).absolute()),
                        config_paths=config_paths, resume_every=every)
     W = critic_warmup_steps(method)
     multi = is_multi_turn(critique_cfg(cfg)["envs"][e.env]["kind"])
@@ -184,8 +183,8 @@ def critique_flags(cfg: dict, exp: str, method_name: str, seed: int, *, run=None
     return f
 
 
-def critique_argv(cfg: dict, exp: str, method_name: str, seed: int, **kw) -> list[str]:
-    return flags_to_argv(critique_flags(cfg, exp, method_name, seed, **kw))
+def critique_argv(cfg: dict, rec, **kw) -> list[str]:
+    return flags_to_argv(critique_flags(cfg, rec, **kw))
 
 
 # --------------------------------------------------------------------------- a run
@@ -233,10 +232,10 @@ def summary(cfg: dict, exp: str, method, seed: int, metrics_all, metrics) -> dic
     return out
 
 
-def run_critique(cfg: dict, exp: str, method_name: str, seed: int, *, dry_run: bool = False,
-                 config_paths: list | None = None, log=print) -> list[str]:
+def run_critique(cfg: dict, rec, *, dry_run: bool = False, config_paths: list | None = None,
+                 log=print) -> list[str]:
     """`critique-openrlhf`: dataset, argv (checked by OpenRLHF's parser), Ray + train(), then
-    metrics.parquet and summary.json in the run dir. Returns the argv."""
+    metrics.parquet and summary.json in the folder of run `rec` (`critique_flags`). Returns the argv."""
     import shutil
 
     from sparserl.core.artifacts import atomic_write_text, write_json, write_table
@@ -244,9 +243,8 @@ def run_critique(cfg: dict, exp: str, method_name: str, seed: int, *, dry_run: b
     from sparserl.engines.openrlhf.metrics import HARVEST_FILE, metrics_from_tensorboard
     from sparserl.engines.openrlhf.parser import parse_args
     from sparserl.envs.world import experiment
-    run = run_paths(cfg, exp, method_name, seed)
-    method = run_method(cfg, exp, method_name)
-    argv = critique_argv(cfg, exp, method_name, seed, run=run, config_paths=config_paths)
+    exp, method_name, seed, method, run = rec.experiment, rec.method, rec.seed, rec.spec, rec.paths
+    argv = critique_argv(cfg, rec, config_paths=config_paths)
     parse_args(argv)  # OpenRLHF's own checks, before any GPU work
     if dry_run:
         return argv
@@ -277,21 +275,20 @@ def run_critique(cfg: dict, exp: str, method_name: str, seed: int, *, dry_run: b
 # --------------------------------------------------------------------------- the start policy
 
 
-def start_reward(cfg: dict, env_name: str, backend=None, tokenizer=None) -> dict:
+def start_reward(cfg: dict, env_name: str, CP, backend=None, tokenizer=None) -> dict:
     """Held-out reward of the paper-scale start policy on one env (`critique-start` under the
-    OpenRLHF engine): the eval side's problems x `rl.eval.samples` at the runs' temperature,
+    OpenRLHF engine; `CP` the tree's `CritiquePaths`, where the experiments' hub policies are
+    copied): the eval side's problems x `rl.eval.samples` at the runs' temperature,
     chat-templated, multi-turn envs played turn by turn through `Episode` within the trajectory
     limit. `backend` (a RolloutBackend; default vLLM on the hub policy) and `tokenizer` (its
     chat template and token counts) are for tests."""
     import tempfile
 
     from sparserl.envs.world import experiments
-    from sparserl.core.paths import Paths
     from sparserl.rollout import SamplingParams
     exps = [e for e in experiments(cfg) if e.env == env_name]
     if not exps:
         raise ValueError(f"critique-start: no experiment runs on env {env_name!r}")
-    CP = Paths(cfg).critique
     policies = {str(CP.policy(e.name)) for e in exps}
     if len(policies) > 1:
         raise ValueError(f"critique-start: the experiments on env {env_name!r} start from different policies "

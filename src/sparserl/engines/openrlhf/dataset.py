@@ -12,7 +12,6 @@ import numpy as np
 
 from sparserl.core.artifacts import atomic_write_text, read_table
 from sparserl.core.config import ConfigError
-from sparserl.core.paths import Paths
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
 from sparserl.engines.openrlhf.labels import encode_label
 from sparserl.methods.spec import MethodSpec, prompts_per_step, total_steps
@@ -20,15 +19,19 @@ from sparserl.tasks.prompts import PAPER_INSTRUCTION, format_prompt
 from sparserl.values.priors import prior_for_method
 
 
-def prompt_side_data(cfg: dict, method: MethodSpec, ids: list, seed: int) -> dict[str, list]:
+def prompt_side_data(cfg: dict, method: MethodSpec, ids: list, seed: int,
+                     reference_cache: str | Path | None = None) -> dict[str, list]:
     """Per-prompt side data known before training, for the labels: BASIS phat and a static prior's
-    p. A prior that is not static (e.g. V0) is queried during training instead
+    p, from `reference_cache` (the start policy's, `Paths.reference_cache`; a method that reads it
+    needs it). A prior that is not static (e.g. V0) is queried during training instead
     (`experience.live_prior`), so it adds nothing here."""
-    P = Paths(cfg)
     out: dict[str, list] = {}
     df = None
     if method.needs_reference_cache:
-        path = P.reference_cache(cfg["rl"]["policy"])
+        if reference_cache is None:
+            raise ValueError(f"method {method.name} reads the BASIS reference cache of {cfg['rl']['policy']}; "
+                             "pass it as reference_cache")
+        path = reference_cache
         if not Path(path).exists():
             raise ConfigError(f"{path}: the BASIS reference cache of {cfg['rl']['policy']} is needed by "
                               f"{method.name}; build it first (rule reference_cache)")
@@ -41,19 +44,20 @@ def prompt_side_data(cfg: dict, method: MethodSpec, ids: list, seed: int) -> dic
         if "reference" in method.needs:
             out["phat"] = [phat[str(i)] for i in ids]
     if method.needs_prior and method.prior.static:
-        pr = prior_for_method(dataclasses.asdict(method.prior), df, seed,
-                              reference_source=str(P.reference_cache(cfg["rl"]["policy"])))
+        source = {} if reference_cache is None else {"reference_source": str(reference_cache)}
+        pr = prior_for_method(dataclasses.asdict(method.prior), df, seed, **source)
         out["prior"] = [float(x) for x in pr([str(i) for i in ids])]
     return out
 
 
-def build_prompt_dataset(cfg: dict, method: MethodSpec, seed: int, out_path: str | Path) -> Path:
+def build_prompt_dataset(cfg: dict, method: MethodSpec, seed: int, out_path: str | Path, *, pool: str | Path,
+                         reference_cache: str | Path | None = None) -> Path:
     """Write the run's prompt dataset: steps x prompts_per_step rows {"input", "label"} (JSONL),
-    the pool shuffled by seed and cycled as needed; label = `labels.encode_label` JSON."""
-    P = Paths(cfg)
-    pool = read_table(P.train_pool())
+    the RL pool (`pool`, `Paths.train_pool`) shuffled by seed and cycled as needed; label =
+    `labels.encode_label` JSON, with the side data of `prompt_side_data` (`reference_cache`)."""
+    pool = read_table(pool)
     ids = [str(i) for i in pool["id"]]
-    side = prompt_side_data(cfg, method, ids, seed)
+    side = prompt_side_data(cfg, method, ids, seed, reference_cache)
     chat = bool(cfg["tasks"].get("chat_template"))
     tmpl = cfg["tasks"]["prompt_template"]
     privileged = method.critic is not None and method.critic.privileged == "answer" and "privileged" in pool

@@ -1,11 +1,10 @@
 """A Le Critique experiment's run settings on OpenRLHF 0.11.2: `critique.rl` with the
-experiment's own `rl`, lengths resolved; its method spec (group size K) and its run's files.
+experiment's own `rl`, lengths resolved, and its method spec (group size K); the run's files are
+its `methods.run.resolve_critique_run` record's.
 Paper: Le Critique: Privileged Value Functions for LLM Reinforcement Learning (arXiv 2608.16739),
 Appendix D. Read by the run's driver (`critique`) and by the cost model (`engines.sizing`), which
 sizes the run's resume cadence for the driver; imports nothing of OpenRLHF."""
 from __future__ import annotations
-
-from pathlib import Path
 
 from sparserl.core.config import schema_default, section_setting
 
@@ -33,13 +32,4 @@ def run_method(cfg: dict, exp: str, method_name: str):
     return resolve_critique_run(cfg, exp, method_name, 0).spec
 
 
-def run_paths(cfg: dict, exp: str, method: str, seed: int):
-    """The run's files: `CritiquePaths.run` (metrics.parquet, summary.json, final/) with the
-    OpenRLHF engine's working files under openrlhf/ (absolute: Ray workers have another cwd)."""
-    from sparserl.core.paths import RunPaths
-    from sparserl.methods.run import resolve_critique_run
-    rp = resolve_critique_run(cfg, exp, method, seed).paths
-    return RunPaths(Path(rp.dir).absolute(), method, seed, engine="openrlhf")
-
-
-__all__ = ["END_OF_TURN", "TURN_TEMPLATE", "run_method", "run_paths", "settings"]
+__all__ = ["END_OF_TURN", "TURN_TEMPLATE", "run_method", "settings"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from sparserl.core.config import (ConfigError, load_schema, openrlhf_shape, rl_max_new_tokens, schema_default,
                                   section_setting, v0_actor_settings)
-from sparserl.core.paths import Paths, RunPaths
+from sparserl.core.paths import RunPaths
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps, freezing_steps
 from sparserl.methods.spec import MethodSpec, prompts_per_step, snapshot_steps, total_steps
 
@@ -38,12 +38,6 @@ LAUNCHER_KEYS = ("nodes", "gpus_per_node", "cpus_per_node", "ray_port", "v0_gpus
                  "v0_timeout_s", "v0_start_timeout_s")
 AGG = {"token_mean": "token-mean", "seq_mean_token_mean": "seq-mean-token-mean"}
 LOSS_TYPE = {"ppo_clip": "ppo", "gspo": "gspo", "gpg": "gpg"}
-
-
-def run_files(method: MethodSpec, seed: int, out_dir: str | Path) -> RunPaths:
-    """The run's files (`Paths.run`), rooted at the parent of ``--out`` (the final HF model
-    directory, the Snakemake rule's ``final``), absolute: Ray workers do not share the driver's cwd."""
-    return RunPaths(Path(out_dir).absolute().parent, method.name, seed, engine="openrlhf")
 
 
 def save_steps(rl: dict, method: MethodSpec, resume_every: int | None = None) -> int:
@@ -93,22 +87,20 @@ def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node
     return f
 
 
-def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, *,
-                   policy_path: str | None = None, config_paths: list | None = None,
-                   resume_every: int | None = None, paths: RunPaths | None = None) -> dict[str, Any]:
+def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, run: RunPaths, *, policy_path: str,
+                   v0_model: str | Path | None = None, config_paths: list | None = None,
+                   resume_every: int | None = None) -> dict[str, Any]:
     """OpenRLHF flags (dotted names -> values) for one method + config + seed (`launcher.openrlhf_argv`);
-    `resume_every`: the save cadence (`launcher.resume_cadence`; None: the config's ckpt.save_steps,
-    else the evaluated steps', `save_steps`; a critic run or one at cluster scale must pass it); `paths`: the run's files (`methods.run.Run.paths`,
-    absolute), else those under ``out_dir``'s parent."""
+    `run`: the run's files (`methods.run.Run.paths`, absolute: Ray workers do not share the driver's
+    cwd); `policy_path`: the start policy (the actor's model); `v0_model`: the trained V0 of a V0
+    prior's method (`Paths.v0_prior_model`); `resume_every`: the save cadence (`launcher.resume_cadence`;
+    None: the config's ckpt.save_steps, else the evaluated steps', `save_steps`; a critic run or one at
+    cluster scale must pass it)."""
     rl = cfg["rl"]
     if method.sampler == "budget":
         raise ConfigError(f"method {method.name}: V0's budget allocation runs in the local trainer only; the "
                           "OpenRLHF engine has no budget samples generator yet (drop it from rl.methods at paper scale)")
     over = dict(rl.get("openrlhf") or {})
-    run = paths or run_files(method, seed, out_dir)
-    if policy_path is None:
-        pol = Paths(cfg).policy(rl["policy"])  # a Path for local checkpoints, a str for hub names
-        policy_path = str(pol.absolute()) if isinstance(pol, Path) else str(pol)
 
     f: dict[str, Any] = cluster_defaults()
     # cluster shape from the launcher keys
@@ -211,7 +203,10 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path
     f["sparserl.run_dir"] = str(run.dir)  # the experience maker appends harvested rollouts there
     f["sparserl.seed"] = int(seed)
     if method.needs_v0_model:  # the V0 prior actor (engines.openrlhf.v0_server)
-        f["sparserl.v0_model"] = str(Path(Paths(cfg).v0_prior_model()).absolute())
+        if v0_model is None:
+            raise ValueError(f"method {method.name}: its V0 prior loads the trained V0 (Paths.v0_prior_model); "
+                             "pass it as v0_model")
+        f["sparserl.v0_model"] = str(Path(v0_model).absolute())
         for k, v in v0_actor_settings(over).items():  # share, threads, timeouts (engines.openrlhf.placement)
             f[f"sparserl.{k}"] = v
         if config_paths:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Iterable
 
 from sparserl.core.artifacts import write_json, write_table
-from sparserl.core.config import ConfigError, load_config, schema_default
+from sparserl.core.config import schema_default
+from sparserl.core.paths import RunPaths
 from sparserl.engines.openrlhf import OPENRLHF_VERSION, cpu_shims, slurm
 from sparserl.engines.openrlhf.checkpoints import TAG, critic_state_file
 from sparserl.engines.openrlhf.critic_warmup import critic_warmup_steps
@@ -23,23 +24,24 @@ from sparserl.engines.openrlhf.parser import parse_args
 from sparserl.engines.openrlhf.patches import init_ray, install_patches
 from sparserl.engines.openrlhf.placement import plan_from_args
 from sparserl.engines.sizing import rl_resume_save_steps
-from sparserl.methods.run import resolve_run
+from sparserl.methods.run import Run
 from sparserl.methods.spec import MethodSpec
 
 
-def resume_cadence(cfg: dict, method: MethodSpec) -> int | None:
+def resume_cadence(cfg: dict, method: MethodSpec, policy_path: str | Path) -> int | None:
     """--ckpt.save_steps of a run (`flags.save_steps`): the config's own (rl.openrlhf
     ``ckpt.save_steps``), else at cluster scale (a `sizing` section) or with a critic a resume point
-    every few hours of estimated work (`sizing.rl_resume_save_steps`); None: the evaluated steps'."""
+    every few hours of estimated work (`sizing.rl_resume_save_steps` of the start policy
+    `policy_path`); None: the evaluated steps'."""
     over = cfg["rl"].get("openrlhf") or {}
     if "ckpt.save_steps" in over:
         return int(over["ckpt.save_steps"])
     if critic_warmup_steps(method) or cfg.get("sizing"):
-        return rl_resume_save_steps(cfg, method)
+        return rl_resume_save_steps(cfg, method, policy_path)
     return None
 
 
-def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path, **kw) -> list[str]:
+def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, run: RunPaths, *, policy_path: str, **kw) -> list[str]:
     """The OpenRLHF argument list for one run.
 
     Method -> flags: group_size -> --rollout.n_samples_per_prompt; rollouts_per_step / group_size
@@ -52,10 +54,11 @@ def openrlhf_argv(cfg: dict, method: MethodSpec, seed: int, out_dir: str | Path,
     --sparserl.spec. The train batch is the step's rollouts (one optimizer step per RL step), or
     osla.pad_multiple for OSLA. A critic (Le Critique) -> `critic_flags`, and its warm-up steps are
     added to --data.max_samples. The save cadence, unless `kw` gives one (resume_every): `resume_cadence`.
+    `run`, `policy_path` and `kw`: as `flags.openrlhf_flags`.
     """
     if kw.get("resume_every") is None:
-        kw["resume_every"] = resume_cadence(cfg, method)
-    return flags_to_argv(openrlhf_flags(cfg, method, seed, out_dir, **kw))
+        kw["resume_every"] = resume_cadence(cfg, method, policy_path)
+    return flags_to_argv(openrlhf_flags(cfg, method, seed, run, policy_path=policy_path, **kw))
 
 
 def launch(argv: list[str], *, address: str | None = None, extra_env: dict | None = None):
@@ -188,19 +191,16 @@ def train_with_ray(argv: list[str], over: dict, *, log=print) -> None:
             slurm.stop(procs)
 
 
-def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str | Path, *,
-        dry_run: bool = False, log=print) -> list[str]:
-    """`openrlhf-launch`: dataset + argv, Ray on the SLURM allocation (or local), training, metrics."""
+def run(cfg: dict, rec: Run, *, config_paths: Iterable[str], dry_run: bool = False, log=print) -> list[str]:
+    """`openrlhf-launch`: dataset + argv, Ray on the SLURM allocation (or local), training, metrics.
+    `rec`: the run (`methods.run.resolve_run`: its folder absolute, Ray workers do not share the
+    driver's cwd; the spec with the scale's critic lr; the files it reads, `rec.reads`),
+    `config_paths` the config files (V0's prior actor loads them)."""
     cpu_shims.install_import_shims()  # without CUDA: OpenRLHF imports flash_attn at module level
     config_paths = list(config_paths)
-    cfg = load_config(config_paths)
-    if "rl" not in cfg:
-        raise ConfigError("the config has no 'rl' section")
-    # the run in --out's parent (rl/<method>/seed<s>, or V0's harvest folder), absolute: Ray
-    # workers do not share the driver's cwd; the spec with the scale's critic lr (rl.critic_lr)
-    run = resolve_run(cfg, method_name, seed, root=Path(out_dir).absolute().parent)
-    method, run_paths = run.spec, run.paths
-    argv = openrlhf_argv(cfg, method, seed, out_dir, config_paths=config_paths, paths=run_paths)
+    method, run_paths, seed, method_name, reads = rec.spec, rec.paths, rec.seed, rec.method, rec.reads
+    argv = openrlhf_argv(cfg, method, seed, run_paths, policy_path=str(Path(reads.policy).absolute()),
+                         v0_model=reads.v0_model, config_paths=config_paths)
     args = parse_args(argv)  # OpenRLHF's own checks fail here, before any GPU work
     if dry_run:
         return argv
@@ -214,7 +214,8 @@ def run(config_paths: Iterable[str], method_name: str, seed: int, out_dir: str |
         # first step under OSLA (`experience.restore_support`)
         argv = [*argv, "--sparserl.resume_step", str(resumed)]
     write_json({"method": method_name, "seed": seed, "argv": argv}, run_paths.args, cfg=cfg)
-    build_prompt_dataset(cfg, method, seed, run_paths.prompts)
+    build_prompt_dataset(cfg, method, seed, run_paths.prompts, pool=reads.pool,
+                         reference_cache=reads.reference_cache)
     train_with_ray(argv, cfg["rl"].get("openrlhf") or {}, log=log)
     extra = {"method": method_name, "seed": seed, "engine": f"openrlhf=={OPENRLHF_VERSION}"}
     write_table(metrics_from_tensorboard(run_paths.tensorboard, critic_warmup_steps(method)), run_paths.metrics,

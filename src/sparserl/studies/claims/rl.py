@@ -45,7 +45,7 @@ def _pool(trees: list, *methods: str) -> tuple[list, str]:
 
 def _rl_inputs(*methods: str):
     def inputs(P):
-        from sparserl.methods.spec import method_run
+        from sparserl.methods.run import method_run
         seeds = _rl_methods(P.cfg, *methods)
         # eval.parquet is the rule's output; its per-problem tables lie beside it (same job); with
         # head_to_head.pool, the same of each pooled tree that ran the row's methods
@@ -56,7 +56,7 @@ def _rl_inputs(*methods: str):
 
 
 def _per_problem(ctx: Context, method: str, seed, cfg: dict | None = None) -> pd.DataFrame:
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     run = method_run(cfg or ctx.cfg, method, seed)
     ctx.table(run.eval)  # the rule's output: a missing one names the run
     path = run.eval_dir / "final_per_problem.parquet"
@@ -143,7 +143,7 @@ def _runs_array(ctx: Context, method: str, trees: list, problems: pd.DataFrame |
     """((starts, seeds, J) per-problem scores of a method's runs in `trees`, each tree a start, the
     (benchmark, id) order: the first run's unless given): `hierarchical_bootstrap.arm_array`, the
     builder the head-to-head uses too (`head_to_head.runs_array`)."""
-    from sparserl.methods.spec import method_run
+    from sparserl.methods.run import method_run
     frames = []
     for t in trees:
         for s in t.cfg["rl"]["seeds"]:
