@@ -9,14 +9,13 @@ OOD = CFG.get("ood") if CFG.get("rl") else None
 
 if OOD:
     from sparserl.evaluation.ood import harness_outputs, ood_settings, parse_label
-    from sparserl.core.paths import Paths
     from sparserl.evaluation.ood import policies as ood_policies
 
     try:
         OOD_SETTINGS = ood_settings(CFG)
     except ConfigError as e:
         raise WorkflowError(f"config error: {e}")
-    OP = Paths(CFG).ood
+    OP = P.ood
 
     def ood_checkpoint_input(label):
         """The checkpoint a policy label reads: the start policy (none for a hub policy) or the
