@@ -41,7 +41,8 @@ def _named_benchmarks(cmd: str, paths, cfg) -> None:
     """Stop when the benchmark files are not the config's benchmarks (`Paths.benchmark_names`)."""
     from pathlib import Path
     got = [Path(p).stem for p in paths]
-    want = [b if isinstance(b, str) else b["name"] for b in cfg["tasks"].get("benchmarks", [])]
+    from sparserl.core.paths import benchmark_names
+    want = benchmark_names(cfg)
     if got != want:
         raise SystemExit(f"{cmd} --benchmarks: files {got} are not the config's benchmarks {want} "
                          "(tasks/benchmarks/<name>.parquet, in config order)")
@@ -139,20 +140,20 @@ def cmd_eval_summary(args):
     summarize_evals(_cfg(args), args.evals, args.out)
 
 
-def _policy_and_pool(cfg, args):
-    """The policy's folder and the training pool: the rule's inputs, else the config's (by hand)."""
-    if args.policy_dir is None or args.pool is None:
-        from sparserl.core.paths import Paths
-        P = Paths(cfg)
-        args.policy_dir = args.policy_dir or P.policy(args.policy)
-        args.pool = args.pool or P.train_pool()
-    return args.policy_dir, args.pool
+def _rule_input(args, name: str, cfg, find):
+    """`args.<name>`, the rule's input, else `find(P)` in the config's layout (run by hand)."""
+    given = getattr(args, name)
+    if given is not None:
+        return given
+    from sparserl.core.paths import Paths
+    return find(Paths(cfg))
 
 
 def cmd_mc_values(args):
     from sparserl.values.mcvalues import mc_values
     cfg = _cfg(args)
-    policy_dir, pool = _policy_and_pool(cfg, args)
+    policy_dir = _rule_input(args, "policy_dir", cfg, lambda P: P.policy(args.policy))
+    pool = _rule_input(args, "pool", cfg, lambda P: P.train_pool())
     mc_values(cfg, args.policy, args.n, args.out, policy_dir=policy_dir, pool=pool, threads=args.threads,
               seed_offset=args.seed_offset, job_shard=(args.shard, args.shards) if args.shards > 1 else None)
 
@@ -169,8 +170,8 @@ def cmd_fetch_models(args):
 def cmd_mc_values_merge(args):
     from sparserl.values.mcvalues import merge_mc_values
     cfg = _cfg(args)
-    args.policy_dir = "unused"  # the merge reads the pool only
-    merge_mc_values(cfg, args.policy, args.n, args.parts, args.out, pool=_policy_and_pool(cfg, args)[1])
+    merge_mc_values(cfg, args.policy, args.n, args.parts, args.out,
+                    pool=_rule_input(args, "pool", cfg, lambda P: P.train_pool()))
 
 
 def _placed_run(cfg, args):
@@ -204,12 +205,9 @@ def cmd_rl_eval(args):
     from sparserl.engines.report import evaluate_run
     from sparserl.methods.run import resolve_run
     cfg = _cfg(args)
-    if args.benchmarks is None:  # the config's (the DAG passes them: rule rl_eval's input)
-        from sparserl.core.paths import Paths
-        P = Paths(cfg)
-        args.benchmarks = [P.benchmark(b) for b in P.benchmark_names()]
-    _named_benchmarks("rl-eval", args.benchmarks, cfg)
-    evaluate_run(cfg, resolve_run(cfg, args.method, args.seed), args.benchmarks, threads=args.threads)
+    benchmarks = _rule_input(args, "benchmarks", cfg, lambda P: [P.benchmark(b) for b in P.benchmark_names()])
+    _named_benchmarks("rl-eval", benchmarks, cfg)
+    evaluate_run(cfg, resolve_run(cfg, args.method, args.seed), benchmarks, threads=args.threads)
 
 
 def cmd_sizing_table(args):
