@@ -1,10 +1,11 @@
-"""`python -m sparserl published pack|status|rebuild|verify <scale>`: the tables the figures, the
+"""`python -m sparserl published pack|status|rebuild|verify|resume <scale>`: the tables the figures, the
 ranking, the head-to-head and the claims read, as data in the repo (`published/<scale>/`).
 
     sparserl published pack small --results ../sweep/results/small   # add a finished shard's tables
     sparserl published status small                                    # what is published, stale, missing
     sparserl published rebuild small                                   # figures, ranking, CLAIMS.md, RESULTS.md; no training
     sparserl published verify small grpo_g16/seed0                     # rerun one run here, compare
+    sparserl published resume small --tree ../sweep                    # a wiped sweep worktree goes on
 
 Which tables: a dry run of the config's whole DAG (`snakemake -n --forceall all`) names every job;
 the *rebuild rules* (each figure's rule, claims, head_to_head, head_to_head_aggregates, reading,
@@ -72,20 +73,21 @@ def parse_jobs(text: str) -> list[Job]:
     return jobs
 
 
-def snakemake_cmd(configfiles: list[str], workdir: str | Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-            "--configfile", *[str(REPO / c) if not Path(c).is_absolute() else c for c in configfiles], *args]
+def snakemake_cmd(configfiles: list[str], workdir: str | Path, *args: str, tree: Path = REPO) -> list[str]:
+    """Snakemake on `tree`'s Snakefile and config files (a pinned sweep's own checkout, or this one)."""
+    return [sys.executable, "-m", "snakemake", "-s", str(tree / "Snakefile"), "-d", str(workdir),
+            "--configfile", *[str(tree / c) if not Path(c).is_absolute() else c for c in configfiles], *args]
 
 
-def dag_jobs(configfiles: list[str], outputs: bool = True) -> tuple[list[Job], set[str]]:
+def dag_jobs(configfiles: list[str], outputs: bool = True, tree: Path = REPO) -> tuple[list[Job], set[str]]:
     """Every job of the config's `all` as a dry run plans it in an empty scratch folder (nothing there
     is read), and (`outputs`) every file any job makes (`--detailed-summary`: a dry run prints a job
     with a `message`, such as rl_train, without its files)."""
     with tempfile.TemporaryDirectory(prefix="sparserl-published-dag-") as work:
         runs = {"summary": ""}
         for what, extra in (("dry run", ("-n", "--forceall")), ("summary", ("--detailed-summary",)))[:1 + outputs]:
-            out = subprocess.run(snakemake_cmd(configfiles, work, *extra, "all"), cwd=REPO, capture_output=True,
-                                 text=True, timeout=1800)
+            out = subprocess.run(snakemake_cmd(configfiles, work, *extra, "all", tree=tree), cwd=tree,
+                                 capture_output=True, text=True, timeout=1800)
             if out.returncode:
                 raise SystemExit(f"sparserl published: the {what} of {' '.join(configfiles)} failed:\n"
                                  + out.stderr[-3000:])
@@ -432,6 +434,117 @@ def cmd_rebuild(args):
     return rc
 
 
+# --------------------------------------------------------------------------------------------- resume
+
+def _git(tree: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(tree), *args], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"sparserl published resume: {tree} is not a git checkout ({out.stderr.strip()[:200]}); "
+                         "give the sweep's pinned worktree as --tree")
+    return out.stdout.strip()
+
+
+def machine_mismatch(manifest: dict) -> list[str]:
+    """What of this machine (CPU, platform, BLAS, package versions) differs from the one that made a
+    published table: tables restored from another machine record would not be the bytes a rerun
+    here makes."""
+    from sparserl.core.machine import compare, machine_record
+    here = {"machine": machine_record()}
+    _, diffs, _ = compare(manifest, here, names=("published", "here"))
+    return [d for d in diffs if d.startswith(("machine.cpu.", "machine.platform.", "machine.blas_libs",
+                                              "machine.versions."))]
+
+
+def pending_restored(S: Setup, tree: Path, targets: list[str], restored: set[str]) -> list[str]:
+    """The restored tables Snakemake would make again for `targets` (its own `--detailed-summary`
+    plan, mtime trigger only): those whose upstream it must still make."""
+    out = subprocess.run(snakemake_cmd(S.configfiles, tree, "--detailed-summary", "--rerun-triggers", "mtime",
+                                       "--", *targets, tree=tree), cwd=tree, capture_output=True, text=True,
+                         timeout=1800)
+    if out.returncode:
+        raise SystemExit("sparserl published resume: Snakemake's plan of the sweep failed:\n" + out.stderr[-3000:])
+    lines = out.stdout.splitlines()
+    cols = lines[0].split("\t") if lines else []
+    redo = []
+    for line in lines[1:]:
+        row = dict(zip(cols, line.split("\t")))
+        if row.get("plan") == "update pending" and row.get("output_file") in restored:
+            redo.append(row["output_file"])
+    return sorted(redo)
+
+
+def cmd_resume(args):
+    """Restore the published tables of the sweep's own commit into its worktree, then run what is
+    left. Snakemake reruns a job whose upstream it must make (a wiped tree has no weights), so the
+    upstream of restored tables is made first, with those tables left out (`--omit-from`), and the
+    restored tables are then dated after it."""
+    from sparserl.core.artifacts import read_manifest
+    S = setup(args)
+    tree = Path(args.tree).resolve()
+    head = _git(tree, "rev-parse", "HEAD")
+    if _git(tree, "status", "--porcelain", "--untracked-files=no"):
+        raise SystemExit(f"sparserl published resume: {tree} has uncommitted changes; a sweep runs from a "
+                         "pinned commit (`git -C TREE stash` or a fresh worktree)")
+    files = pub.read_index(S.root).get("files", {})
+    mine = sorted(k for k, rec in files.items() if rec.get("git_commit") == head)
+    others = len(files) - len(mine)
+    if not mine:
+        raise SystemExit(f"sparserl published resume: no table under {S.root} was made at {head[:12]} (the "
+                         f"tree's commit); check out the sweep's pinned commit there ({', '.join(sorted({str(r.get('git_commit'))[:12] for r in files.values()})) or 'none published'})")
+    diffs = machine_mismatch(read_manifest(S.root / mine[0]) or {})
+    if diffs and not args.other_machine:
+        raise SystemExit(f"sparserl published resume: {S.root / mine[0]} was made on another machine record "
+                         f"({'; '.join(diffs[:3])}): a rerun here would not make its bytes, so the sweep would "
+                         "mix two; rerun the sweep here from scratch, or pass --other-machine to restore anyway")
+    restored, kept = [], []
+    for key in mine:
+        rel = S.rel(key)
+        dst = tree / rel
+        if dst.is_file() and pub.sha256(dst) != pub.sha256(S.root / key):
+            kept.append(rel)  # the tree's own run made other bytes: never overwritten
+            continue
+        pub.copy_with_manifest(S.root / key, dst)
+        restored.append(rel)
+    print(f"resume {S.scale}: {len(restored)} published tables of {head[:12]} restored under {tree}"
+          + (f"; {len(kept)} differ from the tree's own and were kept (e.g. {kept[0]})" if kept else "")
+          + (f"; {others} made at other commits not restored (the tree remakes them)" if others else ""))
+    have = set(restored)
+
+    def touch():
+        now = time.time()
+        for rel in restored:
+            for p in (tree / rel, pub.manifest_path(tree / rel)):
+                if p.is_file():
+                    os.utime(p, (now, now))
+
+    # what the rebuild rules read (figures, ranking, claims: `published rebuild` makes them) and
+    # the tuning's tables, less what is restored: the work left
+    needed = plan(dag_jobs(S.configfiles, outputs=False, tree=tree)).needed
+    targets = [r for r in needed if r not in have]
+    print(f"resume {S.scale}: {len(targets)} of {len(needed)} tables the rebuild reads are left to make")
+    run = ["--cores", str(args.cores), "--rerun-incomplete", "--keep-going", "--rerun-triggers", "mtime"]
+    redo: list[str] = []
+    for phase in range(1, 5):
+        touch()
+        redo = pending_restored(S, tree, targets, have)
+        if not redo:
+            break
+        print(f"resume {S.scale}: phase {phase}: {len(redo)} restored tables wait on upstream that the tree "
+              f"lacks (e.g. {redo[0]}); making that upstream first, without them")
+        if args.plan:
+            return 0
+        rc = subprocess.run(snakemake_cmd(S.configfiles, tree, *run, "--omit-from", *redo, "--", *targets,
+                                          tree=tree), cwd=tree).returncode
+        if rc:
+            return rc
+    if redo:
+        print(f"resume {S.scale}: {len(redo)} restored tables will be made again (e.g. {redo[0]})")
+    if args.plan:
+        print(f"resume {S.scale}: the plan ends here (--plan); without it Snakemake makes the {len(targets)} tables")
+        return 0
+    return subprocess.run(snakemake_cmd(S.configfiles, tree, *run, "--", *targets, tree=tree), cwd=tree).returncode
+
+
 # --------------------------------------------------------------------------------------------- verify
 
 def run_keys(files: dict, run: str) -> list[str]:
@@ -536,6 +649,14 @@ def register(sub, add) -> None:
     q.add_argument("--out", default=".", help="workdir to restore into and build in (default: the current folder)")
     q.add_argument("--force", action="store_true", help="overwrite tables --out holds that differ from the published")
     q.add_argument("--cores", type=int, default=2)
+    q = common("resume", cmd_resume, "continue a sweep in its pinned worktree after a wipe: restore the "
+               "tables published at its commit, then make what is left (weights first where a restored table "
+               "needs them)")
+    q.add_argument("--tree", required=True, help="the sweep's checkout (a git worktree at the pinned commit)")
+    q.add_argument("--cores", type=int, default=1)
+    q.add_argument("--plan", action="store_true", help="restore and print the phases; run nothing")
+    q.add_argument("--other-machine", action="store_true",
+                   help="restore tables made on another machine record (bytes a rerun here would not make)")
     q = common("verify", cmd_verify, "rerun one published run from scratch at this commit and compare its tables")
     q.add_argument("run", help="a published run, as results/<scale>/rl/ names it: grpo_g16/seed0 (or a folder "
                    "under results/<scale>/, e.g. values/harvest)")
