@@ -84,8 +84,10 @@ def test_bf16_and_compiled_pretraining_starts_from_transformers_init_and_saves_a
     """policies.<name>.precision: bf16 and pretrain.compile train our Qwen3 from transformers'
     initialisation (the same draw as the float32 path), with bf16 matmuls and compiled layers, and
     save a checkpoint transformers reads; the loss stays near the float32 run's."""
+    from sparserl.core import machine
     from sparserl.models import policies
     from sparserl.models.qwen3 import Qwen3LM
+    monkeypatch.setattr(machine, "native_bf16", lambda: True)  # as on an AVX-512 BF16 CPU
     seen = {}
     real_loss = policies.batch_loss
 

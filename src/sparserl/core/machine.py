@@ -33,8 +33,12 @@ NUMERIC_FLAGS = (
 ENV_VARS = (
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
     "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA",
-    "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES",
+    "ONEDNN_MAX_CPU_ISA", "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES", "SPARSERL_EMULATED_BF16",
 )
+
+# flags of CPUs with bf16 matmul kernels; elsewhere torch emulates them, about 10x slower than
+# float32 (perf/pretrain_step.py, an AVX2 EPYC: 9.8 s against 0.76 s a step of tiny's policy m)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
 # packages whose version can change an artifact's bytes (pyarrow/pandas write parquet), recorded
 # when this process imported them
@@ -155,6 +159,26 @@ def _versions() -> dict:
         if mod is not None:
             out[name] = str(getattr(mod, "__version__", "unknown"))
     return out
+
+
+def native_bf16() -> bool | None:
+    """Whether this CPU has bf16 matmul kernels (`BF16_FLAGS`); None when its flags are unknown."""
+    flags = _once("cpu", _cpu)["flags"]
+    return None if flags is None else any(f in flags for f in BF16_FLAGS)
+
+
+def matmul_precision(precision: str, setting: str, log=None) -> str:
+    """The precision a `precision: bf16` setting runs at here: bf16 where the CPU multiplies it
+    natively (or its flags are unknown), float32 where torch would emulate it, unless
+    SPARSERL_EMULATED_BF16=1 asks for bf16 anyway. The choice follows from the CPU flags and that
+    variable, both in every manifest's machine record; artifacts of CPUs with other flags differ in
+    their bytes anyway."""
+    if precision != "bf16" or native_bf16() is not False or os.environ.get("SPARSERL_EMULATED_BF16") == "1":
+        return precision
+    if log is not None:
+        log(f"{setting}: bf16, but this CPU has no bf16 matmul kernels (none of {', '.join(BF16_FLAGS)}): "
+            "float32 here, about 10x faster than emulated bf16 (SPARSERL_EMULATED_BF16=1 keeps bf16)")
+    return "fp32"
 
 
 def machine_record() -> dict:

@@ -188,8 +188,9 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info, stop_after: 
         # our Qwen3 (sparserl.models.qwen3) from transformers' initialisation: it has the bf16
         # switch, and compiles (policies.<name>.precision, pretrain.compile; perf/pretrain_step.py)
         from sparserl.models.qwen3 import Qwen3LM
+        from sparserl.core.machine import matmul_precision
         model = Qwen3LM.from_module(model)
-        if precision == "bf16":
+        if matmul_precision(precision, f"policies.{name}.precision", log) == "bf16":
             model.matmul_dtype = torch.bfloat16
         if compiled:
             model.compile_layers()

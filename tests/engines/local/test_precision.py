@@ -15,6 +15,14 @@ from sparserl.grading.verifier import open_verifier
 from sparserl.models.qwen3 import Qwen3LM
 
 
+
+@pytest.fixture(autouse=True)
+def bf16_cpu(monkeypatch):
+    """bf16 matmuls as on an AVX-512 BF16 CPU, wherever the tests run (an AVX2 CPU would keep
+    float32: core.machine.matmul_precision)."""
+    from sparserl.core import machine
+    monkeypatch.setattr(machine, "native_bf16", lambda: True)
+
 def _ours(hf_model) -> Qwen3LM:
     m = Qwen3LM(hf_model.config.to_dict())
     m.load_state_dict(hf_model.state_dict(), strict=False)
@@ -55,6 +63,24 @@ def test_bf16_matmuls_are_on_and_stay_close_to_float32(tiny_lm):
     bf16, _ = token_logprobs(ours, seqs, plens, tok.pad_token_id)
     diff = ((bf16 - fp32).abs() * mask).max()
     assert 0 < diff < 0.05, diff  # bf16 arithmetic, float32 weights: close, not equal
+
+
+def test_bf16_stays_float32_where_the_cpu_would_emulate_it(tiny_lm, monkeypatch):
+    from sparserl.core import machine
+    monkeypatch.setattr(machine, "native_bf16", lambda: False)  # an AVX2 CPU: emulated bf16, ~10x slower
+    monkeypatch.delenv("SPARSERL_EMULATED_BF16", raising=False)
+    ours = _ours(tiny_lm[0])
+    said = []
+    assert machine.matmul_precision("bf16", "rl.precision", said.append) == "fp32"
+    assert "no bf16 matmul kernels" in said[0]
+    set_precision({"precision": "bf16"}, ours)
+    assert ours.matmul_dtype is None
+    monkeypatch.setenv("SPARSERL_EMULATED_BF16", "1")  # asked for anyway
+    set_precision({"precision": "bf16"}, ours)
+    assert ours.matmul_dtype is torch.bfloat16
+    monkeypatch.setattr(machine, "native_bf16", lambda: None)  # flags unknown: as configured
+    monkeypatch.delenv("SPARSERL_EMULATED_BF16")
+    assert machine.matmul_precision("bf16", "rl.precision") == "bf16"
 
 
 def test_bf16_is_refused_for_a_model_without_the_switch(tiny_lm):

@@ -567,8 +567,12 @@ def test_length_sorted_micro_batches_give_the_one_pass_update(world, method):
         t.update(copy.deepcopy(batch), adv, {})
         weights.append({k: v.detach().clone() for k, v in t.model.named_parameters()})
     assert any(not torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # two code paths ran
-    for k in weights[0]:
-        torch.testing.assert_close(weights[1][k], weights[0][k], rtol=1e-5, atol=1e-7)
+    # Adam's first step divides each gradient by its own size, so an entry whose gradient is
+    # rounding noise moves by up to 2 lr either way (seen on AVX2, not on AVX-512): a few such
+    # entries are rounding; a wrong split of the batch moves most of them
+    far = {k: int((~torch.isclose(weights[1][k], weights[0][k], rtol=1e-5, atol=1e-7)).sum()) for k in weights[0]}
+    total = sum(v.numel() for v in weights[0].values())
+    assert sum(far.values()) <= total // 1000, {k: n for k, n in far.items() if n}
 
 
 KILL_EACH_STEP = r'''

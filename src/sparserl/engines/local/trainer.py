@@ -116,11 +116,16 @@ def _our_qwen3(setting: str, models) -> list:
 
 def set_precision(rl: dict, *models) -> None:
     """`rl.precision`: bf16 runs the policy's (and the KL reference's) matmuls in bf16 with float32
-    master weights (`Qwen3LM.matmul_dtype`); rollouts stay float32. Only our Qwen3LM has the switch."""
+    master weights (`Qwen3LM.matmul_dtype`); rollouts stay float32. Only our Qwen3LM has the switch.
+    On a CPU without bf16 kernels the matmuls stay float32 (`core.machine.matmul_precision`)."""
+    from sparserl.core.machine import matmul_precision
     precision = section_setting(rl, "$defs", "trainer", "precision")
     if precision == "fp32":
         return
-    for model in _our_qwen3(f"rl.precision: {precision}", models):
+    ours = _our_qwen3(f"rl.precision: {precision}", models)
+    if matmul_precision(precision, "rl.precision", log=_log.warning) == "fp32":
+        return
+    for model in ours:
         model.matmul_dtype = torch.bfloat16
 
 
