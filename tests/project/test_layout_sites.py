@@ -16,9 +16,8 @@ SRC = Path(sparserl.__file__).parent
 LAYOUTS = {name for name, obj in vars(layout).items() if isinstance(obj, type) and name.endswith("Paths")}
 ENTRY_POINTS = ("cli/", "engines/openrlhf/v0_server.py")
 ALLOWED = ("core/", "methods/run.py") + ENTRY_POINTS
-# still to move, with the reason: the V0 embedder of kind 'policy' finds its policy's folder from
-# the config (the embedding rules do not pass it yet)
-KNOWN = {"values/v0/experiments.py": 1}
+# still to move, with the reason (none left)
+KNOWN: dict[str, int] = {}
 
 
 def layout_calls(tree: ast.AST) -> list[int]:

@@ -643,3 +643,20 @@ def test_support_context_is_drawn_once_per_step():
     buf.extend([("new", 1.0)])
     second = buf.context()
     assert rng.bit_generator.state != state and len(second) == 4 and buf.context() == second
+
+
+def test_an_embedder_of_kind_policy_embeds_only_with_the_folder_its_caller_passes(tmp_path, monkeypatch):
+    """Kind policy reads a policy's folder; the module never finds it in the results tree itself."""
+    from sparserl.values.v0 import experiments
+    s = {"embedder": {"kind": "policy", "path": "m"}}
+    with pytest.raises(ValueError, match="needs its policy's folder"):
+        experiments.embedding_table({}, s, {"q1": "1+1"}, tmp_path / "e.pt")
+    seen = {}
+    monkeypatch.setattr(experiments, "make_embedder", lambda s, d: seen.setdefault("dir", d))
+
+    class Table:
+        def save(self, path):
+            seen["saved"] = path
+    monkeypatch.setattr(experiments, "embed_texts", lambda emb, ids, texts, log=None: Table())
+    experiments.embedding_table({}, s, {"q1": "1+1"}, tmp_path / "e.pt", embedder_policy=tmp_path / "m")
+    assert seen == {"dir": tmp_path / "m", "saved": tmp_path / "e.pt"}

@@ -233,6 +233,21 @@ def _resolved_configs(workdir, scale="tiny"):
 
 
 @pytest.mark.e2e  # DAG dry run
+def test_an_embedder_of_kind_policy_is_an_input_its_rules_pass(repo, tmp_path):
+    """v0.embedder kind policy reads a pre-trained policy: both embedding rules wait for its folder
+    and hand it to `v0-embed`, which never looks it up itself."""
+    out = snakemake(repo, tmp_path, "--cores", "2", "-n", "-p", "--forceall", "all",
+                    "--config", "v0.embedder.kind=policy", "v0.embedder.path=m")
+    assert out.returncode == 0, out.stderr[-3000:]
+    log = out.stdout + out.stderr
+    blocks = [b for b in re.split(r"\n(?=\[\w{3} \w{3} )", log) if re.search(r"rule v0_(pool_)?embeddings:", b)]
+    assert len(blocks) == 2, log[-3000:]
+    for b in blocks:
+        assert "results/tiny/policies/m" in re.search(r"input: (.*)", b).group(1).split(", ")
+        assert "--embedder-policy results/tiny/policies/m " in b
+
+
+@pytest.mark.e2e  # DAG dry run
 @pytest.mark.parametrize("override", ["rl.steps=20", 'rl={"steps": "20"}'])
 def test_command_line_overrides_are_typed_echoed_and_reach_the_jobs(repo, tmp_path, override):
     out = snakemake(repo, tmp_path, "--cores", "2", "-n", "rl/grpo_g4", "--config", override)

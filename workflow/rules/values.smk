@@ -49,12 +49,16 @@ from sparserl.values.v0.settings import v0_settings
 # the RL pool under V0's embedder, once for every run and study with V0's prior (values.v0.prior)
 V0_EMBEDDER = v0_settings(CFG)["embedder"]["kind"]
 V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(V0_EMBEDDER))
+# an embedder of kind policy reads a pre-trained policy's folder: an input of both embedding rules
+V0_EMBEDDER_POLICY = ([str(P.policy(v0_settings(CFG)["embedder"]["path"]))] if V0_EMBEDDER == "policy" else [])
+V0_EMBEDDER_FLAG = "".join(f" --embedder-policy {p}" for p in V0_EMBEDDER_POLICY)
 
 
 rule v0_pool_embeddings:
     input:
         pool=str(P.train_pool()),
         embedder=model_inputs("v0.embedder"),
+        embedder_policy=V0_EMBEDDER_POLICY,
     output:
         embeddings=V0_POOL_EMBEDDINGS,
     params:
@@ -69,7 +73,7 @@ rule v0_pool_embeddings:
         **R("v0_embed"),
     shell:
         "{SPARSERL} v0-embed --config {CONFIGS} --pool {input.pool} --out {output.embeddings} "
-        "--threads {threads} > {log} 2>&1"
+        "--threads {threads}" + V0_EMBEDDER_FLAG + " > {log} 2>&1"
 
 
 # V0's trajectory harvest (sparserl.engines.harvest): per policy a GRPO run with a checkpoint every
@@ -208,6 +212,7 @@ if V0_HARVEST is not None:
         input:
             harvest=str(P.harvest_table()),
             embedder=model_inputs("v0.embedder"),
+            embedder_policy=V0_EMBEDDER_POLICY,
         output:
             embeddings=V0_EMBEDDINGS,
         params:
@@ -222,7 +227,7 @@ if V0_HARVEST is not None:
             **R("v0_embed"),
         shell:
             "{SPARSERL} v0-embed --config {CONFIGS} --harvest {input.harvest} --out {output.embeddings} "
-            "--threads {threads} > {log} 2>&1"
+            "--threads {threads}" + V0_EMBEDDER_FLAG + " > {log} 2>&1"
 
     rule v0_table:
         # Table 1 (sequential alignment) and Table 2 (strict generalisation): V0 and its baselines

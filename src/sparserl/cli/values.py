@@ -101,9 +101,9 @@ def cmd_v0_embed(args):
     if (args.pool is None) == (args.harvest is None):
         raise SystemExit("v0-embed: give --pool <train_pool.parquet> (V0's prior) or --harvest <harvest.parquet>")
     if args.pool is not None:
-        t = pool_embeddings(cfg, None, Path(args.out), Path(args.pool), log=log)
+        t = pool_embeddings(cfg, None, Path(args.out), Path(args.pool), log=log, embedder_policy=args.embedder_policy)
     else:
-        t = harvest_embeddings(cfg, args.harvest, args.out, log=log)
+        t = harvest_embeddings(cfg, args.harvest, args.out, log=log, embedder_policy=args.embedder_policy)
     print(f"{len(t.ids)} prompts, states {tuple(t.states.shape)} ({t.embedder}) -> {args.out}")
 
 
@@ -171,6 +171,8 @@ def register(sub, add):
     p.add_argument("--harvest", default=None, help="the harvest table whose prompts are embedded")
     p.add_argument("--pool", default=None, help="embed this RL pool (V0's prior) instead")
     p.add_argument("--out", required=True, help="the token states (.pt)")
+    p.add_argument("--embedder-policy", type=Path, default=None,
+                   help="the policy folder v0.embedder of kind policy reads (its rule passes it)")
     p = add("v0-table", cmd_v0_table, "V0 against every baseline on the harvest under one protocol "
             "(Table 1: sequential, Table 2: strict)", threads=True)
     p.add_argument("--protocol", choices=["sequential", "strict"], required=True)

@@ -32,19 +32,22 @@ from sparserl.core.logs import get_logger
 _log = get_logger(__name__)
 
 
-def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=None) -> EmbeddingTable:
-    """Every prompt's token states, cached at `path` (rebuilt when the prompts differ)."""
+def embedding_table(cfg: dict, s: dict, texts: dict, path: Path, log=None,
+                    embedder_policy: Path | None = None) -> EmbeddingTable:
+    """Every prompt's token states, cached at `path` (rebuilt when the prompts differ).
+    `embedder_policy`: the policy folder an embedder of kind `policy` reads (its rule's input)."""
     log = log or _log.info
     ids = sorted(texts)
     if path.is_file():
         t = EmbeddingTable.load(path)
         if sorted(t.ids) == ids:
             return t
-    policy_dir = None
-    if s["embedder"]["kind"] == "policy":
-        from sparserl.core.paths import Paths
-        policy_dir = Paths(cfg).policy(s["embedder"]["path"])
-    t = embed_texts(make_embedder(s, policy_dir), ids, [texts[i] for i in ids], log=log)
+    if s["embedder"]["kind"] == "policy" and embedder_policy is None:
+        raise ValueError(f"{path}: V0's embeddings of these prompts are not cached there, and v0.embedder "
+                         f"(kind policy, {s['embedder']['path']}) needs its policy's folder to embed them; "
+                         "make them with `sparserl v0-embed --embedder-policy DIR` (rules v0_embeddings, "
+                         "v0_pool_embeddings)")
+    t = embed_texts(make_embedder(s, embedder_policy), ids, [texts[i] for i in ids], log=log)
     t.save(path)
     return t
 
@@ -72,7 +75,7 @@ def harvest_texts(cfg: dict, harvest: pd.DataFrame) -> dict:
 
 
 def harvest_embeddings(cfg: dict, harvest, out, s: dict | None = None, texts: dict | None = None,
-                       log=None) -> EmbeddingTable:
+                       log=None, embedder_policy: Path | None = None) -> EmbeddingTable:
     """The token states of every prompt of the `harvest` table, cached at `out`
     (`Paths.v0_embeddings`; rule v0_embeddings computes them once, so the table, ablation and
     routing jobs that run side by side only load them). `texts`: `harvest_texts` of the harvest
@@ -80,7 +83,7 @@ def harvest_embeddings(cfg: dict, harvest, out, s: dict | None = None, texts: di
     from sparserl.core.artifacts import read_table
     s = s or v0_settings(cfg)
     texts = harvest_texts(cfg, read_table(harvest)) if texts is None else texts
-    return embedding_table(cfg, s, texts, Path(out), log=log)
+    return embedding_table(cfg, s, texts, Path(out), log=log, embedder_policy=embedder_policy)
 
 
 def knn_predictions(timeline: pd.DataFrame, pooled: np.ndarray, table: EmbeddingTable,

@@ -52,16 +52,17 @@ class V0Prior:
         return f"V0Prior({self.model.config['embedder']}, head {self.model.config['head'].get('kind')})"
 
 
-def pool_embeddings(cfg: dict, s: dict | None, path: Path, pool: Path, log=None):
+def pool_embeddings(cfg: dict, s: dict | None, path: Path, pool: Path, log=None, embedder_policy: Path | None = None):
     """The prompts of the RL pool `pool` embedded once, cached at `path` (rule v0_pool_embeddings
-    passes both; loaded when its prompts are the pool's)."""
+    passes both, and an embedder of kind `policy` its policy's folder; loaded when its prompts are
+    the pool's)."""
     from sparserl.core.artifacts import read_table
     from sparserl.values.v0.experiments import embedding_table, query_text
     from sparserl.values.v0.settings import v0_settings
     s = s or v0_settings(cfg)
     pool, path = read_table(pool), Path(path)
     texts = {i: query_text(cfg, p) for i, p in zip(pool["id"], pool["problem"])}
-    return embedding_table(cfg, s, texts, path, log=log)
+    return embedding_table(cfg, s, texts, path, log=log, embedder_policy=embedder_policy)
 
 
 def make_v0_prior(spec: dict | None = None, seed: int = 0, cfg: dict | None = None, *, pool: Path | None = None,
