@@ -241,6 +241,12 @@ def test_summary_says_why_rollout_totals_differ(tmp_path):
         write_table(met, run.metrics)
         write_table(pd.DataFrame({"checkpoint": ["final"], "benchmark": ["b"], "accuracy": [0.5]}), run.eval)
     agg = summarize_runs(cfg, Paths(cfg)).set_index("method")
+    # the rule's outputs, when it names them: written there, nowhere else
+    before = [f.stat().st_mtime_ns for f in (P.rl_runs(), P.rl_summary())]
+    summarize_runs(cfg, P, out_runs=tmp_path / "o/runs.parquet", out_summary=tmp_path / "o/summary.parquet")
+    assert pd.read_parquet(tmp_path / "o/summary.parquet").equals(pd.read_parquet(P.rl_summary()))
+    assert pd.read_parquet(tmp_path / "o/runs.parquet").equals(pd.read_parquet(P.rl_runs()))
+    assert [f.stat().st_mtime_ns for f in (P.rl_runs(), P.rl_summary())] == before
     old = ["seeds", "rollouts_total", "rollouts_per_prompt", "train_reward", "eval_accuracy",
            "eval_accuracy_sd", "wall_time_s"]
     assert list(agg.reset_index().columns[:len(old) + 1]) == ["method"] + old  # added, not moved

@@ -105,7 +105,7 @@ if RL:
         resources:
             **R("cpu_small"),
         shell:
-            "{SPARSERL} rl-summary --config {CONFIGS}"
+            "{SPARSERL} rl-summary --config {CONFIGS} --out-runs {output.runs} --out-summary {output.summary}"
 
     # the summary as Markdown, with the commit and config hash of the run it reads
     # (sparserl.studies.world_compare): docs/world.md links here instead of typing numbers

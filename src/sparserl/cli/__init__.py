@@ -225,7 +225,7 @@ def cmd_rl_summary(args):
     from sparserl.core.paths import Paths
     from sparserl.engines.report import summarize_runs
     cfg = _cfg(args)
-    summarize_runs(cfg, Paths(cfg))
+    summarize_runs(cfg, Paths(cfg), out_runs=args.out_runs, out_summary=args.out_summary)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -334,7 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("--benchmarks", nargs="+", default=None, help="one parquet per config benchmark, "
                            "tasks/benchmarks/<name>.parquet (rule rl_eval's; default the config's)")
-    add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
+    p = add("rl-summary", cmd_rl_summary, "one table of every RL run (metrics + evaluation)")
+    p.add_argument("--out-runs", default=None, help="the per-run table (rule rl_summary's; default rl/runs.parquet)")
+    p.add_argument("--out-summary", default=None, help="the per-method table (default rl/summary.parquet)")
     add("sizing-table", cmd_sizing_table, "docs/cluster.md's sizing and storage tables: each GPU job of the "
         "paper dry run (run from the repo root) against its estimate (sparserl.engines.sizing)")
     from sparserl.cli.clean import register as register_clean

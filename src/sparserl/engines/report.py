@@ -314,10 +314,12 @@ def _switch_columns(met: pd.DataFrame) -> dict:
                                   "critic_switch_share": sw[0] / sw[1]}
 
 
-def summarize_runs(cfg: dict, P: Paths) -> pd.DataFrame:
+def summarize_runs(cfg: dict, P: Paths, out_runs: Path | None = None, out_summary: Path | None = None) -> pd.DataFrame:
     """Per method: final reward and accuracy (mean over seeds, with the spread) and rollouts used,
     with `rollouts_note` saying why a method's total differs from the common budget. `P`: the tree
-    whose runs (`methods.run.run_paths`) and start evaluation it reads and whose rl tables it writes."""
+    whose runs (`methods.run.run_paths`) and start evaluation it reads; the per-run and per-method
+    tables go to `out_runs` and `out_summary` (rule rl_summary's outputs; default P's)."""
+    out_runs, out_summary = Path(out_runs or P.rl_runs()), Path(out_summary or P.rl_summary())
     rl = cfg["rl"]
     in_dist = in_distribution(cfg)
     start = _start_accuracy(P, in_dist)
@@ -371,7 +373,7 @@ def summarize_runs(cfg: dict, P: Paths) -> pd.DataFrame:
                            r.method)
              for r in runs.itertuples()]
     runs["rollouts_note"] = notes
-    write_table(runs, P.rl_runs(), cfg=cfg)
+    write_table(runs, out_runs, cfg=cfg)
     agg = runs.groupby("method", sort=True).agg(
         seeds=("seed", "count"), rollouts_total=("rollouts_total", "mean"),
         rollouts_per_prompt=("rollouts_per_prompt_mean", "mean"),
@@ -403,9 +405,9 @@ def summarize_runs(cfg: dict, P: Paths) -> pd.DataFrame:
                       r.method)
         for r in agg.itertuples()]
     agg = agg.drop(columns="osla_rounds_mean")
-    write_table(agg, P.rl_summary(), cfg=cfg)
+    write_table(agg, out_summary, cfg=cfg)
     with pd.option_context("display.width", 160, "display.max_colwidth", 60):
         log.info("RL runs by method:\n" + agg.drop(columns="rollouts_note").round(3).to_string(index=False))
         log.info("why rollout totals differ:\n" + agg[["method", "rollouts_note"]].to_string(index=False))
-    log.info(f"rl summary -> {P.rl_summary()}")
+    log.info(f"rl summary -> {out_summary}")
     return agg
