@@ -117,6 +117,18 @@ def test_status_calls_tables_of_another_config_stale_by_section(repo, tmp_path, 
     assert "RL runs" in st.stale
     lines = stale_lines(st)
     assert any(line.startswith("stale: RL runs: ") and line.endswith("in: evaluation, rl") for line in lines), lines
+    # the CPUs the tables were made on, from their manifests: here one, this machine's
+    from sparserl.cli.published import cpu_name, machine_records
+    from sparserl.core.machine import machine_record
+    files = pub.read_index(root)["files"]
+    recs = machine_records(Setup("smoke", [str(path)], cfg, root), files)
+    assert list(recs) == [cpu_name(machine_record()["cpu"])] and len(recs[cpu_name(machine_record()["cpu"])]) == len(files)
+    key = sorted(files)[0]
+    m = json.loads(pub.manifest_path(root / key).read_text())
+    m["machine"]["cpu"]["flags"] = ["sse2"]
+    pub.manifest_path(root / key).write_text(json.dumps(m))
+    recs = machine_records(Setup("smoke", [str(path)], cfg, root), files)
+    assert len(recs) == 2 and recs[f"{m['machine']['cpu']['model']} [sse2]"] == [key]
 
 
 def test_compare_tables_names_each_differing_column_and_its_largest_difference():

@@ -345,8 +345,24 @@ def stale_lines(st: Status) -> list[str]:
     return out
 
 
+def cpu_name(cpu: dict) -> str:
+    return f"{cpu.get('model') or '?'} [{' '.join(cpu.get('flags') or []) or 'flags unknown'}]"
+
+
+def machine_records(S: Setup, files: dict) -> dict[str, list[str]]:
+    """Each CPU the published tables were made on (model and numerics flags, from their manifests)
+    -> the keys made there."""
+    from sparserl.core.artifacts import read_manifest
+    out: dict[str, list[str]] = {}
+    for key in sorted(files):
+        m = (read_manifest(S.root / key) or {}).get("machine")
+        out.setdefault(cpu_name(m.get("cpu") or {}) if isinstance(m, dict) else "no machine record", []).append(key)
+    return out
+
+
 def cmd_status(args):
     from sparserl.core.artifacts import config_hash
+    from sparserl.core.machine import machine_record
     S = setup(args)
     needed = [k for k in (S.key(r) for r in plan(dag_jobs(S.configfiles, outputs=False)).needed
                           if not pub.is_checkpoint(r)) if k]
@@ -361,6 +377,13 @@ def cmd_status(args):
         print(line)
     for g, keys in sorted(st.missing.items()):
         print(f"missing: {g}: {len(keys)} tables the current config's DAG reads, e.g. {keys[0]}")
+    # which CPUs made them: a rerun elsewhere is not expected to give the same bytes (verify, resume)
+    files = pub.read_index(S.root).get("files", {})
+    here = machine_record()["cpu"]
+    for name, keys in machine_records(S, files).items():
+        print(f"machine: {len(keys)} files made on {name}")
+    if files:
+        print(f"machine: this one is {cpu_name(here)}")
     if not st.rows:
         print(f"nothing published yet: `python -m sparserl published pack {S.scale} --results DIR`")
     return 0
