@@ -285,9 +285,13 @@ LEARN_RL = {"policy": "p@p50", "methods": ["grpo_g8"], "temperature": 1.0, "seed
 # it at lr 1e-3: reward 0.55 -> 0.33 after step 1); with it the first steps have a small lr
 LEARN_FLAGS = {"train.micro_batch_size": 16, "rollout.micro_batch_size": 16, "actor.lr_warmup_ratio": 0.2}
 PROMPTS, PASSRATE_N = 8, 32
-# noise: a step's mean of 64 rollouts has sd <= 0.0625, so a last-5 minus first-3 gap has sd <= 0.046
-RISE = 0.12      # as written: last-5 mean >= first-3 mean + RISE
+# On an AVX2 EPYC (OpenRLHF's runs are not bitwise repeatable) two runs as written went 0.62 -> 0.72
+# and 0.50 -> 0.68 (first 3 -> last 5), 0.567 -> 0.684 and 0.584 -> 0.695 by halves; negated
+# 0.45 -> 0.00. The rise is judged by halves: a step's mean of 64 rollouts has sd <= 0.0625, so a
+# gap of half-means has sd <= 0.028 (a last-5 minus first-3 gap: 0.046).
+RISE = 0.06      # as written: mean of the last 10 steps >= mean of the first 10 + RISE (2 sd)
 FALL = 0.2       # negated: last-5 mean <= first-3 mean - FALL, and <= the as-written run's - FALL
+# a run that does not learn passes RISE by chance 2% of the time; its negated control cannot fall
 
 
 @needs_stack
@@ -317,8 +321,10 @@ def test_grpo_learns_through_openrlhf_on_cpu(tmp_path):
     run, df = _rl_run(cfg_path, 0, method)
     print("as written:", df["reward_mean"].round(3).tolist())
     assert len(df) == LEARN_RL["steps"], df
-    a0, a1 = first_last(df)
-    assert a1 >= a0 + RISE, f"GRPO as written did not raise the reward: {df['reward_mean'].round(3).tolist()}"
+    _, a1 = first_last(df)
+    h = len(df) // 2
+    h0, h1 = df["reward_mean"].iloc[:h].mean(), df["reward_mean"].iloc[h:].mean()
+    assert h1 >= h0 + RISE, f"GRPO as written did not raise the reward: {df['reward_mean'].round(3).tolist()}"
     _, neg = _rl_run(cfg_path, 1, method, SPARSERL_CONTROL_NEGATE_ADVANTAGES="1")  # experience.NEGATE_ENV
     print("negated:", neg["reward_mean"].round(3).tolist())
     n0, n1 = first_last(neg)
