@@ -1,7 +1,8 @@
 """`sparserl published resume`: a wiped sweep worktree continues from the tables published at its
 pinned commit. A toy tree (its own Snakefile, in git) stands for the sweep: `weights` (never
 published) feeds a published `table`, and both feed `other`, not yet made (an RL run that needs the
-start policy and the learning-rate table); `claims` is the rebuild rule."""
+start policy and the learning-rate table); `claims` is the rebuild rule. `tasks` makes an
+unpublished pool and published benchmarks together, as make_tasks does."""
 from __future__ import annotations
 
 import json
@@ -25,11 +26,15 @@ rule claims:
     input: R + "/table.parquet", R + "/other.txt"
     output: R + "/claims.md"
     shell: "cat {input[1]} > {output}"
+rule tasks:
+    output: R + "/pool.txt", R + "/bench.parquet"
+    shell: "echo tasks >> ran.log; echo p > {output[0]}; echo b > {output[1]}"
 rule weights:
+    input: R + "/pool.txt"
     output: R + "/weights.bin"
     shell: "echo weights >> ran.log; echo w > {output}"
 rule table:
-    input: R + "/weights.bin"
+    input: R + "/weights.bin", R + "/bench.parquet"
     output: R + "/table.parquet"
     shell: "echo table >> ran.log; echo remade > {output}"
 rule other:
@@ -57,7 +62,7 @@ def _setup(repo, tmp_path, cpu_flags=None):
     head = _git(tree, "rev-parse", "HEAD")
     root = tmp_path / "published" / "smoke"
     files = {}
-    for name, commit in (("table.parquet", head), ("old.parquet", "0" * 40)):
+    for name, commit in (("table.parquet", head), ("bench.parquet", head), ("old.parquet", "0" * 40)):
         path = root / "results" / name
         write_table(pd.DataFrame({"x": [1.0, 2.0]}), path)
         mp = pub.manifest_path(path)
@@ -86,15 +91,18 @@ def test_resume_makes_the_upstream_first_and_never_remakes_a_restored_table(repo
     R = tree / "results/smoke"
     # the published table is restored, not remade, though its upstream was missing and is made
     assert pub.sha256(R / "table.parquet") == pub.sha256(root / "results/table.parquet")
-    assert (tree / "ran.log").read_text().split() == ["weights", "other"]
+    # the benchmarks are made again with the pool (their job must run); the table, whose upstream
+    # is made first, is not
+    assert (tree / "ran.log").read_text().split() == ["tasks", "weights", "other"]
     assert (R / "other.txt").read_text() == "w\n"
     assert not (R / "claims.md").exists()          # the rebuild's job: `published rebuild`
     assert not (R / "old.parquet").exists()        # another commit's table
-    assert "1 published tables of" in out and "1 made at other commits not restored" in out
-    assert "phase 1: 1 restored tables wait on upstream" in out
+    assert "2 published tables of" in out and "1 made at other commits not restored" in out
+    assert "1 restored tables are made again by jobs whose other outputs are gone" in out
+    assert "phase 1: 1 restored tables wait on upstream" in out and "phase 2" not in out
     # a second resume finds nothing left to make and still remakes nothing
     assert _resume(cfg_path, tree, root) == 0
-    assert (tree / "ran.log").read_text().split() == ["weights", "other"]
+    assert (tree / "ran.log").read_text().split() == ["tasks", "weights", "other"]
 
 
 @pytest.mark.e2e  # ~3 s
