@@ -47,10 +47,11 @@ from sparserl.values.v0.settings import v0_settings
 # resources section and run everything on the local cores.
 
 # the RL pool under V0's embedder, once for every run and study with V0's prior (values.v0.prior)
-V0_EMBEDDER = v0_settings(CFG)["embedder"]["kind"]
+_V0_EMBEDDER = v0_settings(CFG)["embedder"]
+V0_EMBEDDER = _V0_EMBEDDER["kind"]
 V0_POOL_EMBEDDINGS = str(P.v0_pool_embeddings(V0_EMBEDDER))
 # an embedder of kind policy reads a pre-trained policy's folder: an input of both embedding rules
-V0_EMBEDDER_POLICY = ([str(P.policy(v0_settings(CFG)["embedder"]["path"]))] if V0_EMBEDDER == "policy" else [])
+V0_EMBEDDER_POLICY = [str(P.policy(_V0_EMBEDDER["path"]))] if V0_EMBEDDER == "policy" else []
 V0_EMBEDDER_FLAG = "".join(f" --embedder-policy {p}" for p in V0_EMBEDDER_POLICY)
 
 

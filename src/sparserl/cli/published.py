@@ -469,13 +469,11 @@ def _git(tree: Path, *args: str) -> str:
 
 def machine_mismatch(manifest: dict) -> list[str]:
     """What of this machine (CPU, platform, BLAS, package versions) differs from the one that made a
-    published table: tables restored from another machine record would not be the bytes a rerun
-    here makes."""
-    from sparserl.core.machine import compare, machine_record
-    here = {"machine": machine_record()}
-    _, diffs, _ = compare(manifest, here, names=("published", "here"))
-    return [d for d in diffs if d.startswith(("machine.cpu.", "machine.platform.", "machine.blas_libs",
-                                              "machine.versions."))]
+    published table (`machine_differences`, less the job's thread settings): tables restored from
+    another machine record would not be the bytes a rerun here makes."""
+    from sparserl.core.machine import machine_record
+    return [d for d in machine_differences(manifest, {"machine": machine_record()})
+            if d.startswith(("machine.cpu.", "machine.platform.", "machine.blas_libs", "machine.versions."))]
 
 
 def pending_restored(S: Setup, tree: Path, targets: list[str], restored: set[str]) -> list[str]:
@@ -563,15 +561,16 @@ def cmd_resume(args):
             break
         print(f"resume {S.scale}: phase {phase}: {len(redo)} restored tables wait on upstream that the tree "
               f"lacks (e.g. {redo[0]}); making that upstream first, without them")
+        phase_args = [*run, "--omit-from", *redo]
         if args.plan:  # Snakemake's own count of the phase's jobs, by rule
-            dry = subprocess.run(snakemake_cmd(S.configfiles, tree, *run, "-n", "--omit-from", *redo, "--",
-                                               *targets, tree=tree), cwd=tree, capture_output=True, text=True)
+            dry = subprocess.run(snakemake_cmd(S.configfiles, tree, *phase_args, "-n", "--", *targets, tree=tree),
+                                 cwd=tree, capture_output=True, text=True)
             text = dry.stdout + dry.stderr
             stats = text[text.find("Job stats:"):].split("\n\n")[0] if "Job stats:" in text else text[-2000:]
             print(f"resume {S.scale}: phase {phase} would run (snakemake -n):\n{stats}")
             return dry.returncode
-        rc = subprocess.run(snakemake_cmd(S.configfiles, tree, *run, "--omit-from", *redo, "--", *targets,
-                                          tree=tree), cwd=tree).returncode
+        rc = subprocess.run(snakemake_cmd(S.configfiles, tree, *phase_args, "--", *targets, tree=tree),
+                            cwd=tree).returncode
         if rc:
             return rc
     if redo:
