@@ -23,11 +23,11 @@ def cmd_validate(args):
 
 
 def cmd_preflight(args):
-    from sparserl.core.paths import Paths
     from sparserl.cli.preflight import problems
+    from sparserl.methods.run import layout
     from sparserl.envs.sandbox import self_test
     cfg = _cfg(args)
-    bad = problems(cfg, None, Paths(cfg).results)
+    bad = problems(cfg, None, layout(cfg).results)
     for k, (ok, detail) in self_test().items():
         print(f"  sandbox {k:16s} {'holds' if ok else 'FAILS'}: {detail}")
     for line in bad:
@@ -145,8 +145,8 @@ def _rule_input(args, name: str, cfg, find):
     given = getattr(args, name)
     if given is not None:
         return given
-    from sparserl.core.paths import Paths
-    return find(Paths(cfg))
+    from sparserl.methods.run import layout
+    return find(layout(cfg))
 
 
 def cmd_mc_values(args):
@@ -177,17 +177,15 @@ def cmd_mc_values_merge(args):
 def _placed_run(cfg, args):
     """The run of --method/--seed (`methods.run.resolve_run`), in the folder of --out (its final/,
     as rule rl_train passes it) when given: the same key, the DAG's paths."""
-    from dataclasses import replace
     from pathlib import Path
-    from sparserl.core.paths import RunPaths
-    from sparserl.methods.run import resolve_run
+    from sparserl.methods.run import placed, resolve_run
     run = resolve_run(cfg, args.method, args.seed)
     if args.out is None:
         return run
     if Path(args.out).name != run.paths.final.name:
         raise SystemExit(f"rl-train --out {args.out}: not a run's final checkpoint folder "
                          f"(.../<method>/seed<s>/{run.paths.final.name}); pass the run's, e.g. {run.paths.final}")
-    return replace(run, paths=RunPaths(Path(args.out).parent, run.owner, run.seed, engine=run.paths.engine))
+    return placed(run, Path(args.out).parent)
 
 
 def cmd_rl_train(args):
@@ -213,19 +211,19 @@ def cmd_rl_eval(args):
 def cmd_sizing_table(args):
     import tempfile
     from sparserl.core.config import load_config
-    from sparserl.core.paths import Paths
     from sparserl.engines.sizing import dry_run_jobs, sizing_table, storage_table
-    P = Paths(load_config(args.config))
+    from sparserl.methods.run import layout
+    P = layout(load_config(args.config))
     with tempfile.TemporaryDirectory() as d:
         jobs = dry_run_jobs(os.getcwd(), d, args.config)
     print(sizing_table(P, jobs) + "\n\n" + storage_table(P, jobs))
 
 
 def cmd_rl_summary(args):
-    from sparserl.core.paths import Paths
     from sparserl.engines.report import summarize_runs
+    from sparserl.methods.run import layout
     cfg = _cfg(args)
-    summarize_runs(cfg, Paths(cfg), out_runs=args.out_runs, out_summary=args.out_summary)
+    summarize_runs(cfg, layout(cfg), out_runs=args.out_runs, out_summary=args.out_summary)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,10 +19,10 @@ def _figures(cfg, P) -> dict[str, str]:
 
 def cmd_claims(args):
     from sparserl.core.config import load_config
-    from sparserl.core.paths import Paths
+    from sparserl.methods.run import layout
     from sparserl.studies.claims import CLAIMS, BadArtifact, MissingArtifact, NotRun, html_path, write_claims
     cfg = load_config(args.config)
-    P = Paths(cfg)
+    P = layout(cfg)
     if args.list:
         for c in CLAIMS:
             try:
@@ -45,13 +45,13 @@ def cmd_claims(args):
 
 def cmd_ranking_html(args):
     from sparserl.core.config import load_config
-    from sparserl.core.paths import Paths
+    from sparserl.methods.run import layout
     from sparserl.studies.report_tables import write_ranking_html
     cfg = load_config(args.config)
     if not cfg.get("rl"):
         raise SystemExit("ranking-html: the config has no `rl` section, so there is no head-to-head ranking")
     name = args.config_name or "+".join(Path(c).name for c in args.config)
-    src = args.ranking or Paths(cfg).head_to_head("ranking")
+    src = args.ranking or layout(cfg).head_to_head("ranking")
     try:
         out = write_ranking_html(cfg, src, args.out, config_name=name)
     except (FileNotFoundError, ValueError) as e:  # they name the file and the fix

@@ -52,9 +52,9 @@ def cmd_start(args):
     from sparserl.core.paths import rl_engine
     cfg = _cfg(args)
     if rl_engine(cfg) == "openrlhf":  # paper scale: the hub policy on vLLM
-        from sparserl.core.paths import Paths
+        from sparserl.methods.run import layout
         from sparserl.engines.openrlhf.critique import start_reward
-        out = start_reward(cfg, args.env, Paths(cfg).critique)
+        out = start_reward(cfg, args.env, layout(cfg).critique)
     else:
         from sparserl.engines.local.critique import start_reward
         if not args.policy:
@@ -88,9 +88,8 @@ def cmd_openrlhf(args):
 
     from pathlib import Path
 
-    from sparserl.core.paths import Paths
     from sparserl.engines.openrlhf.critique import run_critique
-    from sparserl.methods.run import resolve_critique_run
+    from sparserl.methods.run import layout, resolve_critique_run
     cfg = _cfg(args)
     given = [a for a in ("policy", "metrics", "summary") if getattr(args, a)]
     if given and len(given) < 3:
@@ -98,7 +97,7 @@ def cmd_openrlhf(args):
     if given:
         run_dir, policy = _run_dir(args, "critique-openrlhf"), Path(args.policy)
     else:  # by hand: the config's layout
-        CP = Paths(cfg).critique
+        CP = layout(cfg).critique
         run_dir, policy = CP.run(args.experiment, args.method, args.seed).dir, CP.policy(args.experiment)
     # absolute: Ray workers do not share the driver's cwd
     rec = resolve_critique_run(cfg, args.experiment, args.method, args.seed, root=run_dir.absolute(),

@@ -13,10 +13,10 @@ from pathlib import Path
 
 def cmd_figure(args):
     from sparserl.core.config import load_config
-    from sparserl.core.paths import Paths
+    from sparserl.methods.run import layout
     from sparserl.figures import FigureError
     cfg = load_config(args.config)
-    P = Paths(cfg)
+    P = layout(cfg)
     if args.config_name is None:
         files = args.config if isinstance(args.config, list) else [args.config]
         args.config_name = "+".join(Path(f).name for f in files)

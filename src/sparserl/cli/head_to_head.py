@@ -12,11 +12,11 @@ from __future__ import annotations
 def _layout(args, command: str):
     """The command's config and its results layout, built once; a config without `rl` is refused."""
     from sparserl.core.config import load_config
-    from sparserl.core.paths import Paths
+    from sparserl.methods.run import layout
     cfg = load_config(args.config)
     if not cfg.get("rl"):
         raise SystemExit(f"{command}: the config has no `rl` section, so there are no runs to compare")
-    return Paths(cfg)
+    return layout(cfg)
 
 
 def cmd_head_to_head(args):

@@ -40,7 +40,8 @@ def cmd_openrlhf_args(args):
 
     cfg, run = _run(args)
     argv = openrlhf_argv(cfg, load_method(args.method), args.seed, run.paths,
-                         policy_path=str(Path(run.reads.policy).absolute()), v0_model=run.reads.v0_model)
+                         policy_path=str(Path(run.reads.policy).absolute()), v0_model=run.reads.v0_model,
+                         v0_pool=run.reads.pool, v0_embeddings=run.reads.v0_embeddings)
     if args.check:
         parse_args(argv)  # OpenRLHF's own validation on the rebuilt parser
     if args.lines:

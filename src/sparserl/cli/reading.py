@@ -13,10 +13,10 @@ from pathlib import Path
 def cmd_reading(args):
     from sparserl.core.artifacts import atomic_write_text
     from sparserl.core.config import load_config
-    from sparserl.core.paths import Paths
+    from sparserl.methods.run import layout
     from sparserl.studies.reading import FIELDS, Inputs, ReadingError, write_reading
     cfg = load_config(args.config)
-    P = Paths(cfg)
+    P = layout(cfg)
     built = Path(args.workdir) / P.results_md()
     if args.copy_to:
         # the page is the DAG's output: copy the built one, never a fresh one beside the tables' run

@@ -15,9 +15,9 @@ from pathlib import Path
 def _layout(args):
     """The command's config and its results layout, built once (the paths a rule passes win)."""
     from sparserl.core.config import load_config
-    from sparserl.core.paths import Paths
+    from sparserl.methods.run import layout
     cfg = load_config(args.config)
-    return cfg, Paths(cfg)
+    return cfg, layout(cfg)
 
 
 def _caches(P, args, pair: bool = False):

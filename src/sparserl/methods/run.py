@@ -98,6 +98,14 @@ def run_inputs(cfg: dict, spec: MethodSpec, tuned: bool) -> RunInputs:
                      lr_choice=chosen_path(P) if tuned else None, **v0)
 
 
+def layout(cfg: dict) -> Paths:
+    """The results tree of `cfg`, for a command that reads what its rule did not pass: a table of
+    every run (`rl-summary`, the studies, the claims), or a command typed by hand. The rules pass
+    a job's own files; this and the resolvers below are the only places outside `core` that lay
+    the tree out."""
+    return Paths(cfg)
+
+
 def owner_of(cfg: dict, method: str) -> str:
     """The method whose run holds `method`'s: the first of rl.methods with its spec (`run_owners`),
     or `method` itself when it is not listed."""
@@ -150,6 +158,11 @@ def resolve_run(cfg: dict, method: str, seed: int | str, root: str | Path | None
                lr_source=source, steps=steps, prompts_per_step=prompts_per_step(spec, rl["rollouts_per_step"]),
                snapshot_steps=tuple(snapshot_steps(rl, spec)), study_steps=tuple(study), paths=paths,
                reads=run_inputs(cfg, spec, tuned), identity=identity, key=config_hash(identity))
+
+
+def placed(run: Run, folder: str | Path) -> Run:
+    """`run` with its files in `folder` (the folder of its rule's output): the same key and inputs."""
+    return dataclasses.replace(run, paths=RunPaths(Path(folder), run.owner, run.seed, engine=run.paths.engine))
 
 
 def resolve_critique_run(cfg: dict, exp: str, method: str, seed: int | str, root: str | Path | None = None,

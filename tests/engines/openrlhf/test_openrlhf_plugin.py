@@ -1120,18 +1120,22 @@ def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, 
 
 
 
-def test_v0_method_flags_name_the_model_and_the_config(orl, tmp_path):
+def test_v0_method_flags_name_the_model_the_config_and_the_runs_files(orl, tmp_path):
     from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
+    from sparserl.methods.run import resolve_run
     from sparserl.methods.spec import load_method
-    from sparserl.core.paths import Paths
     cfgfile = tmp_path / "c.json"
     cfg = _cfg(tmp_path, openrlhf={"v0_gpus": 0.25})
     run = openrlhf_stubs.openrlhf_run(tmp_path / "run" / "final")
-    argv = openrlhf_argv(cfg, load_method("v05_osla_v0"), 0, run, policy_path="/models/q",
-                         v0_model=Paths(cfg).v0_prior_model(), config_paths=[str(cfgfile)])
+    reads = resolve_run(cfg, "v05_osla_v0", 0).reads
+    argv = openrlhf_argv(cfg, load_method("v05_osla_v0"), 0, run, policy_path="/models/q", v0_model=reads.v0_model,
+                         v0_pool=reads.pool, v0_embeddings=reads.v0_embeddings, config_paths=[str(cfgfile)])
     f = _flags(argv)
     assert f["sparserl.v0_model"].endswith("values/models/v0/v0.sequential.seed0.pt")
+    # the V0 actor reads the run's files, never the layout of its config (the launcher resolves them once)
+    assert (f["sparserl.v0_pool"], f["sparserl.v0_embeddings"]) == (str(reads.pool.absolute()),
+                                                                   str(reads.v0_embeddings.absolute()))
     assert json.loads(f["sparserl.config"]) == [str(cfgfile.absolute())] and f["sparserl.v0_gpus"] == "0.25"
     args = parse_args(argv)
     assert args.sparserl.v0_model == f["sparserl.v0_model"] and args.sparserl.v0_gpus == 0.25
@@ -1142,6 +1146,25 @@ def test_v0_method_flags_name_the_model_and_the_config(orl, tmp_path):
     from sparserl.core.config import ConfigError
     with pytest.raises(ConfigError, match="local trainer only"):
         openrlhf_argv(_cfg(tmp_path), load_method("grpo_budget_v0"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "f"), policy_path="p")
+
+
+def test_v0_prior_server_with_the_config_builds_the_prior_from_the_files_it_is_given(orl, tmp_path, monkeypatch):
+    from sparserl.engines.openrlhf.v0_server import V0PriorServer
+    from sparserl.values.v0 import prior
+    from sparserl.values.v0.embedder import EmbeddingTable
+    from sparserl.values.v0.model import load_v0
+    model, emb = toy_v0(tmp_path)
+    cfgfile = Path(__file__).resolve().parents[3] / "configs" / "tiny.yaml"  # its layout has neither file
+    got = {}
+
+    def built(spec, seed, cfg, *, pool, embeddings):
+        got.update(model=spec["model"], pool=pool, embeddings=embeddings)
+        return prior.V0Prior(load_v0(model), EmbeddingTable.load(emb))
+    monkeypatch.setattr(prior, "make_v0_prior", built)
+    V0PriorServer(model, [str(cfgfile)], embeddings=str(tmp_path / "e.pt"), pool=str(tmp_path / "pool.parquet"))
+    assert got == {"model": model, "pool": tmp_path / "pool.parquet", "embeddings": tmp_path / "e.pt"}
+    with pytest.raises(ValueError, match="--sparserl.v0_pool"):
+        V0PriorServer(model, [str(cfgfile)], embeddings=emb)
 
 
 def test_v0_prior_server_answers_like_the_in_process_prior(orl, tmp_path):
@@ -1167,7 +1190,7 @@ def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_pa
             self.describe = SimpleNamespace(remote=server.describe)
     model, emb = toy_v0(tmp_path)
     shares = []
-    monkeypatch.setattr(v0_server, "v0_server", lambda m, c, share, threads, embeddings: shares.append(share) or
+    monkeypatch.setattr(v0_server, "v0_server", lambda m, c, share, threads, embeddings, pool: shares.append(share) or
                         FakeHandle(v0_server.V0PriorServer(m, embeddings=embeddings, threads=threads)))
     import ray
     monkeypatch.setattr(ray, "get", lambda x, timeout: x)
@@ -1200,6 +1223,7 @@ def test_live_prior_of_a_v0_method_is_the_remote_client(orl, monkeypatch, tmp_pa
 
 
 @pytest.mark.e2e  # a real Ray actor
+@pytest.mark.two_cores
 def test_v0_prior_server_as_a_real_ray_actor(orl, tmp_path):
     import ray
     from sparserl.engines.openrlhf.v0_server import RemoteV0Prior, V0PriorServer, v0_server

@@ -226,7 +226,7 @@ def test_launcher_keeps_the_harvest_for_the_experience_maker(orl, tmp_path, monk
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(json.dumps({"results_dir": str(tmp_path / "results")}))
     rp = RunPaths(tmp_path / "results" / "runs", "grpo_g16", 0, engine="openrlhf")
-    reads = SimpleNamespace(policy="m", pool=None, reference_cache=None, v0_model=None)
+    reads = SimpleNamespace(policy="m", pool=None, reference_cache=None, v0_model=None, v0_embeddings=None)
     rec = SimpleNamespace(spec=load_method("grpo_g16"), paths=rp, seed=0, method="grpo_g16", reads=reads)
     rows = rp.openrlhf / "rollouts.jsonl"
     rows.parent.mkdir(parents=True)

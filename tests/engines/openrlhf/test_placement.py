@@ -129,15 +129,17 @@ def test_v0_actor_options_follow_its_share(monkeypatch):
     monkeypatch.setattr(ray, "remote", lambda cls: _Actor())
     monkeypatch.setattr(placement, "colocated_group", lambda: "the-group")
     share = placement.Share("v0 prior", 7, 0.1, 0.1)
-    assert v0_server.v0_server("/m/v0.pt", ["/c.json"], share=share, threads=12) == "handle"
+    assert v0_server.v0_server("/m/v0.pt", ["/c.json"], share=share, threads=12, embeddings="/e.pt",
+                               pool="/pool.parquet") == "handle"
     assert rec["num_gpus"] == 0.1 and rec["num_cpus"] == 0.1 and rec["name"] == v0_server.ACTOR_NAME
     st = rec["scheduling_strategy"]
     assert st.placement_group == "the-group" and st.placement_group_bundle_index == 7
     assert rec["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == "12"
-    assert rec["args"] == ("/m/v0.pt", ["/c.json"], None, 12)
+    assert rec["args"] == ("/m/v0.pt", ["/c.json"], "/e.pt", 12, "/pool.parquet")  # the run's files
 
 
 @pytest.mark.e2e  # a real Ray cluster
+@pytest.mark.two_cores
 @pytest.mark.parametrize("nodes", [1, 2])
 def test_v0_actor_schedules_in_the_colocated_group_of_a_cpu_ray(tmp_path, monkeypatch, nodes):
     """Ray on this CPU, `nodes` nodes of 8 logical GPUs (ray.cluster_utils): OpenRLHF's group (named

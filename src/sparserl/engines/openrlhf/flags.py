@@ -88,12 +88,14 @@ def critic_flags(method: MethodSpec, policy_path: str, nodes: int, gpus_per_node
 
 
 def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, run: RunPaths, *, policy_path: str,
-                   v0_model: str | Path | None = None, config_paths: list | None = None,
+                   v0_model: str | Path | None = None, v0_pool: str | Path | None = None,
+                   v0_embeddings: str | Path | None = None, config_paths: list | None = None,
                    resume_every: int | None = None) -> dict[str, Any]:
     """OpenRLHF flags (dotted names -> values) for one method + config + seed (`launcher.openrlhf_argv`);
     `run`: the run's files (`methods.run.Run.paths`, absolute: Ray workers do not share the driver's
     cwd); `policy_path`: the start policy (the actor's model); `v0_model`: the trained V0 of a V0
-    prior's method (`Paths.v0_prior_model`); `resume_every`: the save cadence (`launcher.resume_cadence`;
+    prior's method (`Paths.v0_prior_model`), `v0_pool` and `v0_embeddings` the run's pool and V0's
+    embeddings of it (its `RunInputs`: the V0 actor reads them); `resume_every`: the save cadence (`launcher.resume_cadence`;
     None: the config's ckpt.save_steps, else the evaluated steps', `save_steps`; a critic run or one at
     cluster scale must pass it)."""
     rl = cfg["rl"]
@@ -207,6 +209,9 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, run: RunPaths, *, p
             raise ValueError(f"method {method.name}: its V0 prior loads the trained V0 (Paths.v0_prior_model); "
                              "pass it as v0_model")
         f["sparserl.v0_model"] = str(Path(v0_model).absolute())
+        for k, v in (("v0_pool", v0_pool), ("v0_embeddings", v0_embeddings)):
+            if v is not None:
+                f[f"sparserl.{k}"] = str(Path(v).absolute())
         for k, v in v0_actor_settings(over).items():  # share, threads, timeouts (engines.openrlhf.placement)
             f[f"sparserl.{k}"] = v
         if config_paths:

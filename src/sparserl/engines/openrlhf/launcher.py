@@ -200,7 +200,8 @@ def run(cfg: dict, rec: Run, *, config_paths: Iterable[str], dry_run: bool = Fal
     config_paths = list(config_paths)
     method, run_paths, seed, method_name, reads = rec.spec, rec.paths, rec.seed, rec.method, rec.reads
     argv = openrlhf_argv(cfg, method, seed, run_paths, policy_path=str(Path(reads.policy).absolute()),
-                         v0_model=reads.v0_model, config_paths=config_paths)
+                         v0_model=reads.v0_model, v0_pool=reads.pool, v0_embeddings=reads.v0_embeddings,
+                         config_paths=config_paths)
     args = parse_args(argv)  # OpenRLHF's own checks fail here, before any GPU work
     if dry_run:
         return argv

@@ -108,8 +108,12 @@ def build_parser(source_path: Path | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--sparserl.vllm_kl_max", type=float, default=None,
                         help="fail a step whose |vllm_kl| passes this (a stale or broken weight sync); <= 0: off")
     parser.add_argument("--sparserl.v0_model", type=str, default=None, help="the trained V0 (prior kind 'v0')")
+    parser.add_argument("--sparserl.v0_pool", type=str, default=None,
+                        help="the run's training pool (its RunInputs.pool), which the V0 actor embeds when "
+                             "--sparserl.v0_embeddings is missing")
     parser.add_argument("--sparserl.v0_embeddings", type=str, default=None,
-                        help="a prebuilt EmbeddingTable of the pool for V0 (default: embed it in the V0 actor)")
+                        help="V0's embeddings of the run's pool (its RunInputs.v0_embeddings); without "
+                             "--sparserl.config, a prebuilt EmbeddingTable loaded as it is")
     from sparserl.core.config import v0_actor_settings
     d = v0_actor_settings({})  # the schema's defaults (rl.openrlhf.v0_*)
     parser.add_argument("--sparserl.v0_gpus", type=float, default=d["v0_gpus"],

@@ -8,9 +8,10 @@ pool once, caches the adapter features per prompt, and answers `predict(prompt_i
 `RemoteV0Prior` is the client: a `values.priors.Prior` whose call is one actor round trip, wrapped
 in each process's `LivePrior` (its own support buffer, as for every live prior).
 
-The launcher passes what the actor needs as flags: ``--sparserl.v0_model`` (the trained V0,
-`Paths.v0_prior_model`), ``--sparserl.config`` (the resolved config files, JSON list: the pool's
-texts and `v0.embedder`), and the actor's settings (``rl.openrlhf.v0_*``, defaults in the config
+The launcher passes what the actor needs as flags: the run's files (its `RunInputs`):
+``--sparserl.v0_model`` (the trained V0), ``--sparserl.v0_pool`` and ``--sparserl.v0_embeddings``
+(the pool and V0's embeddings of it, made there when missing); ``--sparserl.config`` (the resolved
+config files, JSON list: the pool's texts and `v0.embedder`), and the actor's settings (``rl.openrlhf.v0_*``, defaults in the config
 schema): ``--sparserl.v0_gpus`` (its share of one GPU in the last bundle of OpenRLHF's colocated
 placement group, `placement.colocated_plan`; Ray's GPUs are logical under the CPU profile, so the
 same share is asked there), ``--sparserl.v0_threads`` (CPU threads; Ray's default is 1),
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,27 +36,27 @@ class V0PriorServer:
     """The actor's body (`ray.remote(V0PriorServer)`), also usable in-process (tests)."""
 
     def __init__(self, model_path: str, config_paths: Sequence[str] | None = None,
-                 embeddings: str | None = None, threads: int | None = None):
+                 embeddings: str | None = None, threads: int | None = None, pool: str | None = None):
         if threads:  # Ray starts actors with OMP_NUM_THREADS=1; torch keeps its own count
             import torch
             torch.set_num_threads(int(threads))
         from sparserl.values.v0.model import load_v0
         from sparserl.values.v0.prior import V0Prior, make_v0_prior
-        if embeddings is not None:  # a prebuilt EmbeddingTable of the pool (tests, or a cache)
+        if config_paths:  # the run's: its config, pool and V0's embeddings of it (its RunInputs)
+            from sparserl.core.config import load_config
+            if pool is None or embeddings is None:
+                raise ValueError("V0PriorServer with the run's config needs its pool and V0's embeddings of it "
+                                 "(--sparserl.v0_pool, --sparserl.v0_embeddings: the run's RunInputs)")
+            self.prior = make_v0_prior({"kind": "v0", "model": model_path}, 0, load_config(list(config_paths)),
+                                       pool=Path(pool), embeddings=Path(embeddings))
+        elif embeddings is not None:  # a prebuilt EmbeddingTable of the pool (tests, or a cache)
             from sparserl.values.v0.embedder import EmbeddingTable
             from sparserl.values.v0.settings import v0_device
             # v0.device auto, as the config path: the GPU share Ray gave the actor, else the CPU
             self.prior = V0Prior(load_v0(model_path, device=v0_device({})), EmbeddingTable.load(embeddings))
         else:
-            from sparserl.core.config import load_config
-            from sparserl.core.paths import Paths
-            from sparserl.values.v0.settings import v0_settings
-            if not config_paths:
-                raise ValueError("V0PriorServer needs the run's config files (--sparserl.config) to embed the pool")
-            cfg = load_config(list(config_paths))
-            P = Paths(cfg)  # the actor's entry point: the run's pool and V0's embeddings of it
-            self.prior = make_v0_prior({"kind": "v0", "model": model_path}, 0, cfg, pool=P.train_pool(),
-                                       embeddings=P.v0_pool_embeddings(v0_settings(cfg)["embedder"]["kind"]))
+            raise ValueError("V0PriorServer needs the run's config files (--sparserl.config) to embed the pool, "
+                             "or a prebuilt embeddings table")
         self.calls = 0
         import torch
         print(f"[v0-prior] serving {self.prior!r} on {self.prior.model.device} from {model_path} "
@@ -129,7 +131,7 @@ class RemoteV0Prior:
 
 
 def v0_server(model_path: str, config_paths: Sequence[str] | None = None, *, share=None, threads: int = 1,
-              embeddings: str | None = None, namespace: str | None = None, group=None):
+              embeddings: str | None = None, pool: str | None = None, namespace: str | None = None, group=None):
     """The run's V0PriorServer actor: created by the first caller, found by every other.
 
     `share` (`placement.Share`) is V0's request in the run's plan: its bundle of the colocated
@@ -149,7 +151,8 @@ def v0_server(model_path: str, config_paths: Sequence[str] | None = None, *, sha
             opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 placement_group=group if group is not None else colocated_group(),
                 placement_group_bundle_index=share.bundle)
-    return ray.remote(V0PriorServer).options(**opts).remote(model_path, list(config_paths or []), embeddings, threads)
+    return ray.remote(V0PriorServer).options(**opts).remote(model_path, list(config_paths or []), embeddings, threads,
+                                                              pool)
 
 
 def remote_prior_from_args(args) -> RemoteV0Prior:
@@ -164,6 +167,6 @@ def remote_prior_from_args(args) -> RemoteV0Prior:
     configs = json.loads(getattr(sp, "config", None) or "[]")
     share = plan_from_args(args).v0
     handle = v0_server(model, configs, share=share, threads=int(sp.v0_threads),
-                       embeddings=getattr(sp, "v0_embeddings", None))
+                       embeddings=getattr(sp, "v0_embeddings", None), pool=getattr(sp, "v0_pool", None))
     where = f" (bundle {share.bundle}, {share.gpus:g} GPU)" if share and share.bundle is not None else ""
     return RemoteV0Prior(handle, sp.v0_timeout_s, sp.v0_start_timeout_s, where)
