@@ -1,9 +1,52 @@
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from helpers.cores import cores
+
 REPO = Path(__file__).resolve().parents[1]
+
+# Both lanes run on one pytest-xdist worker per core (pyproject's addopts: -n auto). A worker's
+# torch, OpenMP and BLAS get one thread each, so workers x threads stay within the cores; a test
+# marked two_cores (a Snakemake run with --cores 2, Ray, a worker pool) gets the usual threads and
+# runs while no other test does. `-n 0` runs a lane in one process, as before.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_OWN_THREADS = {k: os.environ.get(k) for k in THREAD_VARS}
+if WORKER:
+    os.environ.update({k: "1" for k in THREAD_VARS})  # before torch is imported: OpenMP sizes its pool then
+
+
+def _threads(env: dict) -> None:
+    """Set the thread variables to `env`'s values (None: unset) and torch's count to match."""
+    for k, v in env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    if "torch" in sys.modules:
+        n = env.get("OMP_NUM_THREADS")
+        sys.modules["torch"].set_num_threads(int(n) if n else len(os.sched_getaffinity(0)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not WORKER:
+        yield
+        return
+    whole = item.get_closest_marker("two_cores") is not None
+    run = item.config.workerinput["testrunuid"]
+    with cores(Path(tempfile.gettempdir()) / f"sparserl-pytest-{run}", whole):
+        if whole:
+            _threads(_OWN_THREADS)
+        try:
+            yield
+        finally:
+            if whole:
+                _threads({k: "1" for k in THREAD_VARS})
 
 
 @pytest.fixture(scope="session")

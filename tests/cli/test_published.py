@@ -49,6 +49,7 @@ def _cli(*argv) -> int:
 
 
 @pytest.mark.e2e  # ~40 s
+@pytest.mark.two_cores  # a DAG run: 1.4 busy cores
 def test_pack_status_rebuild_round_trip_without_checkpoints(repo, tmp_path, monkeypatch, capsys):
     cfg, path, sweep = _sweep(repo, tmp_path, monkeypatch)
     out = tmp_path / "published"

@@ -261,6 +261,7 @@ def test_hub_sources_cover_all_names():
 
 
 @pytest.mark.e2e  # ~18 s
+@pytest.mark.two_cores  # 1.9 busy cores
 @needs_data
 def test_download_local_overrides_no_network(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # any hub use would fail
@@ -351,6 +352,7 @@ def test_fetch_dataset_checks_golds_with_the_configs_verifier(tmp_path, monkeypa
 
 
 @pytest.mark.e2e  # ~40 s
+@pytest.mark.two_cores  # 2 busy cores
 @needs_data
 def test_fetch_for_config_uses_local_paths_and_the_hub(tmp_path, monkeypatch, repo):
     """The paper data stage: local files where the config names them, the hub elsewhere."""

@@ -54,6 +54,7 @@ def test_audit_on_synthetic_golds_meets_goal():
 
 
 @pytest.mark.e2e  # the real benchmarks, ~50 s
+@pytest.mark.two_cores  # the verifier's pool of 2 workers
 @pytest.mark.skipif(not (BENCH_DIR / "math500.jsonl").exists(),
                     reason=f"real benchmark files absent: {BENCH_DIR} (set SPARSERL_SHARED_DATA "
                            "to the folder holding benchmarks/)")

@@ -56,6 +56,36 @@ def snakemake_tests_outside_e2e(src: str, name: str = "<test>") -> list[str]:
             if n.startswith("test_") and not _is_e2e(funcs[n].decorator_list)]
 
 
+DRY = {"-n", "--dry-run", "--dryrun"}
+
+
+def _two_core_call(call: ast.Call) -> bool:
+    """A real Snakemake run on 2 cores (`"--cores", "2"` or `"-j", "2"` among its arguments, no dry
+    run), or a Ray cluster of its own (`RAY_ADDRESS` in its environment, `ray.init`)."""
+    consts = [a.value for a in ast.walk(call) if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    pairs = set(zip(consts, consts[1:]))
+    smk = bool(pairs & {("--cores", "2"), ("-j", "2")}) and not DRY & set(consts)
+    ray = "RAY_ADDRESS" in consts or ast.unparse(call.func) == "ray.init"
+    return smk or ray
+
+
+def _is_two_cores(decorators) -> bool:
+    return any("mark.two_cores" in ast.unparse(d) for d in decorators)
+
+
+def two_core_tests_unmarked(src: str, name: str = "<test>") -> list[str]:
+    """The tests of a module that use both cores (themselves, through a helper or a fixture of the
+    module: `_two_core_call`) without the two_cores mark."""
+    tree = ast.parse(src)
+    if any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
+           and "mark.two_cores" in ast.unparse(n.value) for n in tree.body):
+        return []
+    funcs = _functions(tree)
+    direct = {n for n, f in funcs.items() if any(isinstance(c, ast.Call) and _two_core_call(c) for c in ast.walk(f))}
+    return [f"{name}::{n}" for n in sorted(_reaching(funcs, direct))
+            if n.startswith("test_") and not _is_two_cores(funcs[n].decorator_list)]
+
+
 def _clock_call(node) -> bool:
     return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in CLOCKS
                and getattr(c.func.value, "id", "") == "time" for c in ast.walk(node))
@@ -88,8 +118,9 @@ def _test_files():
 
 def test_the_default_run_is_the_fast_lane_and_e2e_is_registered():
     ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    assert ini["addopts"] == ["-m", "not e2e"], ini.get("addopts")
+    assert ini["addopts"] == ["-m", "not e2e", "-n", "auto"], ini.get("addopts")
     assert any(m.startswith("e2e:") for m in ini["markers"]), ini["markers"]
+    assert any(m.startswith("two_cores:") for m in ini["markers"]), ini["markers"]
 
 
 def test_the_detectors_flag_what_they_should():
@@ -113,7 +144,62 @@ def test_tests_that_run_snakemake_are_in_the_e2e_lane():
     assert hits == [], "these run Snakemake; mark them @pytest.mark.e2e:\n" + "\n".join(hits)
 
 
+def test_tests_that_use_both_cores_are_marked_two_cores():
+    hits = [h for p in _test_files() for h in two_core_tests_unmarked(p.read_text(), str(p.relative_to(REPO)))]
+    assert hits == [], ("these run Snakemake on 2 cores or a Ray cluster; mark them "
+                        "@pytest.mark.two_cores (they then run alone):\n" + "\n".join(hits))
+
+
+def test_the_two_cores_detector_flags_real_runs_and_ray_not_dry_runs():
+    run = 'def _smk(*a):\n    return subprocess.run(["snakemake", *a])\n\n\ndef test_a():\n    _smk("--cores", "2", "all")\n'
+    assert two_core_tests_unmarked(run, "t") == ["t::test_a"]
+    assert two_core_tests_unmarked(run.replace('"all"', '"-n", "all"')) == []
+    assert two_core_tests_unmarked(run.replace("def test_a", "@pytest.mark.two_cores\ndef test_a")) == []
+    ray = 'def test_b():\n    subprocess.run(cmd, env={**os.environ, "RAY_ADDRESS": "local"})\n'
+    assert two_core_tests_unmarked(ray, "t") == ["t::test_b"]
+    assert two_core_tests_unmarked("pytestmark = [pytest.mark.e2e, pytest.mark.two_cores]\n" + ray) == []
+    assert two_core_tests_unmarked('def test_c():\n    ray.init(num_cpus=2)\n', "t") == ["t::test_c"]
+
+
 def test_no_fast_test_asserts_a_wall_clock_time():
     hits = [h for p in _test_files() for h in wall_clock_asserts(p.read_text(), str(p.relative_to(REPO)))]
     assert hits == [], ("fast tests asserting on elapsed time; bound the work by a timeout the code "
                         "enforces, assert on its outcome, or time it in perf/:\n" + "\n".join(hits))
+
+
+def test_a_two_cores_test_waits_for_the_others_and_goes_before_later_ones(tmp_path):
+    """tests/helpers/cores.py: one-core tests share the machine; a two_cores one waits for them to
+    end, and a one-core test that comes after it waits for it (no starvation)."""
+    import threading
+    import time
+    from helpers.cores import cores
+    order, held = [], threading.Event()
+
+    def hold(name, whole, started=None, wait=0.0):
+        with cores(tmp_path, whole):
+            order.append(f"{name}+")
+            if started:
+                started.set()
+            time.sleep(wait)
+            order.append(f"{name}-")
+    first = threading.Thread(target=hold, args=("one", False, held, 0.6))
+    first.start()
+    held.wait(5)
+    two = threading.Thread(target=hold, args=("two", True, None, 0.3))
+    two.start()
+    time.sleep(0.2)  # `two` now waits at the turnstile's far side for `one`
+    later = threading.Thread(target=hold, args=("later", False))
+    later.start()
+    for t in (first, two, later):
+        t.join(10)
+    assert order == ["one+", "one-", "two+", "two-", "later+", "later-"], order
+    beside = []
+
+    def other():
+        with cores(tmp_path, False):
+            beside.append("in")
+    with cores(tmp_path, False):  # one-core tests run side by side
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(5)
+        assert beside == ["in"]

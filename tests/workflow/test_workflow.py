@@ -148,6 +148,7 @@ def test_bad_config_stops_the_dag_naming_key_and_file(repo, tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.two_cores
 def test_smoke_dag_end_to_end(repo, tmp_path):
     cfg = str(repo / "configs/smoke.yaml")
     out = snakemake(repo, tmp_path, "all", "--cores", "2", "--configfile", cfg, timeout=300)
@@ -392,6 +393,7 @@ def test_a_job_whose_folder_turns_read_only_fails_in_one_line_keeping_its_output
 
 
 @pytest.mark.e2e  # runs DAG jobs
+@pytest.mark.two_cores
 def test_the_scheduler_never_runs_more_threads_than_cores(tmp_path):
     """Snakemake 9.10-9.27.0 started a third 1-thread job on `--cores 2` right after an upstream
     job ended (snakemake#3913): two RL runs and a third beside them ran 35x slower. The DAG's

@@ -291,11 +291,14 @@ PROMPTS, PASSRATE_N = 8, 32
 # gap of half-means has sd <= 0.028 (a last-5 minus first-3 gap: 0.046).
 RISE = 0.06      # as written: mean of the last 10 steps >= mean of the first 10 + RISE (2 sd)
 FALL = 0.2       # negated: last-5 mean <= first-3 mean - FALL, and <= the as-written run's - FALL
+# the negated control's steps: it fell to 0.05 and 0.08 by steps 5-9 of 20 (last-5 means, above)
+NEGATED_STEPS = 10
 # a run that does not learn passes RISE by chance 2% of the time; its negated control cannot fall
 
 
 @needs_stack
 @pytest.mark.e2e
+@pytest.mark.two_cores  # Ray, vLLM and DeepSpeed: 1.6 busy cores
 def test_grpo_learns_through_openrlhf_on_cpu(tmp_path):
     """GRPO through the rl_cluster rule: OpenRLHF's train_ppo_ray with vLLM, DeepSpeed and our
     experience maker, reward and loss, at a sane learning rate on prompts the start policy half
@@ -325,7 +328,12 @@ def test_grpo_learns_through_openrlhf_on_cpu(tmp_path):
     h = len(df) // 2
     h0, h1 = df["reward_mean"].iloc[:h].mean(), df["reward_mean"].iloc[h:].mean()
     assert h1 >= h0 + RISE, f"GRPO as written did not raise the reward: {df['reward_mean'].round(3).tolist()}"
-    _, neg = _rl_run(cfg_path, 1, method, SPARSERL_CONTROL_NEGATE_ADVANTAGES="1")  # experience.NEGATE_ENV
+    # the control in the same tree (policy and cut pool), over fewer steps
+    cfg["rl"].update(steps=NEGATED_STEPS, checkpoint_every=NEGATED_STEPS)
+    neg_path = cfg_path.with_name("negated.yaml")
+    neg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    _, neg = _rl_run(neg_path, 1, method, SPARSERL_CONTROL_NEGATE_ADVANTAGES="1")  # experience.NEGATE_ENV
+    assert len(neg) == NEGATED_STEPS, neg
     print("negated:", neg["reward_mean"].round(3).tolist())
     n0, n1 = first_last(neg)
     assert n1 <= min(n0, a1) - FALL, \
