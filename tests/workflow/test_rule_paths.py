@@ -86,6 +86,10 @@ def test_harvest_run_lives_in_the_folder_of_its_final_output(monkeypatch):
     assert seen["run_dir"] == Path("h/runs/s")
     with pytest.raises(SystemExit, match="the run writes h/runs/s/rollouts.parquet"):
         main(args + ["--rollouts", "elsewhere/rollouts.parquet"])
+    # OpenRLHF's harvest runs in the absolute folder (Ray's workers have their own cwd): the same files
+    monkeypatch.setattr("sparserl.engines.harvest.run_harvest",
+                        lambda cfg, policy, *, run_dir, threads=1: RunPaths(Path(run_dir).absolute(), "grpo", 0))
+    assert main(args + ["--rollouts", "h/runs/s/rollouts.parquet"]) == 0
 
 
 def test_benchmark_files_must_be_the_configs(tmp_path):

@@ -36,7 +36,7 @@ def cmd_v0_harvest_run(args):
     from sparserl.engines.harvest import run_harvest
     # the run's folder holds final/ (its output) and rollouts.parquet beside it
     rp = run_harvest(load_config(args.config), args.policy, run_dir=Path(args.out).parent, threads=args.threads)
-    if Path(rp.rollouts) != Path(args.rollouts):
+    if Path(rp.rollouts).absolute() != Path(args.rollouts).absolute():  # OpenRLHF's run folder is absolute
         raise SystemExit(f"v0-harvest-run --rollouts {args.rollouts}: the run writes {rp.rollouts} (beside --out)")
     print(f"harvest run {args.policy} -> {rp.dir}")
 

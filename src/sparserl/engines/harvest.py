@@ -31,7 +31,7 @@ import pandas as pd
 from sparserl.core.artifacts import read_table, write_table
 from sparserl.core.config import ConfigError
 from sparserl.core.logs import get_logger
-from sparserl.core.paths import RunPaths
+from sparserl.core.paths import RunPaths, rl_engine
 from sparserl.engines.harvest_settings import (checkpoint_steps, harvest_config,  # noqa: F401
                                                harvest_run, harvest_run_paths, harvest_settings)
 from sparserl.methods.spec import total_steps
@@ -42,7 +42,8 @@ def run_harvest(cfg: dict, policy: str, *, run_dir, threads: int = 1) -> RunPath
     """Step 1: policy's GRPO run with its checkpoints in `run_dir` (resumable, as every RL run)."""
     h = harvest_settings(cfg)
     hcfg = harvest_config(cfg, policy)
-    run = harvest_run(cfg, policy, root=run_dir)
+    # absolute for OpenRLHF's Ray workers, which do not share this process's cwd
+    run = harvest_run(cfg, policy, root=Path(run_dir) if rl_engine(hcfg) == "local" else Path(run_dir).absolute())
     rp, m = run.paths, run.spec
     if total_steps(hcfg["rl"], m) != h["steps"]:
         raise ConfigError(f"v0.harvest.method {h['method']} sets its own steps; the harvest needs "
@@ -52,10 +53,10 @@ def run_harvest(cfg: dict, policy: str, *, run_dir, threads: int = 1) -> RunPath
         Trainer(hcfg, run, threads=threads).run()
     else:
         from sparserl.core.artifacts import atomic_write_text
-        from sparserl.engines.openrlhf.launcher import run
-        cfg_file = rp.dir / "harvest_config.json"
+        from sparserl.engines.openrlhf.launcher import run as launch
+        cfg_file = rp.dir / "harvest_config.json"  # the V0 actor's config files (a V0-prior method)
         atomic_write_text(cfg_file, json.dumps(hcfg, indent=1))
-        run([str(cfg_file)], h["method"], h["seed"], rp.final)
+        launch(hcfg, run, config_paths=[str(cfg_file)])
     return rp
 
 
