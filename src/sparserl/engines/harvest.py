@@ -42,13 +42,14 @@ def run_harvest(cfg: dict, policy: str, *, run_dir, threads: int = 1) -> RunPath
     """Step 1: policy's GRPO run with its checkpoints in `run_dir` (resumable, as every RL run)."""
     h = harvest_settings(cfg)
     hcfg = harvest_config(cfg, policy)
+    local = rl_engine(hcfg) == "local"
     # absolute for OpenRLHF's Ray workers, which do not share this process's cwd
-    run = harvest_run(cfg, policy, root=Path(run_dir) if rl_engine(hcfg) == "local" else Path(run_dir).absolute())
+    run = harvest_run(cfg, policy, root=Path(run_dir) if local else Path(run_dir).absolute())
     rp, m = run.paths, run.spec
     if total_steps(hcfg["rl"], m) != h["steps"]:
         raise ConfigError(f"v0.harvest.method {h['method']} sets its own steps; the harvest needs "
                           f"{h['steps']} (pick a method without `steps`)")
-    if rp.engine == "local":
+    if local:
         from sparserl.engines.local.trainer import Trainer
         Trainer(hcfg, run, threads=threads).run()
     else:

@@ -1143,6 +1143,9 @@ def test_v0_method_flags_name_the_model_the_config_and_the_runs_files(orl, tmp_p
     assert "sparserl.v0_model" not in plain
     with pytest.raises(ValueError, match="pass it as v0_model"):  # never a V0 actor without its model
         openrlhf_argv(cfg, load_method("v05_osla_v0"), 0, run, policy_path="/models/q")
+    with pytest.raises(ValueError, match="pass v0_embeddings"):  # nor without the files it reads
+        openrlhf_argv(cfg, load_method("v05_osla_v0"), 0, run, policy_path="/models/q", v0_model=reads.v0_model,
+                      v0_pool=reads.pool)
     from sparserl.core.config import ConfigError
     with pytest.raises(ConfigError, match="local trainer only"):
         openrlhf_argv(_cfg(tmp_path), load_method("grpo_budget_v0"), 0, openrlhf_stubs.openrlhf_run(tmp_path / "f"), policy_path="p")

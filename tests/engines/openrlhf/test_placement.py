@@ -15,7 +15,6 @@ from types import SimpleNamespace
 import pytest
 
 from sparserl.core.config import ConfigError, load_config, v0_actor_settings
-from sparserl.core.paths import Paths
 from sparserl.engines.openrlhf import placement, v0_server
 
 from helpers.v0_toys import toy_v0
@@ -40,10 +39,13 @@ def _launcher_plan(tmp_path, nodes: int, method: str = "v05_osla_v0", **over):
     pytest.importorskip("openrlhf")
     from sparserl.engines.openrlhf.launcher import openrlhf_argv
     from sparserl.engines.openrlhf.parser import parse_args
+    from sparserl.methods.run import resolve_run
     from sparserl.methods.spec import load_method
     cfg = _paper_cfg(tmp_path, nodes, **over)
+    reads = resolve_run(cfg, method, 0).reads
     argv = openrlhf_argv(cfg, load_method(method), 0, openrlhf_run(tmp_path / "run" / "final"), policy_path="/models/q",
-                         v0_model=Paths(cfg).v0_prior_model(), config_paths=[str(tmp_path / "c.json")])
+                         v0_model=reads.v0_model, v0_pool=reads.pool, v0_embeddings=reads.v0_embeddings,
+                         config_paths=[str(tmp_path / "c.json")])
     return placement.plan_from_args(parse_args(argv))
 
 

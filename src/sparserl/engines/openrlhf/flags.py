@@ -95,9 +95,9 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, run: RunPaths, *, p
     `run`: the run's files (`methods.run.Run.paths`, absolute: Ray workers do not share the driver's
     cwd); `policy_path`: the start policy (the actor's model); `v0_model`: the trained V0 of a V0
     prior's method (`Paths.v0_prior_model`), `v0_pool` and `v0_embeddings` the run's pool and V0's
-    embeddings of it (its `RunInputs`: the V0 actor reads them); `resume_every`: the save cadence (`launcher.resume_cadence`;
-    None: the config's ckpt.save_steps, else the evaluated steps', `save_steps`; a critic run or one at
-    cluster scale must pass it)."""
+    embeddings of it (its `RunInputs`: the V0 actor reads them); `resume_every`: the save cadence
+    (`launcher.resume_cadence`; None: the config's ckpt.save_steps, else the evaluated steps',
+    `save_steps`; a critic run or one at cluster scale must pass it)."""
     rl = cfg["rl"]
     if method.sampler == "budget":
         raise ConfigError(f"method {method.name}: V0's budget allocation runs in the local trainer only; the "
@@ -208,10 +208,13 @@ def openrlhf_flags(cfg: dict, method: MethodSpec, seed: int, run: RunPaths, *, p
         if v0_model is None:
             raise ValueError(f"method {method.name}: its V0 prior loads the trained V0 (Paths.v0_prior_model); "
                              "pass it as v0_model")
-        f["sparserl.v0_model"] = str(Path(v0_model).absolute())
-        for k, v in (("v0_pool", v0_pool), ("v0_embeddings", v0_embeddings)):
-            if v is not None:
-                f[f"sparserl.{k}"] = str(Path(v).absolute())
+        # the actor's files, checked here rather than in the actor after Ray and vLLM have started
+        missing = [k for k, v in (("v0_pool", v0_pool), ("v0_embeddings", v0_embeddings)) if v is None]
+        if missing:
+            raise ValueError(f"method {method.name}: its V0 actor reads the run's pool and V0's embeddings "
+                             f"of it; pass {' and '.join(missing)} (the run's RunInputs pool, v0_embeddings)")
+        for k, v in (("v0_model", v0_model), ("v0_pool", v0_pool), ("v0_embeddings", v0_embeddings)):
+            f[f"sparserl.{k}"] = str(Path(v).absolute())
         for k, v in v0_actor_settings(over).items():  # share, threads, timeouts (engines.openrlhf.placement)
             f[f"sparserl.{k}"] = v
         if config_paths:
