@@ -14,8 +14,8 @@ SNAKEMAKE_CALLS = ('"-m", "snakemake"', '["snakemake"', "dry_run_jobs(", "slurm_
 CLOCKS = {"perf_counter", "monotonic", "time"}
 
 
-def _is_e2e(decorators) -> bool:
-    return any("mark.e2e" in ast.unparse(d) for d in decorators)
+def _marked(decorators, mark: str = "e2e") -> bool:
+    return any(f"mark.{mark}" in ast.unparse(d) for d in decorators)
 
 
 def _functions(tree):
@@ -37,23 +37,23 @@ def _reaching(funcs: dict, direct: set) -> set:
     return out
 
 
-def _module_e2e(tree) -> bool:
+def _module_marked(tree, mark: str = "e2e") -> bool:
     return any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
-               and "mark.e2e" in ast.unparse(n.value) for n in tree.body)
+               and f"mark.{mark}" in ast.unparse(n.value) for n in tree.body)
 
 
 def snakemake_tests_outside_e2e(src: str, name: str = "<test>") -> list[str]:
     """The tests of a module that run Snakemake (themselves, through a helper or a fixture of
     the module) without the e2e mark."""
     tree = ast.parse(src)
-    if _module_e2e(tree):
+    if _module_marked(tree):
         return []
     lines = src.splitlines()
     funcs = _functions(tree)
     direct = {n for n, f in funcs.items()
               if any(s in line for line in lines[f.lineno - 1:f.end_lineno] for s in SNAKEMAKE_CALLS)}
     return [f"{name}::{n}" for n in sorted(_reaching(funcs, direct))
-            if n.startswith("test_") and not _is_e2e(funcs[n].decorator_list)]
+            if n.startswith("test_") and not _marked(funcs[n].decorator_list)]
 
 
 DRY = {"-n", "--dry-run", "--dryrun"}
@@ -69,21 +69,16 @@ def _two_core_call(call: ast.Call) -> bool:
     return smk or ray
 
 
-def _is_two_cores(decorators) -> bool:
-    return any("mark.two_cores" in ast.unparse(d) for d in decorators)
-
-
 def two_core_tests_unmarked(src: str, name: str = "<test>") -> list[str]:
     """The tests of a module that use both cores (themselves, through a helper or a fixture of the
     module: `_two_core_call`) without the two_cores mark."""
     tree = ast.parse(src)
-    if any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in n.targets)
-           and "mark.two_cores" in ast.unparse(n.value) for n in tree.body):
+    if _module_marked(tree, "two_cores"):
         return []
     funcs = _functions(tree)
     direct = {n for n, f in funcs.items() if any(isinstance(c, ast.Call) and _two_core_call(c) for c in ast.walk(f))}
     return [f"{name}::{n}" for n in sorted(_reaching(funcs, direct))
-            if n.startswith("test_") and not _is_two_cores(funcs[n].decorator_list)]
+            if n.startswith("test_") and not _marked(funcs[n].decorator_list, "two_cores")]
 
 
 def _clock_call(node) -> bool:
@@ -95,11 +90,11 @@ def wall_clock_asserts(src: str, name: str = "<test>") -> list[str]:
     """'file:line' of each assert of a fast test that reads the clock, directly or through a
     name the test assigned from the clock."""
     tree = ast.parse(src)
-    if _module_e2e(tree):
+    if _module_marked(tree):
         return []
     hits = []
     for f in _functions(tree).values():
-        if not f.name.startswith("test_") or _is_e2e(f.decorator_list):
+        if not f.name.startswith("test_") or _marked(f.decorator_list):
             continue
         timed = {t.id for n in ast.walk(f) if isinstance(n, ast.Assign) and _clock_call(n.value)
                  for t in n.targets if isinstance(t, ast.Name)}
@@ -170,6 +165,7 @@ def test_no_fast_test_asserts_a_wall_clock_time():
 def test_a_two_cores_test_waits_for_the_others_and_goes_before_later_ones(tmp_path):
     """tests/helpers/cores.py: one-core tests share the machine; a two_cores one waits for them to
     end, and a one-core test that comes after it waits for it (no starvation)."""
+    import fcntl
     import threading
     import time
     from helpers.cores import cores
@@ -187,7 +183,15 @@ def test_a_two_cores_test_waits_for_the_others_and_goes_before_later_ones(tmp_pa
     held.wait(5)
     two = threading.Thread(target=hold, args=("two", True, None, 0.3))
     two.start()
-    time.sleep(0.2)  # `two` now waits at the turnstile's far side for `one`
+    with open(tmp_path / "turnstile", "a") as turn:  # wait until `two` holds the turnstile, waiting for `one`
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                break
+            fcntl.flock(turn, fcntl.LOCK_UN)
+            time.sleep(0.01)
     later = threading.Thread(target=hold, args=("later", False))
     later.start()
     for t in (first, two, later):
