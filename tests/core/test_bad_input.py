@@ -59,6 +59,33 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
     assert read_yaml(f)["m"] == {"x": 3, "y": 2}
 
 
+def test_libyaml_and_pure_python_loaders_read_every_shipped_yaml_alike(repo):
+    """read_yaml parses with libyaml where PyYAML has it and falls back to the pure-Python loader
+    for a file that fails (the messages above); both must read every shipped file to equal values,
+    and both must refuse a duplicate key."""
+    from sparserl.core import config
+    if config._FAST_LOADER is None:
+        pytest.skip("PyYAML without libyaml: read_yaml has one loader")
+    files = sorted(p for d in ("configs", "workflow", "profiles") for p in (repo / d).rglob("*.yaml"))
+    assert len(files) > 50, files
+    for f in files:
+        text = f.read_text()
+        assert config._FAST_LOADER(text).get_single_data() == config.UniqueKeyLoader(text).get_single_data(), f
+    for loader in (config._FAST_LOADER, config.UniqueKeyLoader):
+        with pytest.raises(config.DuplicateKeyError, match="duplicate key 'y'"):
+            loader("x:\n  y: 1\n  y: 2\n").get_single_data()
+
+
+def test_an_edited_method_file_is_read_anew(tmp_path, repo):
+    """load_method caches specs by the file's bytes: an edit in place is seen at once."""
+    from sparserl.methods.spec import load_method
+    src = (repo / "configs/methods/grpo_g4.yaml").read_text()
+    (tmp_path / "m.yaml").write_text(src)
+    assert load_method("m", tmp_path).group_size == 4
+    (tmp_path / "m.yaml").write_text(src.replace("group_size: 4", "group_size: 8"))
+    assert load_method("m", tmp_path).group_size == 8
+
+
 def test_config_byte_that_is_not_utf8_names_the_line(tmp_path):
     f = tmp_path / "latin1.yaml"
     f.write_bytes(b"seed: 0\n" * 5000 + b"scale: caf\xe9\n")  # past any read buffer

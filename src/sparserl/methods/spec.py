@@ -292,7 +292,15 @@ def load_method(name: str, methods_dir: Path | None = None) -> MethodSpec:
     path = Path(methods_dir) / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"{path}: no such method; known: {', '.join(method_names(methods_dir))}")
-    raw = read_yaml(path) or {}  # a syntax error or a duplicate key names the file and line
+    return _parse_method(name, str(path), path.read_bytes())
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_method(name: str, where: str, text: bytes) -> MethodSpec:
+    """The spec of a method file's bytes: a Snakefile resolves hundreds of runs, each reading its
+    method (about 1 s of every workflow parse); keyed by content, so an edited file is read anew."""
+    path = Path(where)
+    raw = read_yaml(path, text) or {}  # a syntax error or a duplicate key names the file and line
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping of keys (estimator, group_size, loss), "
                           f"got {type(raw).__name__}")
