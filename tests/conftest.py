@@ -49,6 +49,23 @@ def pytest_runtest_protocol(item, nextitem):
                 _threads({k: "1" for k in THREAD_VARS})
 
 
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_left_running():
+    """A test must not leave Ray running in the test process: ray.get or .remote() starts a local
+    Ray when none is, and every later Ray test in that process skipped ("Ray already initialised")."""
+    before = _ray_running()
+    yield
+    if not before and _ray_running():
+        sys.modules["ray"].shutdown()
+        pytest.fail("this test left Ray running in the test process (ray.get or .remote() starts one): "
+                    "stub them (fixture no_ray) or shut Ray down in the test", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

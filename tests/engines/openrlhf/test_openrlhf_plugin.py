@@ -1056,9 +1056,8 @@ class _Saves:
         return []
 
 
-@pytest.mark.e2e  # every evaluated step's save, ~5 s
 @pytest.mark.parametrize("name", ["grpo_g16", "lc_math_vf_g8"])
-def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, repo, tmp_path, monkeypatch, name):
+def test_paper_runs_save_at_the_evaluated_steps_and_a_resume_cadence(orl, no_ray, repo, tmp_path, monkeypatch, name):
     """A retried 48 h job resumes from its DeepSpeed checkpoint (--ckpt.load_enable, two kept).
     OpenRLHF's save_logs_and_checkpoints, patched by the worker hook, saves at the evaluated steps
     (400 steps, eval_fractions 0.25/0.5/0.75: policy step s is global step s + W, W = 10 for a
