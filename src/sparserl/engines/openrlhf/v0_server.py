@@ -12,9 +12,10 @@ The launcher passes what the actor needs as flags: the run's files (its `RunInpu
 ``--sparserl.v0_model`` (the trained V0), ``--sparserl.v0_pool`` and ``--sparserl.v0_embeddings``
 (the pool and V0's embeddings of it, made there when missing); ``--sparserl.config`` (the resolved
 config files, JSON list: the pool's texts and `v0.embedder`), and the actor's settings
-(``rl.openrlhf.v0_*``, defaults in the config schema): ``--sparserl.v0_gpus`` (its share of one GPU in the last bundle of OpenRLHF's colocated
-placement group, `placement.colocated_plan`; Ray's GPUs are logical under the CPU profile, so the
-same share is asked there), ``--sparserl.v0_threads`` (CPU threads; Ray's default is 1),
+(``rl.openrlhf.v0_*``, defaults in the config schema): ``--sparserl.v0_gpus`` (its share of one
+GPU in the last bundle of OpenRLHF's colocated placement group, `placement.colocated_plan`; Ray's
+GPUs are logical under the CPU profile, so the same share is asked there),
+``--sparserl.v0_threads`` (CPU threads; Ray's default is 1),
 ``--sparserl.v0_timeout_s`` per query and ``--sparserl.v0_start_timeout_s`` for placement and the
 pool's embedding: a missed one stops the run with one line naming the actor and the setting.
 The actor logs one ``[v0-prior]`` line per query (prompts, context size, p's range) to the run's log.
