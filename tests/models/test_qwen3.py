@@ -82,3 +82,20 @@ def test_other_architectures_are_refused(saved):
     for key, val in (("model_type", "llama"), ("hidden_act", "gelu"), ("use_sliding_window", True)):
         with pytest.raises(ValueError, match="load this checkpoint with transformers"):
             Qwen3LM({**cfg, key: val})
+
+
+def test_a_checkpoint_we_write_names_its_architecture_as_transformers_does(tiny_lm, tmp_path):
+    """Pre-training writes through Qwen3LM (`pretrain.compile`). Without `architectures` vLLM
+    resolves the folder to the pooling `Qwen3Model` and refuses `generate` (the cluster path and
+    perf/rollout_throughput.py on tiny's policies did)."""
+    import json
+    from sparserl.models.policies import build_model
+    _, tok = tiny_lm
+    fresh = build_model({"hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1, "ffn_size": 64},
+                        tok, 24)
+    assert fresh.config.architectures is None  # transformers names it only as it saves
+    Qwen3LM.from_module(fresh).save_pretrained(tmp_path / "ours")
+    fresh.save_pretrained(tmp_path / "theirs")
+    ours, theirs = (json.loads((tmp_path / d / "config.json").read_text()) for d in ("ours", "theirs"))
+    assert theirs["architectures"] == ["Qwen3ForCausalLM"] and theirs["dtype"] == "float32"
+    assert {k: ours[k] for k in ("architectures", "dtype")} == {k: theirs[k] for k in ("architectures", "dtype")}

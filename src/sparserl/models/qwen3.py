@@ -269,7 +269,12 @@ class Qwen3LM(nn.Module):
         if self.config.get("tie_word_embeddings"):
             state.pop("lm_head.weight", None)
         atomic_write_bytes(out / "model.safetensors", save(state, metadata={"format": "pt"}))
-        atomic_write_text(out / "config.json", json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n")
+        config = self.config.to_dict()
+        # as transformers' save_pretrained: without them vLLM resolves the checkpoint to the
+        # pooling `Qwen3Model` and refuses to generate, and its dtype "auto" has nothing to read
+        config["architectures"] = config.get("architectures") or ["Qwen3ForCausalLM"]
+        config["dtype"] = config.get("dtype") or str(next(self.parameters()).dtype).removeprefix("torch.")
+        atomic_write_text(out / "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
         src = getattr(self, "source", None)
         if src is not None and (Path(src) / "generation_config.json").is_file():
             atomic_write_bytes(out / "generation_config.json", (Path(src) / "generation_config.json").read_bytes())
