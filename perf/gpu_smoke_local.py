@@ -119,18 +119,20 @@ def _():
     from sparserl.core.config import load_config
     from sparserl.core.paths import Paths
     from sparserl.engines.local.trainer import Trainer
+    from sparserl.methods.run import resolve_run
     from sparserl.tasks import procedural
-    cfg = load_config("configs/smoke.yaml")
-    cfg["results_dir"] = str(tmp / "results")
-    cfg["rl"] = {"policy": "s", "methods": ["grpo_g4"], "seeds": [0], "steps": 2, "rollouts_per_step": 16,
-                 "lr": 1e-4, "checkpoint_every": 2, "eval_fractions": [], "mini_batches": 2}
-    cfg["rollout"].update(backend="hf", max_new_tokens=8)
+    cfg = load_config("configs/smoke.yaml", {
+        "results_dir": str(tmp / "results"),
+        "rl": {"policy": "s", "methods": ["grpo_g4"], "seeds": [0], "steps": 2, "rollouts_per_step": 16,
+               "lr": 1e-4, "checkpoint_every": 2, "eval_fractions": [], "mini_batches": 2,
+               "lr_tuning": {"enabled": False}},
+        "rollout": {"backend": "hf", "max_new_tokens": 8}})
     P = Paths(cfg)
     write_table(procedural.make_train_pool(cfg), P.train_pool())
     import shutil
     shutil.copytree(policy, P.policy("s"))
     with torch.device(dev):
-        t = Trainer(cfg, "grpo_g4", 0)
+        t = Trainer(cfg, resolve_run(cfg, "grpo_g4", 0))
         final = t.run()
     where = sorted({str(p.device) for p in t.model.parameters()})
     return f"params on {where}, {t.step} steps, final checkpoint {final}"

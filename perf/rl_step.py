@@ -66,7 +66,7 @@ def worker(args) -> dict:
     import_s = time.perf_counter() - t_import
 
     results = Path(args.results).resolve()
-    cfg = load_config(str(Path.cwd() / "configs" / f"{results.name}.yaml"))
+    cfg = load_config(str(Path.cwd() / (args.config or f"configs/{results.name}.yaml")))
     cfg["results_dir"] = str(results.parent)
     cfg["rl"]["lr_tuning"] = {"enabled": False}  # the step, not the tuning: rl.lr as it is
     parts: dict = defaultdict(float)
@@ -102,7 +102,12 @@ def worker(args) -> dict:
     torch.nn.utils.clip_grad_norm_ = timed("optimizer", orig_clip)
 
     t0 = time.perf_counter()
-    t = tr.Trainer(cfg, args.method, 0, threads=args.threads)
+    try:  # a trainer since c185495 takes the resolved run; the baseline's took (method, seed)
+        from sparserl.methods.run import resolve_run
+    except ImportError:
+        t = tr.Trainer(cfg, args.method, 0, threads=args.threads)
+    else:
+        t = tr.Trainer(cfg, resolve_run(cfg, args.method, 0), threads=args.threads)
     init_s = time.perf_counter() - t0
     t.opt.step = timed("optimizer", t.opt.step)
     gen = t.backend.generate
@@ -248,7 +253,8 @@ def run_variant(name: str, tree: Path, args) -> dict:
     else:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--variant", name, "--results",
                str(Path(args.results).resolve()), "--method", args.method, "--steps", str(args.steps),
-               "--warmup", str(args.warmup), "--threads", str(args.threads)] + ([] if args.eval else ["--no-eval"])
+               "--warmup", str(args.warmup), "--threads", str(args.threads)] + ([] if args.eval else ["--no-eval"]) \
+            + (["--config", args.config] if args.config else [])
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if p.returncode:
@@ -299,6 +305,8 @@ def report(runs: dict, speeds: dict) -> str:
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", default="results/small")
+    p.add_argument("--config", help="the scale's config, in each variant's tree (default: "
+                   "configs/<the results folder's name>.yaml)")
     p.add_argument("--method", default="grpo_g16")
     p.add_argument("--baseline", default="006d22f", help="the pinned commit `before` runs (none: skip)")
     p.add_argument("--threads", type=int, default=1)
