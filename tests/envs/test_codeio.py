@@ -115,17 +115,20 @@ def test_any_feasible_input_is_accepted(env):
     assert checked >= 5
 
 
-@pytest.mark.e2e  # ~13 s each
-@pytest.mark.parametrize("noise", [0.0, 0.3])
-def test_demonstrations_have_the_asked_noise_rate(env, noise):
-    rows = env.demonstrations(1500, noise, np.random.default_rng(0))
-    assert len(rows) == 1500
+@pytest.mark.e2e  # ~13 s at 1,500 rows (each input-side row runs its program in the sandbox)
+@pytest.mark.parametrize("noise,n", [(0.0, 300), (0.3, 1500)])
+def test_demonstrations_have_the_asked_noise_rate(env, noise, n):
+    rows = env.demonstrations(n, noise, np.random.default_rng(0))
+    assert len(rows) == n
     pool = {p.prompt: p for p in env.problems("pretrain", 2000)}
     assert all(prompt in pool and target.startswith(" ") for prompt, target in rows)
     assert all(side_of(prompt, env.split) == "pretrain" for prompt, _ in rows)
     reward = env.score([pool[pr] for pr, _ in rows], [t for _, t in rows])
     wrong = 1 - reward.mean()
-    assert abs(wrong - noise) < 0.04, wrong
+    if noise == 0.0:
+        assert wrong == 0.0, wrong  # no noise asked: not one wrong demonstration
+    else:
+        assert abs(wrong - noise) < 0.04, wrong  # 1,500 rows: 0.04 is 3.4 binomial sd
     off = [abs(int(t) - int(pool[pr].answer)) for pr, t in rows if t.strip() != pool[pr].answer]
     assert all(d == 1 for d in off)  # systematic: off by one
 
