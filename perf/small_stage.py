@@ -46,11 +46,13 @@ def dry_run(config: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", stats, re.M)}
 
 
-def measure(results: Path, methods: list[str], steps: int, warmup: int, eval_once: bool, tree: Path) -> dict:
+def measure(results: Path, methods: list[str], steps: int, warmup: int, eval_once: bool, tree: Path,
+            config: str) -> dict:
     """Per-step times of each method, two workers at a time, 1 thread each, with `tree`'s code."""
     def one(method: str, with_eval: bool) -> dict:
         cmd = [sys.executable, str(ROOT / "perf" / "rl_step.py"), "--worker", "--results", str(results),
-               "--method", method, "--steps", str(steps), "--warmup", str(warmup), "--threads", "1"]
+               "--method", method, "--steps", str(steps), "--warmup", str(warmup), "--threads", "1",
+               "--config", config]
         env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": "1"}
         p = subprocess.run(cmd + ([] if with_eval else ["--no-eval"]), cwd=tree, env=env,
                            capture_output=True, text=True)
@@ -114,7 +116,7 @@ def main():
     tuners = {st: ms[0] for st, ms in lrt.setting_methods(cfg).items()} if tuning.get("enabled") else {}
     reps = sorted(set(tuners.values()))
     measured = measure(a.results.resolve(), sorted(set(owners) | set(reps)), a.steps, a.warmup, True,
-                       a.tree.resolve())
+                       a.tree.resolve(), a.config)
     step_s = {m: statistics.median(r["per_step_s"]) for m, r in measured.items()}
     eval_s = next(r["eval_checkpoint_s"] for r in measured.values() if r.get("eval_checkpoint_s"))
     # once a run: the critic's warm-up, and what its first steps cost beyond a step (compile)
