@@ -144,3 +144,14 @@ def test_start_seed_0_keeps_the_seed_and_another_start_moves_the_weights(repo, t
     a, b = _weights(P0.policy("s")), _weights(P1.policy("s"))
     assert a.keys() == b.keys() and not any(torch.equal(a[k], b[k]) for k in a if a[k].numel() > 1 and a[k].std() > 0)
     assert read_manifest(P1.policy("s"))["start"] == 1 and read_manifest(P0.policy("s"))["start"] == 0
+
+
+@pytest.mark.parametrize("folder", ["snaps", "m@p50", "s@"])
+def test_a_snapshot_folder_not_named_after_its_policy_is_refused_in_one_line(repo, tmp_path, folder):
+    """`sparserl pretrain --snapshots` took the tag after '@' unchecked: an IndexError, or a
+    snapshot of s saved under m's name."""
+    cfg = load_config(repo / "configs/smoke.yaml")
+    with pytest.raises(ValueError, match=rf"snapshot folder .*{folder} is not named s@<tag> .*--snapshots"):
+        pretrain(cfg, "s", corpus=tmp_path / "c.parquet", tokenizer=tmp_path / "tok", out=tmp_path / "s",
+                 snapshots=[tmp_path / folder])
+    assert not (tmp_path / "s").exists()

@@ -19,9 +19,9 @@ import torch
 
 from sparserl.core.artifacts import (atomic_dir, config_hash, git_commit, load_checkpoint, save_checkpoint,
                                      write_manifest)
-from sparserl.core.config import setting, snapshot_tag, start_seed
+from sparserl.core.config import ConfigError, setting, snapshot_tag, start_seed
 from sparserl.core.logs import get_logger, progress
-from sparserl.core.paths import Paths
+from sparserl.core.paths import Paths, split_policy
 from sparserl.tasks import corpus_targets, format_prompt
 
 
@@ -165,7 +165,14 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info, stop_after: 
 
     torch.set_num_threads(threads)
     out = Path(out)
-    snap_dirs = {Path(d).name.split("@", 1)[1]: Path(d) for d in snapshots or []}
+    snap_dirs = {}
+    for d in snapshots or []:
+        owner, tag = split_policy(Path(d).name)
+        if owner != name or not tag:
+            raise ConfigError(f"pretrain {name}: snapshot folder {d} is not named {name}@<tag> (e.g. "
+                              f"{out.parent / (name + '@p50')}); name each --snapshots folder after the "
+                              "policy and its pretrain.snapshots fraction")
+        snap_dirs[tag] = Path(d)
     pol = cfg["policies"][name]
     pt = cfg.get("pretrain", {})
     steps, bs = pol["steps"], setting(cfg, "pretrain", "batch_size")
@@ -204,8 +211,8 @@ def pretrain(cfg: dict, name: str, threads: int = 1, log=_log.info, stop_after: 
     snaps = {max(1, round(f * steps)): snapshot_tag(f) for f in pt.get("snapshots", [])}
     lost = sorted(set(snaps.values()) - set(snap_dirs))
     if lost:
-        raise ValueError(f"pretrain {name}: pretrain.snapshots asks for {', '.join(lost)}, but no snapshot "
-                         f"dir {name}@<tag> was given for it (--snapshots; rule pretrain_policy)")
+        raise ConfigError(f"pretrain {name}: pretrain.snapshots asks for {', '.join(lost)}, but no snapshot "
+                          f"dir {name}@<tag> was given for it (--snapshots; rule pretrain_policy)")
     start, history = 0, []
     # a truncated last.pt falls back on prev.pt or stops naming the file and the fix
     st = load_checkpoint(state_file, what=f"pre-training {name}", log=lambda m: log(f"[pretrain {name}] {m}"))
