@@ -24,33 +24,30 @@ def test_gpu_smoke_local_parts_run_on_the_cpu(repo):
     assert "local trainer" in summary and "FAILED" not in summary
 
 
-def _smoke_tree(cfg_path, root):
+def _smoke_tree(cfg_path, root, tok):
     """What perf/rl_step.py reads under a scale's results folder: the train pool and policies."""
     from sparserl.core.config import load_config
     from sparserl.core.paths import Paths
     from sparserl.core.artifacts import write_table
     from sparserl.models.policies import build_model, save_hf
     from sparserl.models.qwen3 import Qwen3LM
-    from sparserl.models.tokenizer import train_tokenizer
     from sparserl.tasks import procedural
     cfg = load_config(cfg_path, {"results_dir": str(root)})
     P = Paths(cfg)
     write_table(procedural.make_train_pool(cfg), P.train_pool())
-    texts = [f"Q: {a} + {b} =\nA: \\boxed{{{a + b}}}" for a in range(10) for b in range(10)]
-    tok = train_tokenizer(texts * 3, cfg["tokenizer"]["vocab_size"], root / "tok", cfg["tokenizer"]["max_length"])
     for name, pol in cfg["policies"].items():  # written as pre-training writes them
         model = Qwen3LM.from_module(build_model(pol, tok, cfg["tokenizer"]["max_length"]))
         save_hf(model, tok, P.policy(name), {"policy": name, "step": 0})
     return P.results
 
 
-def test_rl_step_benchmark_times_our_step(repo, tmp_path):
+def test_rl_step_benchmark_times_our_step(repo, tmp_path, tiny_lm):
     import yaml
     cfg = yaml.safe_load((repo / "configs" / "smoke.yaml").read_text())
     cfg["rl"] = {"policy": "m", "methods": ["grpo_g4"], "seeds": [0], "steps": 2, "rollouts_per_step": 16,
                  "lr": 1e-4, "mini_batches": 2}
     (tmp_path / "smoke.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    results = _smoke_tree(tmp_path / "smoke.yaml", tmp_path / "results")
+    results = _smoke_tree(tmp_path / "smoke.yaml", tmp_path / "results", tiny_lm[1])
     out = subprocess.run([sys.executable, "perf/rl_step.py", "--results", str(results), "--method", "grpo_g4",
                           "--config", str(tmp_path / "smoke.yaml"),
                           "--baseline", "none", "--no-trl", "--no-eval", "--steps", "2", "--warmup", "0",
