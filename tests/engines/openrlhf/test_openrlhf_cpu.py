@@ -75,6 +75,7 @@ def test_shims_apply_and_log_in_a_fresh_process():
         import openrlhf.trainer.ppo_utils.replay_buffer as rb
         import openrlhf.trainer.ray.ppo_actor as pa
         import openrlhf.trainer.ray.vllm_worker_wrap as ww
+        dscomm = importlib.import_module("deepspeed.comm.torch")  # the package attribute `torch` is torch
         from sparserl.engines.openrlhf import cpu_shims
         cfg = ds.get_train_ds_config(offload=False, optim_config={"type": "AdamW", "params": {"lr": 1.0}})
         print(json.dumps({
@@ -85,6 +86,7 @@ def test_shims_apply_and_log_in_a_fresh_process():
             "mesh": ds.init_device_mesh.__module__,
             "sync": pa.stateless_init_process_group is cpu_shims.stateless_init_process_group,
             "update_weight": ww.WorkerWrap.update_weight is cpu_shims._update_weight,
+            "shm_op": dscomm.build_shm_op(),
             "flash_attn_left": "flash_attn" in sys.modules or importlib.util.find_spec("flash_attn") is not None,
         }))
     """)
@@ -93,10 +95,10 @@ def test_shims_apply_and_log_in_a_fresh_process():
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got == {"device": "cpu", "set_device_noop": True, "torch_adam": True, "replay_device": "cpu",
                    "mesh": "sparserl.engines.openrlhf.cpu_shims", "sync": True, "update_weight": True,
-                   "flash_attn_left": False}
+                   "shm_op": None, "flash_attn_left": False}
     for symbol in ("openrlhf.models.ring_attn_utils:flash_attn", "torch.cuda.", "init_device_mesh",
                    "get_train_ds_config", "NaiveReplayBuffer.__init__", "stateless_init_process_group",
-                   "WorkerWrap.update_weight"):
+                   "WorkerWrap.update_weight", "deepspeed.comm.torch.build_shm_op"):
         assert any("[openrlhf-cpu] shim " in line and symbol in line for line in r.stderr.splitlines()), symbol
     # once per symbol and process
     assert r.stderr.count("shim openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap.update_weight") == 1

@@ -15,6 +15,9 @@ Shims (OpenRLHF's module paths, in the order a run meets them):
   init_device_mesh        openrlhf.utils.deepspeed.deepspeed builds its mesh on "cuda": "cpu"
   get_train_ds_config     DeepSpeed would build FusedAdam, which compiles a C++ op on the CPU
                           accelerator (about 6 min): ``torch_adam`` makes it torch.optim.AdamW
+  build_shm_op            DeepSpeed's CPU backend compiles its shared-memory all-reduce (27 s in a
+                          fresh environment) for tensor-parallel inference only; ZeRO training
+                          never calls it, and without it the backend uses torch.distributed
   NaiveReplayBuffer       replay_buffer.py builds ``cuda:<n>`` as its target device: the CPU
   stateless_init_process_group  OpenRLHF always builds vLLM's PyNcclCommunicator, which disables
                           itself without CUDA, so every weight broadcast is a silent no-op: a gloo
@@ -203,6 +206,16 @@ def _shim_replay_buffer(mod) -> None:
     _log("openrlhf.trainer.ppo_utils.replay_buffer.NaiveReplayBuffer.__init__", "target device the CPU")
 
 
+def _no_shm_op():
+    return None
+
+
+def _shim_shm_op(mod) -> None:
+    if mod.build_shm_op is not _no_shm_op:
+        mod.build_shm_op = _no_shm_op
+        _log("deepspeed.comm.torch.build_shm_op", "not built: an inference-only all-reduce (a 27 s C++ build)")
+
+
 class GlooBroadcaster:
     """The slice of vLLM's PyNcclCommunicator OpenRLHF uses (``broadcast(tensor, src, stream)``), on a
     gloo group from vLLM's stateless_init_torch_distributed_process_group; src is the group rank."""
@@ -282,6 +295,7 @@ MODULE_SHIMS = {
     "torch": [lambda m: _shim_torch_cuda(m.cuda)],  # after torch's own import has finished
     "openrlhf.utils.deepspeed.deepspeed_utils": [lambda m: _shim_ds_config(m, m.__name__)],
     "openrlhf.utils.deepspeed.deepspeed": [_shim_device_mesh, lambda m: _shim_ds_config(m, m.__name__)],
+    "deepspeed.comm.torch": [_shim_shm_op],
     "openrlhf.trainer.ppo_utils.replay_buffer": [_shim_replay_buffer],
     "openrlhf.utils.distributed_util": [lambda m: _shim_sync_group(m, m.__name__)],
     "openrlhf.trainer.ray.ppo_actor": [lambda m: _shim_sync_group(m, m.__name__)],
