@@ -25,7 +25,7 @@ def scores(results: Path, method: str, seeds: list[int]) -> pd.DataFrame:
     for s in seeds:
         path = results / "rl" / method / f"seed{s}" / "eval.parquet"
         if not path.is_file():
-            sys.exit(f"{path}: missing; run `snakemake --cores 2 --configfile configs/small.yaml {path}` first")
+            sys.exit(f"{path}: missing; run `snakemake --cores 2 {path} --configfile configs/small.yaml` first")
         ev = pd.read_parquet(path)
         final = ev[ev["checkpoint"] == "final"]
         rows.append({"seed": s, **{m: float(final[c].mean()) for m, c in METRICS.items()}})

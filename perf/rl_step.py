@@ -33,14 +33,16 @@ measured copy bandwidth. Reward and bookkeeping have no hardware bound; their sh
         [--steps 4] [--warmup 1] [--rounds 2] [--no-trl] [--no-eval] [--beside CMD] [--json out.json]
 
 `--results` is a scale's results folder holding policies/m, tasks/train_pool.parquet and
-tasks/benchmarks/ (`snakemake --cores 2 --configfile configs/small.yaml results/small/policies/m
-results/small/tasks/train_pool.parquet`). Measure on an idle machine: beside another job, a step
-at 2 threads ran 35x slower (docs/performance.md).
+tasks/benchmarks/ (`snakemake --cores 2 results/small/policies/m results/small/tasks/train_pool.parquet
+--configfile configs/small.yaml`: targets first, as --configfile takes every word after it).
+Measure on an idle machine: beside another job, a step at 2 threads ran 35x slower
+(docs/performance.md).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import statistics
@@ -151,17 +153,24 @@ def worker(args) -> dict:
                                                       ("forward", "backward", "optimizer", "logprob_nograd"))
         eval_s = None
         if args.eval:
-            from sparserl.evaluation.evaluate import evaluate_checkpoint
+            from sparserl.evaluation import evaluate as ev
+            kw = {}
+            if hasattr(ev, "benchmark_tables"):  # since ecf1150 the caller passes them; before, it read the config's
+                from sparserl.core.paths import Paths
+                P = Paths(cfg)
+                kw["benchmarks"] = ev.benchmark_tables([P.benchmark(b) for b in P.benchmark_names()])
             with tempfile.TemporaryDirectory() as d:
                 t._save_hf(Path(d) / "ck")
                 t0 = time.perf_counter()
-                evaluate_checkpoint(cfg, str(Path(d) / "ck"), Path(d) / "ev.parquet", "perf",
-                                    threads=args.threads, verifier=t._ver)
+                ev.evaluate_checkpoint(cfg, str(Path(d) / "ck"), Path(d) / "ev.parquet", "perf",
+                                       threads=args.threads, verifier=t._ver, **kw)
                 eval_s = time.perf_counter() - t0
     return {"impl": args.variant, "method": args.method, "per_step_s": steps, "critic_warmup_s": warmup_s,
             "warmup_steps_s": warm_steps, "init_s": init_s, "compile": bool(cfg["rl"].get("compile")), "parts_s": out,
             "counts": {k: v / n for k, v in counts.items()}, "import_s": import_s, "eval_checkpoint_s": eval_s,
-            "precision": cfg["rl"].get("precision", "fp32"), "length_chunks": cfg["rl"].get("length_chunks", 1),
+            # what the matmuls ran in: rl.precision bf16 stays float32 on a CPU without bf16 kernels
+            "precision": "bf16" if getattr(t.model, "matmul_dtype", None) is not None else "fp32",
+            "length_chunks": cfg["rl"].get("length_chunks", 1),
             "threads": torch.get_num_threads(), "model": dict(t.model.config)}
 
 
@@ -327,8 +336,10 @@ def main():
     res = Path(args.results)
     missing = [x for x in ("policies/m/config.json", "tasks/train_pool.parquet") if not (res / x).exists()]
     if missing:
-        sys.exit(f"{res}: no {', '.join(missing)}; build them first: snakemake --cores 2 --configfile "
-                 f"configs/{res.name}.yaml {res}/policies/m {res}/tasks/train_pool.parquet")
+        sys.exit(f"{res}: no {', '.join(missing)}; build them first: snakemake --cores 2 {res}/policies/m "
+                 f"{res}/tasks/train_pool.parquet --configfile configs/{res.name}.yaml")
+    if args.trl and importlib.util.find_spec("trl") is None:  # before anything is measured
+        sys.exit("perf/rl_step.py: TRL is not installed: pip install -e '.[perf]', or pass --no-trl")
     variants = [("now", None)] + ([("before", args.baseline)] if args.baseline != "none" else [])
     runs: dict = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp, beside(args.beside):

@@ -25,7 +25,8 @@ def test_gpu_smoke_local_parts_run_on_the_cpu(repo):
 
 
 def _smoke_tree(cfg_path, root, tok):
-    """What perf/rl_step.py reads under a scale's results folder: the train pool and policies."""
+    """What perf/rl_step.py reads under a scale's results folder: the train pool, the benchmarks
+    (its checkpoint evaluation) and the policies."""
     from sparserl.core.config import load_config
     from sparserl.core.paths import Paths
     from sparserl.core.artifacts import write_table
@@ -35,6 +36,8 @@ def _smoke_tree(cfg_path, root, tok):
     cfg = load_config(cfg_path, {"results_dir": str(root)})
     P = Paths(cfg)
     write_table(procedural.make_train_pool(cfg), P.train_pool())
+    for name, df in procedural.make_benchmarks(cfg).items():
+        write_table(df, P.benchmark(name))
     for name, pol in cfg["policies"].items():  # written as pre-training writes them
         model = Qwen3LM.from_module(build_model(pol, tok, cfg["tokenizer"]["max_length"]))
         save_hf(model, tok, P.policy(name), {"policy": name, "step": 0})
@@ -50,7 +53,7 @@ def test_rl_step_benchmark_times_our_step(repo, tmp_path, tiny_lm):
     results = _smoke_tree(tmp_path / "smoke.yaml", tmp_path / "results", tiny_lm[1])
     out = subprocess.run([sys.executable, "perf/rl_step.py", "--results", str(results), "--method", "grpo_g4",
                           "--config", str(tmp_path / "smoke.yaml"),
-                          "--baseline", "none", "--no-trl", "--no-eval", "--steps", "2", "--warmup", "0",
+                          "--baseline", "none", "--no-trl", "--steps", "2", "--warmup", "0",
                           "--rounds", "1", "--json", str(tmp_path / "out.json")],
                          cwd=repo, capture_output=True, text=True, env=_env(repo), timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
@@ -58,3 +61,4 @@ def test_rl_step_benchmark_times_our_step(repo, tmp_path, tiny_lm):
     assert len(run["per_step_s"]) == 2 and run["counts"]["rollouts"] > 0
     assert {"generation", "reward", "forward", "backward", "optimizer"} <= set(run["parts_s"])
     assert "| generation |" in out.stdout and "| backward |" in out.stdout
+    assert run["eval_checkpoint_s"] > 0  # one checkpoint evaluated as rule rl_eval does
