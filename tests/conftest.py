@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cores import cores, two_cores_first
+from helpers.cores import cores
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,10 +30,6 @@ def _threads(env: dict) -> None:
     if "torch" in sys.modules:
         n = env.get("OMP_NUM_THREADS")
         sys.modules["torch"].set_num_threads(int(n) if n else len(os.sched_getaffinity(0)))
-
-
-def pytest_collection_modifyitems(config, items):
-    two_cores_first(items)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -19,10 +19,3 @@ def cores(folder: Path, whole: bool):
             yield
         finally:
             fcntl.flock(held, fcntl.LOCK_UN)
-
-
-def two_cores_first(items: list) -> None:
-    """Put the tests marked two_cores first, each group in its collection order. pytest-xdist hands
-    the first tests out round robin, so both workers start on them: they take the machine in
-    turn, and none waits for a long one-core test on the other worker to end."""
-    items.sort(key=lambda item: item.get_closest_marker("two_cores") is None)

@@ -162,20 +162,6 @@ def test_no_fast_test_asserts_a_wall_clock_time():
                         "enforces, assert on its outcome, or time it in perf/:\n" + "\n".join(hits))
 
 
-def test_two_cores_tests_are_collected_first_in_their_order():
-    from helpers.cores import two_cores_first
-
-    class Item:
-        def __init__(self, name, whole):
-            self.name, self.whole = name, whole
-
-        def get_closest_marker(self, name):
-            return object() if name == "two_cores" and self.whole else None
-    items = [Item("a", False), Item("b", True), Item("c", False), Item("d", True)]
-    two_cores_first(items)
-    assert [i.name for i in items] == ["b", "d", "a", "c"]
-
-
 def test_a_two_cores_test_waits_for_the_others_and_goes_before_later_ones(tmp_path):
     """tests/helpers/cores.py: one-core tests share the machine; a two_cores one waits for them to
     end, and a one-core test that comes after it waits for it (no starvation)."""
