@@ -69,6 +69,17 @@ def measure(results: Path, methods: list[str], steps: int, warmup: int, eval_onc
         return {m: f.result() for m, f in futures.items()}
 
 
+def missing_inputs(cfg: dict, results: Path, methods: list[str], config: str) -> None:
+    """Stop before measuring (minutes) when a measured run lacks a file it reads (a BASIS run
+    its reference cache, V0's prior its model), naming them and how to make them."""
+    from sparserl.methods.run import resolve_run
+    cfg = {**cfg, "results_dir": str(results.parent), "rl": {**cfg["rl"], "lr_tuning": {"enabled": False}}}
+    missing = sorted({f for m in methods for f in resolve_run(cfg, m, 0).inputs if not Path(f).exists()})
+    if missing:
+        sys.exit(f"{results}: the runs to measure read {len(missing)} missing file(s): {' '.join(missing)}; "
+                 f"make them first: snakemake --cores 2 {' '.join(missing)} --configfile {config}")
+
+
 def log_seconds(logs: Path, pattern: str) -> float | None:
     """A job's wall time from the first and last timestamps of its log."""
     times = []
@@ -115,6 +126,7 @@ def main():
     from sparserl.engines import lr_tuning as lrt
     tuners = {st: ms[0] for st, ms in lrt.setting_methods(cfg).items()} if tuning.get("enabled") else {}
     reps = sorted(set(tuners.values()))
+    missing_inputs(cfg, a.results.resolve(), sorted(set(owners) | set(reps)), a.config)
     measured = measure(a.results.resolve(), sorted(set(owners) | set(reps)), a.steps, a.warmup, True,
                        a.tree.resolve(), a.config)
     step_s = {m: statistics.median(r["per_step_s"]) for m, r in measured.items()}
