@@ -6,8 +6,10 @@ installed logger plugin while it builds that command line, earlier still, so thi
 by Snakemake's `snakemake_logger_plugin_` prefix) wraps the config-file parser at import: a file
 that fails to parse (or holds a byte that is not UTF-8, which Snakemake reports as a traceback)
 is read again by `sparserl.core.config.read_yaml`, and Snakemake's error then
-says where the problem is and how to fix it. Files that parse are untouched, and other errors
-(file not found, not a mapping) keep Snakemake's message. It also lets `--config` take dotted
+says where the problem is and how to fix it. Files that parse are untouched; a file
+that does not exist or is a folder (a target written after `--configfile`, which takes every word
+after it) gets one line saying so, where Snakemake let a traceback out; other errors (not a
+mapping) keep Snakemake's message. It also lets `--config` take dotted
 keys (`--config rl.steps=20`, `_install_dotted_config`).
 
 As a logger (`snakemake --logger sparserl ...`) it writes Snakemake's messages in sparserl's one
@@ -52,6 +54,15 @@ def _install() -> None:
     def load_configfile_located(configpath_or_obj, filetype="Config"):
         try:
             return inner(configpath_or_obj, filetype=filetype)
+        except (FileNotFoundError, IsADirectoryError) as e:
+            # Snakemake lets open()'s error out as a traceback; the usual cause is a target
+            # written after --configfile, which takes every word after it
+            if not isinstance(configpath_or_obj, (str, Path)):
+                raise
+            what = "is a folder" if isinstance(e, IsADirectoryError) else "does not exist"
+            raise WorkflowError(f"{filetype} file {configpath_or_obj} {what}; --configfile reads every word "
+                                "after it as a config file: put targets before it (snakemake <targets> "
+                                "--cores 2 --configfile <files>)") from None
         except (WorkflowError, UnicodeDecodeError) as e:
             # a byte that is not UTF-8 escapes Snakemake's parse as a raw UnicodeDecodeError
             # (json.load swallows it as a ValueError, the YAML retry does not)

@@ -117,11 +117,15 @@ def test_snakemake_configfile_with_a_syntax_error_names_file_and_line(repo, tmp_
     assert out.returncode != 0
     assert f"{bad}, line 4, column 5: not valid YAML: expected ',' or ']'" in log, log[-2000:]
     assert "python -m sparserl.core.config" in log
-    # what Snakemake says of other config problems stays its own
-    out = snakemake(repo / "Snakefile", tmp_path / "wd", "all", "--cores", "1", "-n", "--configfile",
-                    str(tmp_path / "absent.yaml"))
-    log = out.stdout + out.stderr
-    assert out.returncode != 0 and "absent.yaml" in log and "not valid YAML" not in log
+    # a target after --configfile (which takes every word after it) is read as a config file:
+    # one line that says so, not open()'s traceback
+    (tmp_path / "wd" / "results").mkdir(parents=True)
+    for word, what in (("absent.yaml", "does not exist"), ("results", "is a folder")):
+        out = snakemake(repo / "Snakefile", tmp_path / "wd", "-n", "--cores", "1", "--configfile",
+                        str(repo / "configs/smoke.yaml"), str(tmp_path / "wd" / word))
+        log = out.stdout + out.stderr
+        assert out.returncode != 0 and f"{tmp_path / 'wd' / word} {what}; --configfile reads every word" in log, log[-2000:]
+        assert "Traceback" not in log and "not valid YAML" not in log, log[-2000:]
 
 
 def test_sparserl_logger_plugin_is_a_valid_snakemake_plugin():
