@@ -126,9 +126,9 @@ def main():
     from sparserl.engines import lr_tuning as lrt
     tuners = {st: ms[0] for st, ms in lrt.setting_methods(cfg).items()} if tuning.get("enabled") else {}
     reps = sorted(set(tuners.values()))
-    missing_inputs(cfg, a.results.resolve(), sorted(set(owners) | set(reps)), a.config)
-    measured = measure(a.results.resolve(), sorted(set(owners) | set(reps)), a.steps, a.warmup, True,
-                       a.tree.resolve(), a.config)
+    methods = sorted(set(owners) | set(reps))
+    missing_inputs(cfg, a.results.resolve(), methods, a.config)
+    measured = measure(a.results.resolve(), methods, a.steps, a.warmup, True, a.tree.resolve(), a.config)
     step_s = {m: statistics.median(r["per_step_s"]) for m, r in measured.items()}
     eval_s = next(r["eval_checkpoint_s"] for r in measured.values() if r.get("eval_checkpoint_s"))
     # once a run: the critic's warm-up, and what its first steps cost beyond a step (compile)

@@ -181,7 +181,7 @@ def test_bad_world_values_name_the_key(repo, tmp_path, key, value, match):
         worked.settings({"world": {key: value}})
 
 
-@pytest.mark.e2e  # ~8 s
+@pytest.mark.e2e  # ~10 s
 def test_world_report_splits_greedy_wrong_by_slip_templates_and_draws(repo, tmp_path):
     """End to end on a 3-step policy: the report's new fields, then its figure from the JSON alone."""
     from sparserl.cli.figures import draw_figure
