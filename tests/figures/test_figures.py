@@ -188,12 +188,22 @@ def test_scale_captions_state_the_configs_settings():
         assert f"{t['rl']['steps']} (tiny) or {sm['rl']['steps']} (small) steps" in text
         assert f"policy {t['rl']['policy']} " in text and f" or {sm['rl']['policy']} (" in text
         assert "one seed at tiny" in text and len(t["rl"]["seeds"]) == 1
-    assert f"steps of {t['rl']['rollouts_per_step']} rollouts" in v05.DIFFERS
-    assert t["rl"]["rollouts_per_step"] == sm["rl"]["rollouts_per_step"]
+    per_step = f"{t['rl']['rollouts_per_step']} (tiny) or {sm['rl']['rollouts_per_step']} (small)"
+    assert f"steps of {per_step} rollouts" in v05.DIFFERS
+    # BASIS Table 1 and Fig. 8: BASIS runs steps_factor of the steps (configs/methods)
+    from sparserl.methods.spec import load_method, total_steps
+    cap = {f.id: " ".join(f.caption.split()) for f in registered()}
+    assert (f"{t['rl']['steps']} (tiny) or {sm['rl']['steps']} (small) steps (BASIS half) of {per_step} rollouts"
+            in cap["basis/t1_policy_optimization"])
+    half = {c["scale"]: total_steps(c["rl"], load_method("basis_grid_grpo_g1_basis")) for c in (t, sm)}
+    assert f"{half['tiny']} (tiny) or {half['small']} (small) BASIS steps" in cap["basis/f8_beta_t"]
+    assert f"of {per_step} single-rollout prompts" in cap["basis/f8_beta_t"]
     assert "three at small" in v05.DIFFERS and len(sm["rl"]["seeds"]) == 3
+    metric = " or ".join(f"mean@{c['evaluation']['default']['k']} ({c['scale']})" for c in (t, sm))
+    assert metric in v05.DIFFERS and metric in cap["basis/t1_policy_optimization"]
     for c in (t, sm):
         ev = c["evaluation"]["default"]
-        assert f"mean@{ev['k']} at top-p {ev['top_p']}" in v05.DIFFERS
+        assert f"{metric} at top-p {ev['top_p']}" in v05.DIFFERS
         assert f"{len(c['rl']['eval_fractions']) + 2} evaluations a run" in " ".join(f6.split())
 
 

@@ -169,10 +169,11 @@ def _cell(v: float, sd: float) -> str:
                          "percent; seed mean ± sd when there are several seeds), steps, rollouts and training wall "
                          "time (the sum of the steps' times, evaluation excluded). Each family's Δ rows: BASIS minus "
                          "that baseline in percentage points, under time the wall time BASIS saves (percent of the "
-                         "baseline's); green: BASIS better, gray: within 5 pp below (the paper's colours). Tiny "
-                         "scale differs from the paper: policy s on arithmetic, 60 (BASIS 30) steps of 256 rollouts "
-                         "against 300 (150) of 512, six tiny benchmarks at mean@16 against seven math benchmarks "
-                         "at avg@32 / greedy, wall times of a shared 2-core CPU.")
+                         "baseline's); green: BASIS better, gray: within 5 pp below (the paper's colours). The tiny "
+                         "and small scales differ from the paper: policy s (tiny) or m (small) on arithmetic, 40 "
+                         "(tiny) or 100 (small) steps (BASIS half) of 128 (tiny) or 256 (small) rollouts against 300 "
+                         "(150) of 512, the benchmarks' mean@8 (tiny) or mean@16 (small) against seven math "
+                         "benchmarks at avg@32 / greedy, wall times of a shared 2-core CPU.")
 def _table1(data, ax):
     df, benches = data["df"], data["benchmarks"]
     ax.axis("off")
@@ -328,8 +329,9 @@ def _read_f8(cfg: dict, tables) -> dict:
                          "grid value minimising the batch's leave-one-out squared error; metrics est_beta), log "
                          "scale; markers: each step of each seed, line: a centred running median over about a "
                          "twelfth of the run (of the seeds' median); beta = ∞ (the baseline is the reference pass "
-                         "rate) on the top row. The paper's beta_t generally decreases over training; tiny scale "
-                         "differs: 30 BASIS steps of 256 single-rollout prompts from policy s, one seed.")
+                         "rate) on the top row. The paper's beta_t generally decreases over training; the tiny "
+                         "and small scales differ: 20 (tiny) or 50 (small) BASIS steps (half of 40 or 100) of 128 "
+                         "(tiny) or 256 (small) single-rollout prompts from policy s (tiny) or m (small), one seed at tiny.")
 def _f8(data, ax):
     df, per_seed = data["median"], data["per_seed"]
     finite = per_seed["est_beta"][np.isfinite(per_seed["est_beta"])]

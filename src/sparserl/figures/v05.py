@@ -37,8 +37,9 @@ F5_METHODS = ("v05_k1", "v05_k2", "v05_k4", "v05_k8", "grpo_g16")
 LABELS = {"v05_osla": "V0.5 (fusion + OSLA, k_init=4)", "grpo_g16": "GRPO (G=16)", "dapo_g16": "DAPO (G=16)",
           **{f"v05_k{k}": f"V0.5 fusion, k={k}" for k in (1, 2, 4, 8)}}
 DIFFERS = ("The tiny and small scales differ from the paper: policy s (0.2M parameters, tiny) or m (1M, small) on "
-           "procedural arithmetic, 40 (tiny) or 100 (small) steps of 256 rollouts, one seed at tiny and three at "
-           "small, the evaluation's metric (mean@16 at top-p 1.0; paper: Qwen3-4B on six math benchmarks, top-p 0.7)")
+           "procedural arithmetic, 40 (tiny) or 100 (small) steps of 128 (tiny) or 256 (small) rollouts, one seed at "
+           "tiny and three at small, the evaluation's metric (mean@8 (tiny) or mean@16 (small) at top-p 1.0; paper: "
+           "Qwen3-4B on six math benchmarks, top-p 0.7)")
 
 
 def _panels_layout(data):
