@@ -334,7 +334,10 @@ def main():
         print(json.dumps(worker(args)))
         return
     res = Path(args.results)
-    missing = [x for x in ("policies/m/config.json", "tasks/train_pool.parquet") if not (res / x).exists()]
+    # the checkpoint evaluation reads the benchmarks after the measured steps (rule make_tasks
+    # writes them with the pool): check them first too
+    need = ("policies/m/config.json", "tasks/train_pool.parquet") + (("tasks/benchmarks",) if args.eval else ())
+    missing = [x for x in need if not (res / x).exists()]
     if missing:
         sys.exit(f"{res}: no {', '.join(missing)}; build them first: snakemake --cores 2 {res}/policies/m "
                  f"{res}/tasks/train_pool.parquet --configfile configs/{res.name}.yaml")

@@ -1,4 +1,5 @@
-"""perf/small_stage.py stops before its minutes of measuring when a run it measures lacks a file."""
+"""perf/small_stage.py and perf/rl_step.py stop before their minutes of measuring when a file they
+read is missing."""
 import importlib.util
 
 import pytest
@@ -22,3 +23,18 @@ def test_a_missing_reference_cache_stops_it_before_measuring(repo, tmp_path):
         (results / f).parent.mkdir(parents=True, exist_ok=True)
         (results / f).write_text("{}")
     _small_stage(repo).missing_inputs(cfg, results, ["grpo_g16"], "configs/small.yaml")
+
+
+def test_rl_step_without_benchmarks_stops_before_measuring(repo, tmp_path):
+    """perf/rl_step.py evaluates a checkpoint after its measured steps: without the benchmarks it
+    stops at the start, in one line, not minutes later."""
+    import subprocess
+    import sys
+    res = tmp_path / "results" / "small"
+    for f in ("policies/m/config.json", "tasks/train_pool.parquet"):
+        (res / f).parent.mkdir(parents=True, exist_ok=True)
+        (res / f).write_text("{}")
+    cmd = [sys.executable, str(repo / "perf" / "rl_step.py"), "--results", str(res), "--no-trl", "--baseline", "none"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.strip().endswith("--configfile configs/small.yaml"), r.stderr
+    assert "no tasks/benchmarks;" in r.stderr and "Traceback" not in r.stderr, r.stderr
